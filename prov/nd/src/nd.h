@@ -1,0 +1,103 @@
+/*
+ * nd.h: the private header of the `nd` provider.
+ *
+ * Model. Every libfabric object (fabric, domain, EQ, ...) is a C++ class with
+ * standard layout whose first member is the libfabric fid structure, so the
+ * C entry points recover it with nd::from_fid. Every C entry point is a
+ * `static ... noexcept` function with the exact libfabric signature that
+ * calls a member; nothing thrown ever crosses into libfabric (nd::guarded
+ * turns an escaped exception into -FI_ENOMEM or -FI_EOTHER and logs it).
+ *
+ * Lifetimes follow libfabric's rules: a parent counts its live children and
+ * refuses fi_close with -FI_EBUSY while any is open. Verbs and rdma_cm objects
+ * are owned through RAII handles (nd_verbs.h), declared in the order that
+ * makes destruction release them correctly.
+ *
+ * Locking. The control path (getinfo, open/close, CM events) takes a mutex
+ * per object where state is shared between threads. The data path (later:
+ * CQ polling and posting) takes no lock unless the domain's threading model
+ * requires it.
+ */
+#ifndef ND_H
+#define ND_H
+
+#include <rdma/fabric.h>
+#include <rdma/fi_errno.h>
+#include <rdma/providers/fi_prov.h>
+#include <rdma/providers/fi_log.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+/* The provider object: libfabric logs and looks up parameters through it. */
+extern struct fi_provider nd_prov;
+
+#define ND_API_VERSION FI_VERSION(1, 17)
+#define ND_PROV_VERSION FI_VERSION(0, 1)
+
+#define ND_WARN(subsys, ...) FI_WARN(&nd_prov, subsys, __VA_ARGS__)
+#define ND_INFO(subsys, ...) FI_INFO(&nd_prov, subsys, __VA_ARGS__)
+#define ND_TRACE(subsys, ...) FI_TRACE(&nd_prov, subsys, __VA_ARGS__)
+
+namespace nd {
+
+/* Logs an escaped exception where it is caught; defined in nd_log.cpp so
+ * that the catch sites stay small. */
+void log_escaped_exception(const char *where, const char *what) noexcept;
+
+/*
+ * Runs a provider function body and guarantees that no exception leaves it:
+ * every C entry point that may allocate goes through here.
+ */
+template <typename Fn>
+auto guarded(const char *where, Fn &&fn) noexcept -> decltype(fn())
+{
+	try {
+		return fn();
+	} catch (const std::bad_alloc &) {
+		log_escaped_exception(where, "out of memory");
+		return -FI_ENOMEM;
+	} catch (const std::exception &e) {
+		log_escaped_exception(where, e.what());
+		return -FI_EOTHER;
+	} catch (...) {
+		log_escaped_exception(where, "unknown exception");
+		return -FI_EOTHER;
+	}
+}
+
+/*
+ * Recovers the provider object from the libfabric fid embedded as its first
+ * member. Only valid for standard-layout types; checked at compile time.
+ */
+template <typename T, typename Fid>
+T *from_fid(Fid *fid) noexcept
+{
+	static_assert(std::is_standard_layout_v<T>,
+		      "from_fid needs the fid at offset 0 of a standard-layout type");
+	return reinterpret_cast<T *>(fid);
+}
+
+/* Counts the live children of a libfabric object (fi_close of the parent
+ * fails with -FI_EBUSY while any is open). */
+class ChildCount {
+public:
+	void acquire() noexcept { count_.fetch_add(1, std::memory_order_relaxed); }
+	void release() noexcept { count_.fetch_sub(1, std::memory_order_acq_rel); }
+	bool busy() const noexcept { return count_.load(std::memory_order_acquire) != 0; }
+	int value() const noexcept { return count_.load(std::memory_order_acquire); }
+
+private:
+	std::atomic<int> count_{0};
+};
+
+/* Converts a libfabric return value or an errno to a printable string. */
+const char *strerror_fi(int ret) noexcept;
+
+} // namespace nd
+
+#endif /* ND_H */

@@ -1,0 +1,147 @@
+/* nd_domain.cpp: the domain object (fid_domain). */
+#include "nd_domain.h"
+#include "nd_fabric.h"
+#include "nd_unsupported.h"
+
+#include <cstring>
+#include <memory>
+
+namespace nd {
+
+namespace {
+
+int domain_close(fid *fid) noexcept
+{
+	return guarded("fi_close(domain)", [&] { return from_fid<Domain>(fid)->close(); });
+}
+
+int domain_bind(fid *, fid *bfid, uint64_t) noexcept
+{
+	ND_WARN(FI_LOG_DOMAIN, "fi_domain_bind: binding a %s is not supported (registration completes synchronously)\n",
+		bfid && bfid->fclass == FI_CLASS_EQ ? "EQ" : "fid");
+	return -FI_ENOSYS;
+}
+
+int domain_control(fid *, int command, void *) noexcept
+{
+	ND_WARN(FI_LOG_DOMAIN, "fi_control(domain): command %d not supported\n", command);
+	return -FI_ENOSYS;
+}
+
+fi_ops domain_fid_ops = {
+	.size = sizeof(fi_ops),
+	.close = domain_close,
+	.bind = domain_bind,
+	.control = domain_control,
+	.ops_open = unsupported::ops_open,
+	.tostr = nullptr,
+	.ops_set = nullptr,
+};
+
+fi_ops_domain domain_ops = {
+	.size = sizeof(fi_ops_domain),
+	.av_open = unsupported::av_open,
+	.cq_open = unsupported::cq_open,
+	.endpoint = unsupported::endpoint,
+	.scalable_ep = unsupported::scalable_ep,
+	.cntr_open = unsupported::cntr_open,
+	.poll_open = unsupported::poll_open,
+	.stx_ctx = unsupported::stx_ctx,
+	.srx_ctx = unsupported::srx_ctx,
+	.query_atomic = unsupported::query_atomic,
+	.query_collective = unsupported::query_collective,
+	.endpoint2 = unsupported::endpoint2,
+};
+
+fi_ops_mr domain_mr_ops = {
+	.size = sizeof(fi_ops_mr),
+	.reg = unsupported::mr_reg,
+	.regv = unsupported::mr_regv,
+	.regattr = unsupported::mr_regattr,
+};
+
+struct InfoDeleter {
+	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
+};
+
+int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *context)
+{
+	if (!f || !info || !out) {
+		ND_WARN(FI_LOG_DOMAIN, "fi_domain: fabric, info and domain must not be NULL\n");
+		return -FI_EINVAL;
+	}
+	if (!info->domain_attr || !info->domain_attr->name) {
+		ND_WARN(FI_LOG_DOMAIN, "fi_domain: info->domain_attr->name names no device\n");
+		return -FI_EINVAL;
+	}
+	Fabric *fabric = from_fid<Fabric>(f);
+	if (info->fabric_attr && info->fabric_attr->name &&
+	    std::strcmp(info->fabric_attr->name, fabric->name) != 0) {
+		ND_WARN(FI_LOG_DOMAIN, "fi_domain: info is for fabric '%s', not this fabric '%s'\n",
+			info->fabric_attr->name, fabric->name);
+		return -FI_EINVAL;
+	}
+
+	auto domain = std::make_unique<Domain>();
+	int count = 0;
+	domain->device_list.reset(rdma_get_devices(&count));
+	if (!domain->device_list) {
+		ND_WARN(FI_LOG_DOMAIN, "fi_domain: rdma_get_devices: %s\n", std::strerror(errno));
+		return -FI_ENODEV;
+	}
+	for (int i = 0; i < count; i++) {
+		ibv_context *candidate = domain->device_list[i];
+		if (std::strcmp(ibv_get_device_name(candidate->device), info->domain_attr->name) == 0) {
+			domain->context = candidate;
+			break;
+		}
+	}
+	if (!domain->context) {
+		ND_WARN(FI_LOG_DOMAIN, "fi_domain: no RDMA device named '%s'\n",
+			info->domain_attr->name);
+		return -FI_ENODEV;
+	}
+	domain->pd.reset(ibv_alloc_pd(domain->context));
+	if (!domain->pd) {
+		int err = errno ? errno : ENOMEM;
+		ND_WARN(FI_LOG_DOMAIN, "fi_domain(%s): ibv_alloc_pd: %s\n", info->domain_attr->name,
+			std::strerror(err));
+		return err == ENOMEM ? -FI_ENOMEM : -FI_ENODEV;
+	}
+	std::unique_ptr<fi_info, InfoDeleter> copy(fi_dupinfo(info));
+	if (!copy)
+		return -FI_ENOMEM;
+
+	domain->info = copy.release();
+	domain->fabric = fabric;
+	domain->domain.fid.fclass = FI_CLASS_DOMAIN;
+	domain->domain.fid.context = context;
+	domain->domain.fid.ops = &domain_fid_ops;
+	domain->domain.ops = &domain_ops;
+	domain->domain.mr = &domain_mr_ops;
+	fabric->children.acquire();
+	*out = &domain.release()->domain;
+	return 0;
+}
+
+} // namespace
+
+int Domain::close()
+{
+	if (children.busy()) {
+		ND_WARN(FI_LOG_DOMAIN, "fi_close(domain %s): %d child object(s) still open\n",
+			info->domain_attr->name, children.value());
+		return -FI_EBUSY;
+	}
+	fabric->children.release();
+	fi_freeinfo(info);
+	delete this; /* members release the PD, then librdmacm's device list */
+	return 0;
+}
+
+int open_domain(fid_fabric *fabric, fi_info *info, fid_domain **domain, void *context) noexcept
+{
+	return guarded("fi_domain", [&] { return open_domain_impl(fabric, info, domain, context); });
+}
+
+} // namespace nd

@@ -1,0 +1,35 @@
+/*
+ * nd_domain.h: the domain (fid_domain): one RDMA device, opened through
+ * librdmacm's own device context (the one its rdma_cm ids and their queue
+ * pairs use), with one protection domain for everything opened under it.
+ */
+#ifndef ND_DOMAIN_H
+#define ND_DOMAIN_H
+
+#include "nd.h"
+#include "nd_verbs.h"
+
+#include <rdma/fi_domain.h>
+
+namespace nd {
+
+struct Fabric;
+
+struct Domain {
+	fid_domain domain;			/* first: from_fid<Domain> */
+	Fabric *fabric;
+	fi_info *info;				/* fi_dupinfo of what opened it */
+	ibv_context *context;			/* librdmacm's; held by device_list */
+	UniqueCmDeviceList device_list;
+	UniquePd pd;
+	ChildCount children;
+
+	int close();
+};
+
+/* fi_domain: opens the device named by info->domain_attr->name. */
+int open_domain(fid_fabric *fabric, fi_info *info, fid_domain **domain, void *context) noexcept;
+
+} // namespace nd
+
+#endif /* ND_DOMAIN_H */

@@ -1,0 +1,436 @@
+/* nd_eq.cpp: the event queue (fid_eq), see nd_eq.h. */
+#include "nd_eq.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <poll.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <cstring>
+
+namespace nd {
+
+EqEntry::EqEntry(EqEntry &&other) noexcept { *this = std::move(other); }
+
+EqEntry &EqEntry::operator=(EqEntry &&other) noexcept
+{
+	if (this != &other) {
+		if (owned_info)
+			fi_freeinfo(owned_info);
+		event = other.event;
+		flags = other.flags;
+		is_error = other.is_error;
+		data = std::move(other.data);
+		error = other.error;
+		err_data = std::move(other.err_data);
+		owned_info = std::exchange(other.owned_info, nullptr);
+	}
+	return *this;
+}
+
+EqEntry::~EqEntry()
+{
+	if (owned_info)
+		fi_freeinfo(owned_info);
+}
+
+namespace {
+
+EventQueue *eq_of(fid_eq *eq) noexcept { return from_fid<EventQueue>(eq); }
+
+ssize_t eq_read(fid_eq *eq, uint32_t *event, void *buf, size_t len, uint64_t flags) noexcept
+{
+	return guarded("fi_eq_read", [&]() -> ssize_t { return eq_of(eq)->read(event, buf, len, flags); });
+}
+
+ssize_t eq_readerr(fid_eq *eq, fi_eq_err_entry *buf, uint64_t flags) noexcept
+{
+	return guarded("fi_eq_readerr", [&]() -> ssize_t { return eq_of(eq)->readerr(buf, flags); });
+}
+
+ssize_t eq_write(fid_eq *eq, uint32_t event, const void *buf, size_t len, uint64_t flags) noexcept
+{
+	return guarded("fi_eq_write",
+		       [&]() -> ssize_t { return eq_of(eq)->write(event, buf, len, flags); });
+}
+
+ssize_t eq_sread(fid_eq *eq, uint32_t *event, void *buf, size_t len, int timeout,
+		 uint64_t flags) noexcept
+{
+	return guarded("fi_eq_sread", [&]() -> ssize_t {
+		return eq_of(eq)->sread(event, buf, len, timeout, flags);
+	});
+}
+
+const char *eq_strerror(fid_eq *eq, int prov_errno, const void *err_data, char *buf,
+			size_t len) noexcept
+{
+	(void)eq;
+	(void)err_data;
+	/* prov_errno of this provider's EQ entries is an errno (or the negated
+	 * status rdma_cm reported), so strerror names it. */
+	const char *text = std::strerror(prov_errno < 0 ? -prov_errno : prov_errno);
+	if (buf && len) {
+		std::strncpy(buf, text, len - 1);
+		buf[len - 1] = '\0';
+		return buf;
+	}
+	return text;
+}
+
+int eq_close(fid *fid) noexcept
+{
+	return guarded("fi_close(eq)", [&] { return from_fid<EventQueue>(fid)->close(); });
+}
+
+int eq_control(fid *fid, int command, void *arg) noexcept
+{
+	return guarded("fi_control(eq)",
+		       [&] { return from_fid<EventQueue>(fid)->control(command, arg); });
+}
+
+int eq_bind(fid *, fid *, uint64_t) noexcept
+{
+	ND_WARN(FI_LOG_EQ, "an EQ binds to nothing: bind endpoints to the EQ instead\n");
+	return -FI_ENOSYS;
+}
+
+int eq_ops_open(fid *, const char *name, uint64_t, void **, void *) noexcept
+{
+	ND_WARN(FI_LOG_EQ, "EQ has no extension ops '%s'\n", name ? name : "(null)");
+	return -FI_ENOSYS;
+}
+
+fi_ops eq_fid_ops = {
+	.size = sizeof(fi_ops),
+	.close = eq_close,
+	.bind = eq_bind,
+	.control = eq_control,
+	.ops_open = eq_ops_open,
+	.tostr = nullptr,
+	.ops_set = nullptr,
+};
+
+fi_ops_eq eq_ops = {
+	.size = sizeof(fi_ops_eq),
+	.read = eq_read,
+	.readerr = eq_readerr,
+	.write = eq_write,
+	.sread = eq_sread,
+	.strerror = eq_strerror,
+};
+
+int remaining_ms(std::chrono::steady_clock::time_point deadline)
+{
+	auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+		deadline - std::chrono::steady_clock::now());
+	return left.count() < 0 ? 0 : static_cast<int>(left.count());
+}
+
+} // namespace
+
+EventQueue::EventQueue(uint32_t api_version, ChildCount *parent, const fi_eq_attr &attr)
+	: eq{}, api_version_(api_version), parent_(parent), wait_obj_(attr.wait_obj),
+	  open_flags_(attr.flags), capacity_(attr.size ? attr.size : kDefaultEqSize),
+	  event_fd_(-1), epoll_fd_(-1)
+{
+}
+
+EventQueue::~EventQueue()
+{
+	if (epoll_fd_ >= 0)
+		::close(epoll_fd_);
+	if (event_fd_ >= 0)
+		::close(event_fd_);
+}
+
+int EventQueue::open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr, void *context,
+		     fid_eq **out)
+{
+	if (!attr || !out) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_open: %s is NULL\n", attr ? "eq" : "attr");
+		return -FI_EINVAL;
+	}
+	switch (attr->wait_obj) {
+	case FI_WAIT_NONE:
+	case FI_WAIT_UNSPEC:
+	case FI_WAIT_FD:
+	case FI_WAIT_YIELD:
+		break;
+	case FI_WAIT_SET:
+		ND_WARN(FI_LOG_EQ, "fi_eq_open: wait sets are not supported; use FI_WAIT_FD\n");
+		return -FI_ENOSYS;
+	default:
+		ND_WARN(FI_LOG_EQ, "fi_eq_open: wait object %d not supported; use FI_WAIT_FD\n",
+			attr->wait_obj);
+		return -FI_ENOSYS;
+	}
+	if (attr->flags & ~(uint64_t)(FI_WRITE | FI_AFFINITY)) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_open: unknown flags 0x%llx\n",
+			static_cast<unsigned long long>(attr->flags));
+		return -FI_EBADFLAGS;
+	}
+	/* The provider picks the wait object for UNSPEC and says which. */
+	if (attr->wait_obj == FI_WAIT_UNSPEC)
+		attr->wait_obj = FI_WAIT_FD;
+
+	auto queue = std::make_unique<EventQueue>(api_version, parent, *attr);
+	int ret = queue->init_wait();
+	if (ret)
+		return ret;
+	queue->eq.fid.fclass = FI_CLASS_EQ;
+	queue->eq.fid.context = context;
+	queue->eq.fid.ops = &eq_fid_ops;
+	queue->eq.ops = &eq_ops;
+	if (parent)
+		parent->acquire();
+	*out = &queue.release()->eq;
+	return 0;
+}
+
+int EventQueue::init_wait()
+{
+	/* Even FI_WAIT_NONE EQs keep the eventfd: it costs one fd and keeps
+	 * trywait and the CM progress uniform. */
+	event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (event_fd_ < 0) {
+		int err = errno;
+		ND_WARN(FI_LOG_EQ, "fi_eq_open: eventfd: %s\n", std::strerror(err));
+		return err == EMFILE || err == ENFILE ? -FI_EMFILE : -FI_ENOMEM;
+	}
+	epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+	if (epoll_fd_ < 0) {
+		int err = errno;
+		ND_WARN(FI_LOG_EQ, "fi_eq_open: epoll_create1: %s\n", std::strerror(err));
+		return err == EMFILE || err == ENFILE ? -FI_EMFILE : -FI_ENOMEM;
+	}
+	epoll_event ev{};
+	ev.events = EPOLLIN;
+	ev.data.fd = event_fd_;
+	if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev) != 0) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_open: epoll_ctl: %s\n", std::strerror(errno));
+		return -FI_ENOMEM;
+	}
+	return 0;
+}
+
+/* The eventfd is non-zero exactly while entries are queued (both under
+ * lock_), so the epoll fd polls readable iff there is something to read. */
+void EventQueue::signal_locked()
+{
+	if (entries_.size() == 1) {
+		uint64_t one = 1;
+		ssize_t rc = ::write(event_fd_, &one, sizeof(one));
+		(void)rc;
+	}
+}
+
+void EventQueue::drain_signal_locked()
+{
+	if (entries_.empty()) {
+		uint64_t value;
+		ssize_t rc = ::read(event_fd_, &value, sizeof(value));
+		(void)rc;
+	}
+}
+
+void EventQueue::push(EqEntry &&entry)
+{
+	std::lock_guard<std::mutex> guard(lock_);
+	entries_.push_back(std::move(entry));
+	signal_locked();
+}
+
+size_t EventQueue::depth()
+{
+	std::lock_guard<std::mutex> guard(lock_);
+	return entries_.size();
+}
+
+ssize_t EventQueue::check_read_args(uint32_t *event, void *buf, size_t len) const
+{
+	if (!event) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_read: event is NULL\n");
+		return -FI_EINVAL;
+	}
+	if (!buf && len) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_read: buf is NULL with len %zu\n", len);
+		return -FI_EINVAL;
+	}
+	return 0;
+}
+
+ssize_t EventQueue::read(uint32_t *event, void *buf, size_t len, uint64_t flags)
+{
+	ssize_t ret = check_read_args(event, buf, len);
+	if (ret)
+		return ret;
+	std::lock_guard<std::mutex> guard(lock_);
+	if (entries_.empty())
+		return -FI_EAGAIN;
+	EqEntry &head = entries_.front();
+	if (head.is_error)
+		return -FI_EAVAIL;
+	if (len < head.data.size()) {
+		ND_INFO(FI_LOG_EQ, "fi_eq_read: buffer of %zu bytes, the event needs %zu; kept\n",
+			len, head.data.size());
+		return -FI_ETOOSMALL;
+	}
+	*event = head.event;
+	if (!head.data.empty())
+		std::memcpy(buf, head.data.data(), head.data.size());
+	ret = static_cast<ssize_t>(head.data.size());
+	if (!(flags & FI_PEEK)) {
+		head.owned_info = nullptr; /* the application owns it now */
+		entries_.pop_front();
+		drain_signal_locked();
+	}
+	return ret;
+}
+
+ssize_t EventQueue::readerr(fi_eq_err_entry *buf, uint64_t flags)
+{
+	if (!buf) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_readerr: buf is NULL\n");
+		return -FI_EINVAL;
+	}
+	std::lock_guard<std::mutex> guard(lock_);
+	if (entries_.empty() || !entries_.front().is_error)
+		return -FI_EAGAIN;
+	EqEntry &head = entries_.front();
+	void *user_err_data = buf->err_data;
+	size_t user_err_size = buf->err_data_size;
+	fi_eq_err_entry out = head.error;
+	const bool provider_buffer = FI_VERSION_LT(api_version_, FI_VERSION(1, 5)) ||
+				     user_err_size == 0 || !user_err_data;
+	if (head.err_data.empty()) {
+		out.err_data = nullptr;
+		out.err_data_size = 0;
+	} else if (provider_buffer) {
+		/* Valid until the next read, as fi_eq(3) promises. */
+		delivered_err_data_ = head.err_data;
+		out.err_data = delivered_err_data_.data();
+		out.err_data_size = delivered_err_data_.size();
+	} else {
+		size_t n = std::min(user_err_size, head.err_data.size());
+		std::memcpy(user_err_data, head.err_data.data(), n);
+		out.err_data = user_err_data;
+		out.err_data_size = n;
+	}
+	*buf = out;
+	if (!(flags & FI_PEEK)) {
+		entries_.pop_front();
+		drain_signal_locked();
+	}
+	return static_cast<ssize_t>(sizeof(fi_eq_err_entry));
+}
+
+ssize_t EventQueue::write(uint32_t event, const void *buf, size_t len, uint64_t flags)
+{
+	if (!(open_flags_ & FI_WRITE)) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_write: the EQ was opened without FI_WRITE\n");
+		return -FI_EINVAL;
+	}
+	if (!buf && len) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_write: buf is NULL with len %zu\n", len);
+		return -FI_EINVAL;
+	}
+	EqEntry entry;
+	entry.event = event;
+	entry.flags = flags;
+	if (len)
+		entry.data.assign(static_cast<const uint8_t *>(buf),
+				  static_cast<const uint8_t *>(buf) + len);
+	std::lock_guard<std::mutex> guard(lock_);
+	if (entries_.size() >= capacity_) {
+		ND_INFO(FI_LOG_EQ, "fi_eq_write: EQ full (%zu entries)\n", capacity_);
+		return -FI_EAGAIN;
+	}
+	entries_.push_back(std::move(entry));
+	signal_locked();
+	return static_cast<ssize_t>(len);
+}
+
+int EventQueue::wait(int timeout_ms)
+{
+	if (wait_obj_ == FI_WAIT_YIELD) {
+		sched_yield();
+		return 0;
+	}
+	pollfd pfd{epoll_fd_, POLLIN, 0};
+	int rc = poll(&pfd, 1, timeout_ms);
+	if (rc < 0 && errno != EINTR)
+		return -errno;
+	return 0;
+}
+
+ssize_t EventQueue::sread(uint32_t *event, void *buf, size_t len, int timeout, uint64_t flags)
+{
+	if (wait_obj_ == FI_WAIT_NONE) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_sread: the EQ was opened with FI_WAIT_NONE\n");
+		return -FI_EINVAL;
+	}
+	ssize_t ret = check_read_args(event, buf, len);
+	if (ret)
+		return ret;
+	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout);
+	for (;;) {
+		ret = read(event, buf, len, flags);
+		if (ret != -FI_EAGAIN)
+			return ret;
+		int left = timeout < 0 ? -1 : remaining_ms(deadline);
+		if (timeout >= 0 && left == 0)
+			return -FI_EAGAIN;
+		int rc = wait(left);
+		if (rc)
+			return rc;
+	}
+}
+
+int EventQueue::control(int command, void *arg)
+{
+	switch (command) {
+	case FI_GETWAIT:
+		if (!arg) {
+			ND_WARN(FI_LOG_EQ, "fi_control(FI_GETWAIT): arg is NULL\n");
+			return -FI_EINVAL;
+		}
+		if (wait_obj_ != FI_WAIT_FD) {
+			ND_WARN(FI_LOG_EQ, "fi_control(FI_GETWAIT): the EQ has no fd wait object\n");
+			return -FI_ENODATA;
+		}
+		*static_cast<int *>(arg) = epoll_fd_;
+		return 0;
+	case FI_GETWAITOBJ:
+		if (!arg)
+			return -FI_EINVAL;
+		*static_cast<fi_wait_obj *>(arg) = wait_obj_;
+		return 0;
+	default:
+		ND_WARN(FI_LOG_EQ, "fi_control(eq): command %d not supported\n", command);
+		return -FI_ENOSYS;
+	}
+}
+
+int EventQueue::trywait()
+{
+	return depth() ? -FI_EAGAIN : 0;
+}
+
+int EventQueue::close()
+{
+	if (bound.busy()) {
+		ND_WARN(FI_LOG_EQ, "fi_close(eq): %d endpoint(s) still bound\n", bound.value());
+		return -FI_EBUSY;
+	}
+	if (parent_)
+		parent_->release();
+	delete this;
+	return 0;
+}
+
+} // namespace nd

@@ -1,0 +1,98 @@
+/*
+ * nd_eq.h: the event queue (fid_eq).
+ *
+ * A queue of entries under a mutex, and a wait fd that is readable exactly
+ * while the queue holds an entry: an eventfd, inside an epoll set so that
+ * connection-manager channels can be added to the same set later and one fd
+ * still tells the application when to read. FI_GETWAIT returns the epoll fd.
+ *
+ * Entries are stored whole (event, payload, error entry with its error
+ * data); a read into a buffer too small for the head entry fails with
+ * -FI_ETOOSMALL and leaves it in place, and FI_PEEK copies without removing.
+ * An FI_CONNREQ entry owns the fi_info it carries until a non-peek read hands
+ * it to the application; entries still queued at close are freed.
+ */
+#ifndef ND_EQ_H
+#define ND_EQ_H
+
+#include "nd.h"
+
+#include <rdma/fi_eq.h>
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+namespace nd {
+
+struct EqEntry {
+	uint32_t event = 0;
+	uint64_t flags = 0;
+	bool is_error = false;
+	std::vector<uint8_t> data;		/* what fi_eq_read copies out */
+	fi_eq_err_entry error{};		/* valid when is_error */
+	std::vector<uint8_t> err_data;		/* error.err_data points here */
+	fi_info *owned_info = nullptr;		/* FI_CONNREQ: freed unless read */
+
+	EqEntry() = default;
+	EqEntry(const EqEntry &) = delete;
+	EqEntry &operator=(const EqEntry &) = delete;
+	EqEntry(EqEntry &&other) noexcept;
+	EqEntry &operator=(EqEntry &&other) noexcept;
+	~EqEntry();
+};
+
+struct EventQueue {
+	fid_eq eq;				/* first: from_fid<EventQueue> */
+
+	/* Opens an EQ. `parent` (the fabric's child count, may be null in unit
+	 * tests) is held while the EQ lives. api_version governs err_data
+	 * semantics (provider-owned buffer before 1.5). */
+	static int open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr,
+			void *context, fid_eq **out);
+
+	/* Queues an event the provider generated. Never drops: the queue grows
+	 * past attr->size rather than lose a connection event. */
+	void push(EqEntry &&entry);
+	/* Number of queued entries (tests and trywait). */
+	size_t depth();
+
+	ssize_t read(uint32_t *event, void *buf, size_t len, uint64_t flags);
+	ssize_t readerr(fi_eq_err_entry *buf, uint64_t flags);
+	ssize_t write(uint32_t event, const void *buf, size_t len, uint64_t flags);
+	ssize_t sread(uint32_t *event, void *buf, size_t len, int timeout, uint64_t flags);
+	int control(int command, void *arg);
+	int close();
+	int trywait();
+
+	ChildCount bound;			/* endpoints and PEPs bound to this EQ */
+
+	/* Everything below is private to nd_eq.cpp; public only so the type
+	 * stays standard-layout for from_fid. */
+	uint32_t api_version_;
+	ChildCount *parent_;
+	fi_wait_obj wait_obj_;
+	uint64_t open_flags_;
+	size_t capacity_;
+	int event_fd_;
+	int epoll_fd_;
+	std::mutex lock_;
+	std::deque<EqEntry> entries_;
+	std::vector<uint8_t> delivered_err_data_; /* readerr's provider-owned buffer */
+
+	EventQueue(uint32_t api_version, ChildCount *parent, const fi_eq_attr &attr);
+	~EventQueue();
+	int init_wait();
+	void signal_locked();
+	void drain_signal_locked();
+	int wait(int timeout_ms);
+	ssize_t check_read_args(uint32_t *event, void *buf, size_t len) const;
+};
+
+/* Default number of entries when the application asks for none. */
+constexpr size_t kDefaultEqSize = 1024;
+
+} // namespace nd
+
+#endif /* ND_EQ_H */

@@ -1,0 +1,457 @@
+/* nd_info.cpp: fi_info construction and hint matching (pure logic). */
+#include "nd_info.h"
+#include "nd.h"
+#include "nd_nic.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace nd {
+
+namespace {
+
+std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char *fmt, ...)
+{
+	char text[256];
+	va_list args;
+	va_start(args, fmt);
+	vsnprintf(text, sizeof(text), fmt, args);
+	va_end(args);
+	return text;
+}
+
+/* The default depth of a queue: the FI_ND_* default, capped by the device. */
+size_t default_depth(size_t param, uint32_t device_max)
+{
+	return std::min<size_t>(param, device_max);
+}
+
+int family_of_format(uint32_t addr_format)
+{
+	switch (addr_format) {
+	case FI_SOCKADDR_IN: return AF_INET;
+	case FI_SOCKADDR_IN6: return AF_INET6;
+	default: return AF_UNSPEC;
+	}
+}
+
+bool format_supported(uint32_t addr_format)
+{
+	return addr_format == FI_FORMAT_UNSPEC || addr_format == FI_SOCKADDR ||
+	       addr_format == FI_SOCKADDR_IN || addr_format == FI_SOCKADDR_IN6;
+}
+
+/* Reads a hint address: its length must fit its family and the format. */
+int hint_address(const char *which, const void *addr, size_t len, uint32_t addr_format,
+		 SockAddr *out)
+{
+	int ret = sockaddr_copy(addr, len, out);
+	if (ret) {
+		ND_INFO(FI_LOG_CORE, "hints->%s: not an AF_INET/AF_INET6 address of %zu bytes\n",
+			which, len);
+		return -FI_EINVAL;
+	}
+	if (!format_matches(addr_format, *out)) {
+		ND_INFO(FI_LOG_CORE, "hints->%s: family %d does not match addr_format %u\n", which,
+			out->family(), addr_format);
+		return -FI_EINVAL;
+	}
+	return 0;
+}
+
+std::string check_tx(const fi_tx_attr *tx, const Adapter &a)
+{
+	const DeviceLimits &l = a.limits;
+	if (tx->caps & ~kCaps)
+		return format("tx_attr->caps 0x%llx not supported",
+			      static_cast<unsigned long long>(tx->caps & ~kCaps));
+	if (tx->size > l.max_qp_wr)
+		return format("tx_attr->size %zu > device max_qp_wr %u", tx->size, l.max_qp_wr);
+	if (tx->iov_limit > l.max_sge)
+		return format("tx_attr->iov_limit %zu > device max_sge %u", tx->iov_limit, l.max_sge);
+	if (tx->rma_iov_limit > 1)
+		return format("tx_attr->rma_iov_limit %zu > 1", tx->rma_iov_limit);
+	if (tx->inject_size > l.max_inline)
+		return format("tx_attr->inject_size %zu > probed inline limit %u", tx->inject_size,
+			      l.max_inline);
+	if (tx->msg_order & ~kMsgOrder)
+		return "tx_attr->msg_order asks for an order an RC queue pair does not give";
+	if (tx->comp_order & ~kCompOrder)
+		return "tx_attr->comp_order not supported";
+	if (tx->op_flags & ~kTxOpFlags)
+		return format("tx_attr->op_flags 0x%llx not supported",
+			      static_cast<unsigned long long>(tx->op_flags & ~kTxOpFlags));
+	return {};
+}
+
+std::string check_rx(const fi_rx_attr *rx, const Adapter &a)
+{
+	const DeviceLimits &l = a.limits;
+	if (rx->caps & ~kCaps)
+		return format("rx_attr->caps 0x%llx not supported",
+			      static_cast<unsigned long long>(rx->caps & ~kCaps));
+	if (rx->size > l.max_qp_wr)
+		return format("rx_attr->size %zu > device max_qp_wr %u", rx->size, l.max_qp_wr);
+	if (rx->iov_limit > l.max_sge)
+		return format("rx_attr->iov_limit %zu > device max_sge %u", rx->iov_limit, l.max_sge);
+	if (rx->msg_order & ~kMsgOrder)
+		return "rx_attr->msg_order asks for an order an RC queue pair does not give";
+	if (rx->comp_order & ~kCompOrder)
+		return "rx_attr->comp_order not supported";
+	if (rx->op_flags & ~kRxOpFlags)
+		return format("rx_attr->op_flags 0x%llx not supported",
+			      static_cast<unsigned long long>(rx->op_flags & ~kRxOpFlags));
+	return {};
+}
+
+std::string check_ep(const fi_ep_attr *ep, const Adapter &a)
+{
+	if (ep->type != FI_EP_UNSPEC && ep->type != FI_EP_MSG)
+		return format("ep_attr->type %s not supported (FI_EP_MSG only)",
+			      fi_tostr(&ep->type, FI_TYPE_EP_TYPE));
+	uint32_t protocol = a.iwarp ? FI_PROTO_IWARP : FI_PROTO_RDMA_CM_IB_RC;
+	if (ep->protocol != FI_PROTO_UNSPEC && ep->protocol != protocol)
+		return format("ep_attr->protocol %u not the adapter's %u", ep->protocol, protocol);
+	if (ep->max_msg_size > a.max_msg_sz)
+		return format("ep_attr->max_msg_size %zu > port max_msg_sz %u", ep->max_msg_size,
+			      a.max_msg_sz);
+	if (ep->tx_ctx_cnt > 1 || ep->rx_ctx_cnt > 1)
+		return "ep_attr: more than one transmit/receive context, or shared contexts, not supported";
+	if (ep->auth_key_size || ep->auth_key)
+		return "ep_attr->auth_key not supported";
+	if (ep->max_order_raw_size > a.max_msg_sz || ep->max_order_war_size > a.max_msg_sz ||
+	    ep->max_order_waw_size > a.max_msg_sz)
+		return "ep_attr->max_order_*_size larger than the port's max_msg_sz";
+	return {};
+}
+
+std::string check_progress(const char *which, fi_progress asked, bool manual_only)
+{
+	if (asked == FI_PROGRESS_UNSPEC || asked == FI_PROGRESS_MANUAL)
+		return {};
+	if (asked == FI_PROGRESS_AUTO && !manual_only)
+		return {};
+	return format("domain_attr->%s %s not supported", which,
+		      fi_tostr(&asked, FI_TYPE_PROGRESS));
+}
+
+std::string check_domain(uint32_t version, const fi_info *hints, const Adapter &a)
+{
+	const fi_domain_attr *d = hints->domain_attr;
+	const DeviceLimits &l = a.limits;
+	if (d->name && a.name != d->name)
+		return format("domain name '%s' is not '%s'", d->name, a.name.c_str());
+	switch (d->threading) {
+	case FI_THREAD_UNSPEC: case FI_THREAD_SAFE: case FI_THREAD_FID:
+	case FI_THREAD_DOMAIN: case FI_THREAD_COMPLETION: case FI_THREAD_ENDPOINT:
+		break;
+	default:
+		return format("domain_attr->threading %d not supported", d->threading);
+	}
+	/* Connection events progress when the application reads its EQ. */
+	std::string why = check_progress("control_progress", d->control_progress, true);
+	if (!why.empty())
+		return why;
+	/* The adapter moves data by itself; polling as well is harmless. */
+	why = check_progress("data_progress", d->data_progress, false);
+	if (!why.empty())
+		return why;
+	if (d->resource_mgmt == FI_RM_ENABLED)
+		return "domain_attr->resource_mgmt FI_RM_ENABLED not supported";
+	if (d->caps & ~kDomainCaps)
+		return "domain_attr->caps not supported";
+	if (d->cq_data_size > kCqDataSize)
+		return format("domain_attr->cq_data_size %zu > %zu", d->cq_data_size, kCqDataSize);
+	if (d->mr_key_size > kMrKeySize)
+		return format("domain_attr->mr_key_size %zu > %zu", d->mr_key_size, kMrKeySize);
+	if (d->cq_cnt > l.max_cq || d->ep_cnt > l.max_qp || d->tx_ctx_cnt > l.max_qp ||
+	    d->rx_ctx_cnt > l.max_qp || d->mr_cnt > l.max_mr)
+		return "domain_attr object counts exceed the device's";
+	if (d->max_ep_tx_ctx > 1 || d->max_ep_rx_ctx > 1 || d->max_ep_stx_ctx > 0 ||
+	    d->max_ep_srx_ctx > 0)
+		return "domain_attr: several or shared contexts per endpoint not supported";
+	if (d->mr_iov_limit > 1)
+		return format("domain_attr->mr_iov_limit %zu > 1", d->mr_iov_limit);
+	if (d->auth_key_size || d->auth_key)
+		return "domain_attr->auth_key not supported";
+	if (negotiate_mr_mode(version, hints) < 0)
+		return "the application does not support the registration the device needs "
+		       "(mr_mode FI_MR_LOCAL|FI_MR_VIRT_ADDR|FI_MR_ALLOCATED|FI_MR_PROV_KEY, or FI_MR_BASIC)";
+	return {};
+}
+
+char *dup_or_throw(const std::string &text)
+{
+	char *copy = strdup(text.c_str());
+	if (!copy)
+		throw std::bad_alloc();
+	return copy;
+}
+
+void *dup_addr(const SockAddr &addr)
+{
+	void *copy = std::malloc(addr.length());
+	if (!copy)
+		throw std::bad_alloc();
+	std::memcpy(copy, &addr.storage, addr.length());
+	return copy;
+}
+
+struct InfoDeleter {
+	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
+};
+
+} // namespace
+
+int address_request(const char *node, const char *service, uint64_t flags,
+		    const fi_info *hints, AddressRequest *out)
+{
+	AddressRequest request;
+	uint32_t addr_format = hints ? hints->addr_format : static_cast<uint32_t>(FI_FORMAT_UNSPEC);
+	if (!format_supported(addr_format)) {
+		ND_INFO(FI_LOG_CORE, "addr_format %u not supported (FI_SOCKADDR, _IN, _IN6 only)\n",
+			addr_format);
+		return -FI_ENODATA;
+	}
+	request.family = family_of_format(addr_format);
+
+	if (node || service) {
+		bool source = (flags & FI_SOURCE) || !node;
+		SockAddr resolved;
+		int ret = resolve(node, service, source, request.family, &resolved);
+		if (ret)
+			return ret;
+		if (source) {
+			request.has_src = true;
+			request.src = resolved;
+		} else {
+			request.has_dest = true;
+			request.dest = resolved;
+		}
+	}
+	if (hints && hints->src_addr) {
+		int ret = hint_address("src_addr", hints->src_addr, hints->src_addrlen, addr_format,
+				       &request.src);
+		if (ret)
+			return ret;
+		request.has_src = true;
+	}
+	if (hints && hints->dest_addr) {
+		int ret = hint_address("dest_addr", hints->dest_addr, hints->dest_addrlen,
+				       addr_format, &request.dest);
+		if (ret)
+			return ret;
+		request.has_dest = true;
+	}
+	if (request.has_src && request.has_dest && request.src.family() != request.dest.family()) {
+		ND_INFO(FI_LOG_CORE, "source %s and destination %s are of different families\n",
+			request.src.to_string().c_str(), request.dest.to_string().c_str());
+		return -FI_EINVAL;
+	}
+	/* An address narrows the family as an address format does. */
+	if (request.family == AF_UNSPEC && request.has_src && !request.src.is_any())
+		request.family = request.src.family();
+	if (request.family == AF_UNSPEC && request.has_dest)
+		request.family = request.dest.family();
+	*out = request;
+	return 0;
+}
+
+bool address_matches(const AddressRequest &request, const PortAddress &address) noexcept
+{
+	if (request.family != AF_UNSPEC && address.addr.family() != request.family)
+		return false;
+	if (request.has_src && !request.src.is_any() && !request.src.same_ip(address.addr))
+		return false;
+	return true;
+}
+
+std::string fabric_name(const PortAddress &address)
+{
+	return network_prefix(address.addr, address.prefix_len);
+}
+
+CmDataLimits user_cm_limits(const Adapter &adapter) noexcept
+{
+	CmDataLimits t = transport_cm_limits(adapter);
+	return {t.connect - kCmFramingBytes, t.accept - kCmFramingBytes, t.reject - kCmFramingBytes};
+}
+
+int negotiate_mr_mode(uint32_t version, const fi_info *hints) noexcept
+{
+	const bool old_api = FI_VERSION_LT(version, FI_VERSION(1, 5));
+	if (!hints || !hints->domain_attr)
+		return old_api ? FI_MR_BASIC : kMrMode;
+	int user = hints->domain_attr->mr_mode;
+	/* Local registration: FI_MR_LOCAL, or the older FI_LOCAL_MR mode bit. */
+	bool local_ok = (user & FI_MR_LOCAL) || (hints->mode & FI_LOCAL_MR);
+	if (old_api) {
+		/* mr_mode was an enum: UNSPEC or BASIC are what we can do. */
+		if (user != FI_MR_UNSPEC && user != FI_MR_BASIC)
+			return -1;
+		return (hints->mode & FI_LOCAL_MR) ? FI_MR_BASIC : -1;
+	}
+	if (user & FI_MR_SCALABLE)
+		return -1;
+	if (user & FI_MR_BASIC) {
+		/* FI_MR_BASIC alone stands for VIRT_ADDR|ALLOCATED|PROV_KEY. */
+		if ((user & ~(FI_MR_BASIC | FI_MR_LOCAL)) || !local_ok)
+			return -1;
+		return user;
+	}
+	if (!local_ok)
+		return -1;
+	int need = kMrMode & ~FI_MR_LOCAL;
+	if ((user & need) != need)
+		return -1;
+	return kMrMode;
+}
+
+std::string hints_mismatch(uint32_t version, const fi_info *hints, const Adapter &a,
+			   const PortAddress &address, const Params &params)
+{
+	(void)params;
+	if (!hints)
+		return {};
+	if (hints->caps & ~kCaps)
+		return format("caps 0x%llx not supported",
+			      static_cast<unsigned long long>(hints->caps & ~kCaps));
+	if (hints->fabric_attr && hints->fabric_attr->name &&
+	    fabric_name(address) != hints->fabric_attr->name)
+		return format("fabric name '%s' is not '%s'", hints->fabric_attr->name,
+			      fabric_name(address).c_str());
+	if (hints->nic && hints->nic->device_attr && hints->nic->device_attr->name &&
+	    a.name != hints->nic->device_attr->name)
+		return format("nic name '%s' is not '%s'", hints->nic->device_attr->name,
+			      a.name.c_str());
+	std::string why;
+	if (hints->ep_attr && !(why = check_ep(hints->ep_attr, a)).empty())
+		return why;
+	if (hints->domain_attr && !(why = check_domain(version, hints, a)).empty())
+		return why;
+	if (hints->tx_attr && !(why = check_tx(hints->tx_attr, a)).empty())
+		return why;
+	if (hints->rx_attr && !(why = check_rx(hints->rx_attr, a)).empty())
+		return why;
+	if (FI_VERSION_LT(version, FI_VERSION(1, 5)) && !(hints->mode & FI_LOCAL_MR))
+		return "API before 1.5 without the FI_LOCAL_MR mode bit the device needs";
+	return {};
+}
+
+fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
+		    const PortAddress &address, const AddressRequest &request,
+		    const Params &params)
+{
+	std::unique_ptr<fi_info, InfoDeleter> info(fi_allocinfo());
+	if (!info)
+		throw std::bad_alloc();
+	const DeviceLimits &l = a.limits;
+	const CmDataLimits cm = user_cm_limits(a);
+	const bool old_api = FI_VERSION_LT(version, FI_VERSION(1, 5));
+
+	/* Remote CQ data arrives as immediate data, which consumes a posted
+	 * receive: only offered to applications that accept FI_RX_CQ_DATA. */
+	const bool rx_cq_data = !hints || (hints->mode & FI_RX_CQ_DATA) ||
+				(hints->rx_attr && (hints->rx_attr->mode & FI_RX_CQ_DATA));
+	uint64_t mode = rx_cq_data ? FI_RX_CQ_DATA : 0;
+	if (old_api)
+		mode |= FI_LOCAL_MR;
+	uint64_t caps = kCaps;
+	if (hints && hints->caps)
+		caps = (hints->caps & kPrimaryCaps ? hints->caps & kPrimaryCaps : kPrimaryCaps) |
+		       (hints->caps & kSecondaryCaps ? hints->caps & kSecondaryCaps : kSecondaryCaps);
+
+	info->caps = caps;
+	info->mode = mode;
+	info->addr_format = format_of(address.addr);
+
+	SockAddr src = address.addr;
+	src.set_port(request.has_src ? request.src.port() : 0);
+	info->src_addr = dup_addr(src);
+	info->src_addrlen = src.length();
+	if (request.has_dest) {
+		info->dest_addr = dup_addr(request.dest);
+		info->dest_addrlen = request.dest.length();
+	}
+
+	fi_tx_attr *tx = info->tx_attr;
+	tx->caps = caps;
+	tx->mode = mode;
+	tx->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
+	tx->msg_order = kMsgOrder;
+	tx->comp_order = kCompOrder;
+	tx->inject_size = l.max_inline;
+	tx->size = hints && hints->tx_attr && hints->tx_attr->size
+			   ? hints->tx_attr->size
+			   : default_depth(params.tx_size, l.max_qp_wr);
+	tx->iov_limit = l.max_sge;
+	tx->rma_iov_limit = 1;
+
+	fi_rx_attr *rx = info->rx_attr;
+	rx->caps = caps;
+	rx->mode = mode;
+	rx->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
+	rx->msg_order = kMsgOrder;
+	rx->comp_order = kCompOrder;
+	rx->total_buffered_recv = 0;
+	rx->size = hints && hints->rx_attr && hints->rx_attr->size
+			   ? hints->rx_attr->size
+			   : default_depth(params.rx_size, l.max_qp_wr);
+	rx->iov_limit = l.max_sge;
+
+	fi_ep_attr *ep = info->ep_attr;
+	ep->type = FI_EP_MSG;
+	ep->protocol = a.iwarp ? FI_PROTO_IWARP : FI_PROTO_RDMA_CM_IB_RC;
+	ep->protocol_version = 1;
+	ep->max_msg_size = a.max_msg_sz;
+	ep->msg_prefix_size = 0;
+	ep->max_order_raw_size = a.max_msg_sz;
+	ep->max_order_war_size = a.max_msg_sz;
+	ep->max_order_waw_size = a.max_msg_sz;
+	ep->tx_ctx_cnt = 1;
+	ep->rx_ctx_cnt = 1;
+
+	fi_domain_attr *d = info->domain_attr;
+	d->name = dup_or_throw(a.name);
+	fi_threading threading = hints && hints->domain_attr ? hints->domain_attr->threading
+							      : FI_THREAD_UNSPEC;
+	d->threading = threading == FI_THREAD_UNSPEC ? FI_THREAD_SAFE : threading;
+	d->control_progress = FI_PROGRESS_MANUAL;
+	fi_progress data = hints && hints->domain_attr ? hints->domain_attr->data_progress
+						       : FI_PROGRESS_UNSPEC;
+	d->data_progress = data == FI_PROGRESS_UNSPEC ? FI_PROGRESS_AUTO : data;
+	d->resource_mgmt = FI_RM_DISABLED;
+	d->av_type = FI_AV_UNSPEC;
+	d->mr_mode = negotiate_mr_mode(version, hints);
+	d->mr_key_size = kMrKeySize;
+	d->cq_data_size = rx_cq_data ? kCqDataSize : 0;
+	d->cq_cnt = l.max_cq;
+	d->ep_cnt = l.max_qp;
+	d->tx_ctx_cnt = l.max_qp;
+	d->rx_ctx_cnt = l.max_qp;
+	d->max_ep_tx_ctx = 1;
+	d->max_ep_rx_ctx = 1;
+	d->max_ep_stx_ctx = 0;
+	d->max_ep_srx_ctx = 0;
+	d->cntr_cnt = 0;
+	d->mr_iov_limit = 1;
+	d->caps = kDomainCaps;
+	d->mode = 0;
+	d->max_err_data = cm.reject;
+	d->mr_cnt = l.max_mr;
+
+	fi_fabric_attr *f = info->fabric_attr;
+	f->name = dup_or_throw(fabric_name(address));
+	f->prov_version = ND_PROV_VERSION;
+	f->api_version = ND_API_VERSION;
+
+	info->nic = make_nic(a, address);
+	return info.release();
+}
+
+} // namespace nd

@@ -1,0 +1,13 @@
+/*
+ * nd_init.cpp: the provider's entry point. libfabric dlopens libnd-fi.so
+ * (from FI_PROVIDER_PATH or its own libdir/libfabric) and calls fi_prov_ini,
+ * the one symbol the library exports.
+ */
+#include "nd.h"
+#include "nd_params.h"
+
+extern "C" __attribute__((visibility("default"))) struct fi_provider *fi_prov_ini(void) noexcept
+{
+	nd::define_params();
+	return &nd_prov;
+}

@@ -1,0 +1,68 @@
+/* nd_params.cpp: FI_ND_* runtime parameters. */
+#include "nd_params.h"
+#include "nd.h"
+
+#include <cstring>
+
+namespace nd {
+
+void define_params() noexcept
+{
+	fi_param_define(&nd_prov, "tx_size", FI_PARAM_SIZE_T,
+			"Transmit queue depth of an endpoint when the application gives none "
+			"(default 384, capped by the device).");
+	fi_param_define(&nd_prov, "rx_size", FI_PARAM_SIZE_T,
+			"Receive queue depth of an endpoint when the application gives none "
+			"(default 384, capped by the device).");
+	fi_param_define(&nd_prov, "inline_probe", FI_PARAM_SIZE_T,
+			"Largest inline send size to probe on each device; the probed value "
+			"becomes inject_size (default 256).");
+	fi_param_define(&nd_prov, "iface", FI_PARAM_STRING,
+			"Comma-separated network interface names or prefixes whose addresses "
+			"the provider offers (default: all interfaces with an RDMA device).");
+	fi_param_define(&nd_prov, "ipv6", FI_PARAM_BOOL,
+			"Offer IPv6 addresses as well as IPv4 (default yes).");
+	fi_param_define(&nd_prov, "topology", FI_PARAM_BOOL,
+			"Order devices nearest-first to the calling thread's CPUs using hwloc "
+			"(default yes).");
+}
+
+Params read_params()
+{
+	Params p;
+	size_t size_value;
+	if (fi_param_get_size_t(&nd_prov, "tx_size", &size_value) == 0 && size_value)
+		p.tx_size = size_value;
+	if (fi_param_get_size_t(&nd_prov, "rx_size", &size_value) == 0 && size_value)
+		p.rx_size = size_value;
+	if (fi_param_get_size_t(&nd_prov, "inline_probe", &size_value) == 0)
+		p.inline_probe = size_value;
+	char *str_value = nullptr;
+	if (fi_param_get_str(&nd_prov, "iface", &str_value) == 0 && str_value)
+		p.iface = str_value;
+	int bool_value;
+	if (fi_param_get_bool(&nd_prov, "ipv6", &bool_value) == 0)
+		p.ipv6 = bool_value != 0;
+	if (fi_param_get_bool(&nd_prov, "topology", &bool_value) == 0)
+		p.topology = bool_value != 0;
+	return p;
+}
+
+bool iface_allowed(const std::string &list, const char *name)
+{
+	if (list.empty())
+		return true;
+	size_t start = 0;
+	while (start <= list.size()) {
+		size_t end = list.find(',', start);
+		if (end == std::string::npos)
+			end = list.size();
+		std::string prefix = list.substr(start, end - start);
+		if (!prefix.empty() && std::strncmp(name, prefix.c_str(), prefix.size()) == 0)
+			return true;
+		start = end + 1;
+	}
+	return false;
+}
+
+} // namespace nd

@@ -1,0 +1,39 @@
+/*
+ * nd_params.h: the provider's runtime parameters (FI_ND_* environment
+ * variables), defined with fi_param_define so that `fi_info -e` lists them.
+ */
+#ifndef ND_PARAMS_H
+#define ND_PARAMS_H
+
+#include <cstddef>
+#include <string>
+
+namespace nd {
+
+struct Params {
+	/* Queue depths an endpoint gets when the application names none. */
+	size_t tx_size = 384;
+	size_t rx_size = 384;
+	/* Upper bound for the inline send size probed on each device. */
+	size_t inline_probe = 256;
+	/* Comma-separated interface names (prefixes) to offer; empty: all. */
+	std::string iface;
+	/* Offer IPv6 addresses as well as IPv4. */
+	bool ipv6 = true;
+	/* Order devices nearest-first to the calling thread with hwloc. */
+	bool topology = true;
+};
+
+/* Registers every FI_ND_* parameter with libfabric (once, at fi_prov_ini). */
+void define_params() noexcept;
+
+/* Reads the parameters as they are now; unset ones keep their defaults. */
+Params read_params();
+
+/* True when `name` is allowed by a comma-separated list of prefixes
+ * (an empty list allows everything). Pure; unit-tested. */
+bool iface_allowed(const std::string &list, const char *name);
+
+} // namespace nd
+
+#endif /* ND_PARAMS_H */

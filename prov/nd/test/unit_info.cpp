@@ -1,0 +1,405 @@
+/* unit_info.cpp: fi_info construction and hint matching, on a fixture adapter. */
+#include <criterion/criterion.h>
+
+#include "fixtures.h"
+#include "nd_info.h"
+
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_ext_nd.h>
+#include <infiniband/verbs.h>
+
+#include <memory>
+#include <string>
+
+using namespace nd;
+using namespace nd::test;
+
+namespace {
+
+constexpr uint32_t kVersion = FI_VERSION(1, 17);
+
+struct InfoDeleter {
+	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
+};
+using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
+
+/* Hints as a typical application fills them for a verbs-class provider. */
+InfoPtr app_hints()
+{
+	InfoPtr hints(fi_allocinfo());
+	hints->ep_attr->type = FI_EP_MSG;
+	hints->caps = FI_MSG | FI_RMA;
+	hints->mode = FI_CONTEXT | FI_RX_CQ_DATA;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				      FI_MR_PROV_KEY;
+	return hints;
+}
+
+std::string mismatch(const fi_info *hints, uint32_t version = kVersion)
+{
+	Adapter a = rxe_adapter();
+	return hints_mismatch(version, hints, a, a.addresses[0], Params{});
+}
+
+InfoPtr build(const fi_info *hints, const AddressRequest &request = {}, size_t address = 0)
+{
+	Adapter a = rxe_adapter();
+	return InfoPtr(build_info(kVersion, hints, a, a.addresses[address], request, Params{}));
+}
+
+} // namespace
+
+Test(hints, none_and_typical_hints_match)
+{
+	cr_assert_str_empty(mismatch(nullptr).c_str());
+	InfoPtr hints = app_hints();
+	cr_assert_str_empty(mismatch(hints.get()).c_str());
+}
+
+Test(hints, endpoint_types_other_than_msg_do_not_match)
+{
+	InfoPtr hints = app_hints();
+	hints->ep_attr->type = FI_EP_RDM;
+	cr_assert(mismatch(hints.get()).find("ep_attr->type") != std::string::npos);
+	hints->ep_attr->type = FI_EP_DGRAM;
+	cr_assert_str_not_empty(mismatch(hints.get()).c_str());
+	hints->ep_attr->type = FI_EP_UNSPEC;
+	cr_assert_str_empty(mismatch(hints.get()).c_str());
+}
+
+Test(hints, capabilities_beyond_the_provider_do_not_match)
+{
+	InfoPtr hints = app_hints();
+	hints->caps = FI_TAGGED;
+	cr_assert(mismatch(hints.get()).find("caps") != std::string::npos);
+	hints->caps = FI_MSG | FI_ATOMIC;
+	cr_assert_str_not_empty(mismatch(hints.get()).c_str());
+	hints->caps = FI_MSG | FI_SEND | FI_RECV | FI_READ | FI_REMOTE_WRITE | FI_LOCAL_COMM;
+	cr_assert_str_empty(mismatch(hints.get()).c_str());
+}
+
+Test(hints, names_must_match_the_device_and_network)
+{
+	InfoPtr hints = app_hints();
+	hints->fabric_attr->name = strdup("192.168.0.0/16");
+	cr_assert(mismatch(hints.get()).find("fabric name") != std::string::npos);
+	free(hints->fabric_attr->name);
+	hints->fabric_attr->name = strdup("10.0.2.0/24");
+	cr_assert_str_empty(mismatch(hints.get()).c_str());
+	hints->domain_attr->name = strdup("mlx5_0");
+	cr_assert(mismatch(hints.get()).find("domain name") != std::string::npos);
+	free(hints->domain_attr->name);
+	hints->domain_attr->name = strdup("rxe0");
+	cr_assert_str_empty(mismatch(hints.get()).c_str());
+}
+
+Test(hints, sizes_above_the_device_do_not_match)
+{
+	Adapter a = rxe_adapter();
+	InfoPtr hints = app_hints();
+	hints->tx_attr->size = a.limits.max_qp_wr + 1;
+	cr_assert(mismatch(hints.get()).find("tx_attr->size") != std::string::npos);
+	hints->tx_attr->size = a.limits.max_qp_wr;
+	cr_assert_str_empty(mismatch(hints.get()).c_str());
+	hints->tx_attr->inject_size = a.limits.max_inline + 1;
+	cr_assert(mismatch(hints.get()).find("inject_size") != std::string::npos);
+	hints->tx_attr->inject_size = a.limits.max_inline;
+	hints->rx_attr->iov_limit = a.limits.max_sge + 1;
+	cr_assert(mismatch(hints.get()).find("rx_attr->iov_limit") != std::string::npos);
+	hints->rx_attr->iov_limit = 1;
+	hints->ep_attr->max_msg_size = (size_t)a.max_msg_sz + 1;
+	cr_assert(mismatch(hints.get()).find("max_msg_size") != std::string::npos);
+	hints->ep_attr->max_msg_size = 0;
+	hints->tx_attr->rma_iov_limit = 2;
+	cr_assert_str_not_empty(mismatch(hints.get()).c_str());
+}
+
+Test(hints, progress_and_threading)
+{
+	InfoPtr hints = app_hints();
+	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	hints->domain_attr->data_progress = FI_PROGRESS_AUTO;
+	hints->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+	cr_assert_str_empty(mismatch(hints.get()).c_str());
+	hints->domain_attr->control_progress = FI_PROGRESS_AUTO;
+	cr_assert(mismatch(hints.get()).find("control_progress") != std::string::npos);
+	hints->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
+	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	cr_assert_str_not_empty(mismatch(hints.get()).c_str());
+}
+
+Test(mr_mode, modern_api_needs_every_required_bit)
+{
+	InfoPtr hints = app_hints();
+	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), kMrMode);
+	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), -1, "FI_MR_LOCAL is required");
+	hints->mode |= FI_LOCAL_MR;
+	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), kMrMode,
+		     "the old FI_LOCAL_MR mode bit stands for FI_MR_LOCAL");
+	hints->mode &= ~FI_LOCAL_MR;
+	hints->domain_attr->mr_mode = 0;
+	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), -1);
+	cr_assert_str_not_empty(mismatch(hints.get()).c_str());
+	hints->domain_attr->mr_mode = ~(FI_MR_BASIC | FI_MR_SCALABLE);
+	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), kMrMode);
+}
+
+Test(mr_mode, basic_and_scalable)
+{
+	InfoPtr hints = app_hints();
+	hints->domain_attr->mr_mode = FI_MR_BASIC | FI_MR_LOCAL;
+	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), FI_MR_BASIC | FI_MR_LOCAL);
+	hints->domain_attr->mr_mode = FI_MR_BASIC;
+	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), -1);
+	hints->domain_attr->mr_mode = FI_MR_SCALABLE | FI_MR_LOCAL;
+	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), -1);
+}
+
+Test(mr_mode, api_before_1_5)
+{
+	InfoPtr hints = app_hints();
+	hints->domain_attr->mr_mode = FI_MR_BASIC;
+	hints->mode = FI_LOCAL_MR;
+	cr_assert_eq(negotiate_mr_mode(FI_VERSION(1, 4), hints.get()), FI_MR_BASIC);
+	cr_assert_str_empty(mismatch(hints.get(), FI_VERSION(1, 4)).c_str());
+	hints->mode = 0;
+	cr_assert_eq(negotiate_mr_mode(FI_VERSION(1, 4), hints.get()), -1);
+	cr_assert_str_not_empty(mismatch(hints.get(), FI_VERSION(1, 4)).c_str());
+	cr_assert_eq(negotiate_mr_mode(FI_VERSION(1, 4), nullptr), FI_MR_BASIC);
+}
+
+Test(address_request, node_and_service)
+{
+	AddressRequest r;
+	cr_assert_eq(address_request(nullptr, nullptr, 0, nullptr, &r), 0);
+	cr_assert_not(r.has_src);
+	cr_assert_not(r.has_dest);
+	cr_assert_eq(r.family, AF_UNSPEC);
+
+	cr_assert_eq(address_request("10.0.2.15", "7471", 0, nullptr, &r), 0);
+	cr_assert(r.has_dest && !r.has_src);
+	cr_assert(r.dest == ipv4("10.0.2.15", 7471));
+	cr_assert_eq(r.family, AF_INET);
+
+	cr_assert_eq(address_request("10.0.2.15", "7471", FI_SOURCE, nullptr, &r), 0);
+	cr_assert(r.has_src && !r.has_dest);
+	cr_assert(r.src == ipv4("10.0.2.15", 7471));
+
+	cr_assert_eq(address_request(nullptr, "7471", 0, nullptr, &r), 0);
+	cr_assert(r.has_src && r.src.is_any());
+	cr_assert_eq(r.src.port(), 7471);
+}
+
+Test(address_request, formats_and_hint_addresses)
+{
+	InfoPtr hints(fi_allocinfo());
+	AddressRequest r;
+	hints->addr_format = FI_ADDR_STR;
+	cr_assert_eq(address_request(nullptr, nullptr, 0, hints.get(), &r), -FI_ENODATA);
+	hints->addr_format = FI_SOCKADDR_IN6;
+	cr_assert_eq(address_request(nullptr, nullptr, 0, hints.get(), &r), 0);
+	cr_assert_eq(r.family, AF_INET6);
+	cr_assert_eq(address_request("10.0.2.15", nullptr, 0, hints.get(), &r), -FI_ENODATA,
+		     "an IPv4 node cannot satisfy FI_SOCKADDR_IN6");
+
+	SockAddr src = ipv4("10.0.2.15", 1);
+	hints->addr_format = FI_SOCKADDR_IN;
+	hints->src_addr = malloc(sizeof(sockaddr_in));
+	memcpy(hints->src_addr, &src.in, sizeof(sockaddr_in));
+	hints->src_addrlen = sizeof(sockaddr_in) - 1;
+	cr_assert_eq(address_request(nullptr, nullptr, 0, hints.get(), &r), -FI_EINVAL);
+	hints->src_addrlen = sizeof(sockaddr_in);
+	cr_assert_eq(address_request(nullptr, nullptr, 0, hints.get(), &r), 0);
+	cr_assert(r.has_src && r.src == src);
+	hints->addr_format = FI_SOCKADDR_IN6;
+	cr_assert_eq(address_request(nullptr, nullptr, 0, hints.get(), &r), -FI_EINVAL,
+		     "an IPv4 src_addr contradicts FI_SOCKADDR_IN6");
+}
+
+Test(address_request, matching_addresses)
+{
+	Adapter a = rxe_adapter();
+	AddressRequest r;
+	cr_assert(address_matches(r, a.addresses[0]));
+	cr_assert(address_matches(r, a.addresses[1]));
+	r.family = AF_INET6;
+	cr_assert_not(address_matches(r, a.addresses[0]));
+	cr_assert(address_matches(r, a.addresses[1]));
+	r.family = AF_UNSPEC;
+	r.has_src = true;
+	r.src = ipv4("10.0.2.99");
+	cr_assert_not(address_matches(r, a.addresses[0]));
+	r.src = ipv4("10.0.2.15", 9);
+	cr_assert(address_matches(r, a.addresses[0]));
+	r.src = ipv4("0.0.0.0", 9);
+	cr_assert(address_matches(r, a.addresses[0]));
+}
+
+Test(build_info, attributes_come_from_the_adapter)
+{
+	Adapter a = rxe_adapter();
+	InfoPtr info = build(nullptr);
+	cr_assert_not_null(info.get());
+	cr_assert_eq(info->ep_attr->type, FI_EP_MSG);
+	cr_assert_eq(info->ep_attr->protocol, (uint32_t)FI_PROTO_RDMA_CM_IB_RC);
+	cr_assert_eq(info->ep_attr->max_msg_size, a.max_msg_sz);
+	cr_assert_eq(info->tx_attr->iov_limit, a.limits.max_sge);
+	cr_assert_eq(info->rx_attr->iov_limit, a.limits.max_sge);
+	cr_assert_eq(info->tx_attr->inject_size, a.limits.max_inline);
+	cr_assert_eq(info->tx_attr->size, 384u, "FI_ND_TX_SIZE default");
+	cr_assert_eq(info->domain_attr->mr_cnt, a.limits.max_mr);
+	cr_assert_eq(info->domain_attr->cq_cnt, a.limits.max_cq);
+	cr_assert_eq(info->domain_attr->ep_cnt, a.limits.max_qp);
+	cr_assert_eq(info->domain_attr->mr_mode, kMrMode);
+	cr_assert_eq(info->domain_attr->max_err_data, 147u, "REJ 148 bytes minus framing");
+	cr_assert_eq(info->domain_attr->cq_data_size, 4u);
+	cr_assert_eq(info->domain_attr->threading, FI_THREAD_SAFE);
+	cr_assert_eq(info->domain_attr->control_progress, FI_PROGRESS_MANUAL);
+	cr_assert_str_eq(info->domain_attr->name, "rxe0");
+	cr_assert_str_eq(info->fabric_attr->name, "10.0.2.0/24");
+	cr_assert_null(info->fabric_attr->prov_name, "libfabric fills in the provider name");
+	cr_assert_eq(info->fabric_attr->api_version, FI_VERSION(1, 17));
+	cr_assert_eq(info->addr_format, (uint32_t)FI_SOCKADDR_IN);
+	cr_assert_eq(info->src_addrlen, sizeof(sockaddr_in));
+	cr_assert_null(info->dest_addr);
+	cr_assert_eq(info->mode, (uint64_t)FI_RX_CQ_DATA);
+	cr_assert_eq(info->caps, kCaps);
+}
+
+Test(build_info, queue_depth_defaults_are_capped_by_the_device)
+{
+	Adapter a = rxe_adapter();
+	a.limits.max_qp_wr = 100;
+	Params p;
+	InfoPtr info(build_info(kVersion, nullptr, a, a.addresses[0], {}, p));
+	cr_assert_eq(info->tx_attr->size, 100u);
+	cr_assert_eq(info->rx_attr->size, 100u);
+}
+
+Test(build_info, hints_shape_the_result)
+{
+	InfoPtr hints = app_hints();
+	hints->mode = 0;
+	hints->caps = FI_MSG;
+	hints->tx_attr->size = 64;
+	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	InfoPtr info = build(hints.get());
+	cr_assert_eq(info->mode, 0u);
+	cr_assert_eq(info->domain_attr->cq_data_size, 0u,
+		     "remote CQ data needs FI_RX_CQ_DATA: not offered without it");
+	cr_assert_eq(info->caps, FI_MSG | kSecondaryCaps);
+	cr_assert_eq(info->tx_attr->size, 64u);
+	cr_assert_eq(info->domain_attr->threading, FI_THREAD_DOMAIN);
+}
+
+Test(build_info, addresses_of_the_request)
+{
+	AddressRequest r;
+	r.has_src = true;
+	r.src = ipv4("0.0.0.0", 7471);
+	r.has_dest = true;
+	r.dest = ipv4("10.0.2.20", 9);
+	InfoPtr info = build(nullptr, r);
+	SockAddr src, dest;
+	cr_assert_eq(sockaddr_copy(info->src_addr, info->src_addrlen, &src), 0);
+	cr_assert(src == ipv4("10.0.2.15", 7471), "the adapter's IP with the asked-for port");
+	cr_assert_eq(sockaddr_copy(info->dest_addr, info->dest_addrlen, &dest), 0);
+	cr_assert(dest == ipv4("10.0.2.20", 9));
+
+	InfoPtr six = build(nullptr, {}, 1);
+	cr_assert_eq(six->addr_format, (uint32_t)FI_SOCKADDR_IN6);
+	cr_assert_str_eq(six->fabric_attr->name, "fd00::/64");
+}
+
+Test(build_info, nic_carries_device_and_nd_attributes)
+{
+	Adapter a = rxe_adapter();
+	InfoPtr info = build(nullptr);
+	fid_nic *nic = info->nic;
+	cr_assert_not_null(nic);
+	cr_assert_eq(nic->fid.fclass, (size_t)FI_CLASS_NIC);
+	cr_assert_str_eq(nic->device_attr->name, "rxe0");
+	cr_assert_str_eq(nic->device_attr->driver, "soft-roce");
+	cr_assert_str_eq(nic->device_attr->firmware, "0.0.0");
+	cr_assert_str_eq(nic->link_attr->address, "10.0.2.15");
+	cr_assert_str_eq(nic->link_attr->network_type, "Ethernet");
+	cr_assert_eq(nic->link_attr->mtu, 1024u);
+	cr_assert_eq(nic->link_attr->state, FI_LINK_UP);
+	cr_assert_eq(nic->bus_attr->bus_type, FI_BUS_UNKNOWN);
+	auto *nd = static_cast<const fi_nd_nic_attr *>(nic->prov_attr);
+	cr_assert_eq(nd->version, (uint32_t)FI_ND_NIC_ATTR_VERSION);
+	cr_assert_eq(nd->max_inbound_read_limit, a.limits.max_qp_rd_atom);
+	cr_assert_eq(nd->max_outbound_read_limit, a.limits.max_qp_init_rd_atom);
+	cr_assert_eq(nd->max_connect_data, 55u);
+	cr_assert_eq(nd->max_accept_data, 195u);
+	cr_assert_eq(nd->max_reject_data, 147u);
+	cr_assert_str_eq(nd->netdev, "eth0");
+}
+
+Test(build_info, dupinfo_and_tostr_handle_the_nic)
+{
+	InfoPtr info = build(nullptr);
+	InfoPtr copy(fi_dupinfo(info.get()));
+	cr_assert_not_null(copy.get());
+	cr_assert_not_null(copy->nic);
+	cr_assert_neq(copy->nic, info->nic, "FI_DUP makes a copy");
+	cr_assert_str_eq(copy->nic->device_attr->name, "rxe0");
+	cr_assert_neq(copy->nic->device_attr->name, info->nic->device_attr->name,
+		      "the copy owns its strings");
+	auto *nd = static_cast<const fi_nd_nic_attr *>(copy->nic->prov_attr);
+	cr_assert_eq(nd->max_reject_data, 147u);
+	info.reset();
+	cr_assert_str_eq(copy->nic->device_attr->name, "rxe0", "the copy outlives the original");
+	const char *text = fi_tostr(copy.get(), FI_TYPE_INFO);
+	cr_assert(strstr(text, "fi_nd_nic_attr") != nullptr);
+	cr_assert(strstr(text, "max_inbound_read_limit: 128") != nullptr);
+	cr_assert(strstr(text, "name: rxe0") != nullptr);
+}
+
+Test(build_info, pci_bus_attributes)
+{
+	Adapter a = rxe_adapter();
+	cr_assert(parse_pci_address("0000:3b:00.1", &a.pci));
+	InfoPtr info(build_info(kVersion, nullptr, a, a.addresses[0], {}, Params{}));
+	cr_assert_eq(info->nic->bus_attr->bus_type, FI_BUS_PCI);
+	cr_assert_eq(info->nic->bus_attr->attr.pci.bus_id, 0x3b);
+	cr_assert_eq(info->nic->bus_attr->attr.pci.function_id, 1);
+}
+
+Test(device, pci_address_parsing_rejects_other_names)
+{
+	PciAddress pci;
+	cr_assert(parse_pci_address("0001:02:1f.7", &pci));
+	cr_assert_eq(pci.domain, 1);
+	cr_assert_eq(pci.device, 0x1f);
+	cr_assert_not(parse_pci_address("virtio0", &pci));
+	cr_assert_not(parse_pci_address("0000:00:02", &pci));
+	cr_assert_not(parse_pci_address("0000:00:02.0x", &pci));
+	cr_assert_not(parse_pci_address("pci0000:00", &pci));
+}
+
+Test(device, speed_and_mtu_codes)
+{
+	cr_assert_eq(port_speed_bps(4, 2), 40000000000ull, "4x QDR");
+	cr_assert_eq(port_speed_bps(32, 2), 103124000000ull, "4x EDR");
+	cr_assert_eq(port_speed_bps(3, 2), 0u, "unknown speed code");
+	cr_assert_eq(port_speed_bps(1, 3), 0u, "unknown width code");
+	cr_assert_eq(mtu_bytes(IBV_MTU_1024), 1024u);
+	cr_assert_eq(mtu_bytes(IBV_MTU_4096), 4096u);
+	cr_assert_eq(mtu_bytes(99), 0u);
+}
+
+Test(device, cm_data_limits_per_transport)
+{
+	Adapter a = rxe_adapter();
+	CmDataLimits t = transport_cm_limits(a);
+	cr_assert_eq(t.connect, 56u);
+	cr_assert_eq(t.accept, 196u);
+	cr_assert_eq(t.reject, 148u);
+	a.iwarp = true;
+	CmDataLimits u = user_cm_limits(a);
+	cr_assert_eq(u.connect, 255u);
+	cr_assert_eq(u.reject, 255u);
+}
