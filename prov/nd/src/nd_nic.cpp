@@ -6,6 +6,10 @@
 #include <rdma/fi_ext_nd.h>
 
 #include <cinttypes>
+#include <cstdlib>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -14,26 +18,76 @@ namespace nd {
 
 namespace {
 
-/* One allocation holds the fid, its attribute structures and their strings,
- * so that close is one delete and duplication one copy. */
-struct Nic {
-	fid_nic nic;
-	fi_device_attr device;
-	fi_bus_attr bus;
-	fi_link_attr link;
-	fi_nd_nic_attr nd;
-	char name[64];
-	char device_id[16];
-	char device_version[16];
-	char vendor_id[16];
-	char driver[64];
-	char firmware[64];
-	char address[64];
-	char network_type[16];
+/*
+ * libfabric's core copies and frees nics with its own code as well as
+ * through these ops (a copy made by the core keeps our ops pointer), so a
+ * nic is laid out exactly as libfabric lays out its own: the fid_nic and
+ * each attribute structure a separate calloc, each string a strdup. The ops
+ * below touch nothing but those fields.
+ *
+ * prov_attr points to an interned fi_nd_nic_attr that lives as long as the
+ * process: copies of a nic may share the pointer without either owning it.
+ * There is one per distinct value (a few per adapter), kept in a registry.
+ */
+std::mutex registry_lock;
+std::list<fi_nd_nic_attr> registry;
 
-	void link_pointers() noexcept;
+const fi_nd_nic_attr *intern(const fi_nd_nic_attr &attr)
+{
+	std::lock_guard<std::mutex> guard(registry_lock);
+	for (const fi_nd_nic_attr &known : registry)
+		if (std::memcmp(&known, &attr, sizeof(attr)) == 0)
+			return &known;
+	registry.push_back(attr);
+	return &registry.back();
+}
+
+bool is_interned(const void *attr)
+{
+	std::lock_guard<std::mutex> guard(registry_lock);
+	for (const fi_nd_nic_attr &known : registry)
+		if (&known == attr)
+			return true;
+	return false;
+}
+
+void free_nic(fid_nic *nic) noexcept
+{
+	if (!nic)
+		return;
+	if (fi_device_attr *d = nic->device_attr) {
+		std::free(d->name);
+		std::free(d->device_id);
+		std::free(d->device_version);
+		std::free(d->vendor_id);
+		std::free(d->driver);
+		std::free(d->firmware);
+		std::free(d);
+	}
+	std::free(nic->bus_attr);
+	if (fi_link_attr *l = nic->link_attr) {
+		std::free(l->address);
+		std::free(l->network_type);
+		std::free(l);
+	}
+	std::free(nic);
+}
+
+struct NicDeleter {
+	void operator()(fid_nic *nic) const noexcept { free_nic(nic); }
 };
-static_assert(std::is_standard_layout_v<Nic>);
+using UniqueNic = std::unique_ptr<fid_nic, NicDeleter>;
+
+/* strdup that tolerates NULL and reports failure through `ok`. */
+char *dup_text(const char *text, bool *ok)
+{
+	if (!text)
+		return nullptr;
+	char *copy = strdup(text);
+	if (!copy)
+		*ok = false;
+	return copy;
+}
 
 int nic_close(fid *fid) noexcept;
 int nic_control(fid *fid, int command, void *arg) noexcept;
@@ -49,34 +103,51 @@ fi_ops nic_ops = {
 	.ops_set = [](fid *, const char *, uint64_t, void *, void *) noexcept { return -FI_ENOSYS; },
 };
 
-void Nic::link_pointers() noexcept
+/* A nic with every structure allocated, strings empty; nullptr when out
+ * of memory. */
+UniqueNic alloc_nic()
 {
-	nic.fid.fclass = FI_CLASS_NIC;
-	nic.fid.context = nullptr;
-	nic.fid.ops = &nic_ops;
-	device.name = name;
-	device.device_id = device_id;
-	device.device_version = device_version;
-	device.vendor_id = vendor_id;
-	device.driver = driver;
-	device.firmware = firmware;
-	link.address = address;
-	link.network_type = network_type;
-	nic.device_attr = &device;
-	nic.bus_attr = &bus;
-	nic.link_attr = &link;
-	nic.prov_attr = &nd;
+	UniqueNic nic(static_cast<fid_nic *>(std::calloc(1, sizeof(fid_nic))));
+	if (!nic)
+		return nullptr;
+	nic->fid.fclass = FI_CLASS_NIC;
+	nic->fid.ops = &nic_ops;
+	nic->device_attr = static_cast<fi_device_attr *>(std::calloc(1, sizeof(fi_device_attr)));
+	nic->bus_attr = static_cast<fi_bus_attr *>(std::calloc(1, sizeof(fi_bus_attr)));
+	nic->link_attr = static_cast<fi_link_attr *>(std::calloc(1, sizeof(fi_link_attr)));
+	if (!nic->device_attr || !nic->bus_attr || !nic->link_attr)
+		return nullptr;
+	return nic;
 }
 
-template <size_t N>
-void copy_text(char (&dest)[N], const std::string &text) noexcept
+fid_nic *dup_nic(const fid_nic *src)
 {
-	std::snprintf(dest, N, "%s", text.c_str());
+	UniqueNic nic = alloc_nic();
+	if (!nic)
+		return nullptr;
+	bool ok = true;
+	if (const fi_device_attr *d = src->device_attr) {
+		nic->device_attr->name = dup_text(d->name, &ok);
+		nic->device_attr->device_id = dup_text(d->device_id, &ok);
+		nic->device_attr->device_version = dup_text(d->device_version, &ok);
+		nic->device_attr->vendor_id = dup_text(d->vendor_id, &ok);
+		nic->device_attr->driver = dup_text(d->driver, &ok);
+		nic->device_attr->firmware = dup_text(d->firmware, &ok);
+	}
+	if (src->bus_attr)
+		*nic->bus_attr = *src->bus_attr;
+	if (const fi_link_attr *l = src->link_attr) {
+		*nic->link_attr = *l;
+		nic->link_attr->address = dup_text(l->address, &ok);
+		nic->link_attr->network_type = dup_text(l->network_type, &ok);
+	}
+	nic->prov_attr = src->prov_attr;
+	return ok ? nic.release() : nullptr;
 }
 
 int nic_close(fid *fid) noexcept
 {
-	delete from_fid<Nic>(fid);
+	free_nic(reinterpret_cast<fid_nic *>(fid));
 	return 0;
 }
 
@@ -88,11 +159,10 @@ int nic_control(fid *fid, int command, void *arg) noexcept
 	}
 	if (!arg)
 		return -FI_EINVAL;
-	Nic *copy = new (std::nothrow) Nic(*from_fid<Nic>(fid));
+	fid_nic *copy = dup_nic(reinterpret_cast<const fid_nic *>(fid));
 	if (!copy)
 		return -FI_ENOMEM;
-	copy->link_pointers();
-	*static_cast<fid_nic **>(arg) = &copy->nic;
+	*static_cast<fid_nic **>(arg) = copy;
 	return 0;
 }
 
@@ -108,6 +178,8 @@ void append(char *buf, size_t len, const char *fmt, ...)
 	va_end(args);
 }
 
+const char *text_or_null(const char *text) { return text ? text : "(null)"; }
+
 const char *link_state_name(fi_link_state state)
 {
 	switch (state) {
@@ -117,90 +189,116 @@ const char *link_state_name(fi_link_state state)
 	}
 }
 
-/* The same layout libfabric prints for a nic, plus the nd attributes. */
+/* The layout libfabric prints for a nic, plus the nd attributes. */
 int nic_tostr(const fid *fid, char *buf, size_t len) noexcept
 {
-	const Nic *n = reinterpret_cast<const Nic *>(fid);
+	const fid_nic *n = reinterpret_cast<const fid_nic *>(fid);
+	if (!buf || !len)
+		return -FI_EINVAL;
 	append(buf, len, "\tfid_nic:\n");
-	append(buf, len, "\t\tfi_device_attr:\n");
-	append(buf, len, "\t\t\tname: %s\n", n->device.name);
-	append(buf, len, "\t\t\tdevice_id: %s\n", n->device.device_id);
-	append(buf, len, "\t\t\tdevice_version: %s\n", n->device.device_version);
-	append(buf, len, "\t\t\tvendor_id: %s\n", n->device.vendor_id);
-	append(buf, len, "\t\t\tdriver: %s\n", n->device.driver);
-	append(buf, len, "\t\t\tfirmware: %s\n", n->device.firmware);
-	append(buf, len, "\t\tfi_bus_attr:\n");
-	if (n->bus.bus_type == FI_BUS_PCI) {
-		const fi_pci_attr &pci = n->bus.attr.pci;
-		append(buf, len, "\t\t\tfi_bus_type: FI_BUS_PCI\n");
-		append(buf, len, "\t\t\tfi_pci_attr:\n");
-		append(buf, len, "\t\t\t\tdomain_id: %u\n\t\t\t\tbus_id: %u\n", pci.domain_id,
-		       pci.bus_id);
-		append(buf, len, "\t\t\t\tdevice_id: %u\n\t\t\t\tfunction_id: %u\n", pci.device_id,
-		       pci.function_id);
-	} else {
-		append(buf, len, "\t\t\tfi_bus_type: FI_BUS_UNKNOWN\n");
+	if (const fi_device_attr *d = n->device_attr) {
+		append(buf, len, "\t\tfi_device_attr:\n");
+		append(buf, len, "\t\t\tname: %s\n", text_or_null(d->name));
+		append(buf, len, "\t\t\tdevice_id: %s\n", text_or_null(d->device_id));
+		append(buf, len, "\t\t\tdevice_version: %s\n", text_or_null(d->device_version));
+		append(buf, len, "\t\t\tvendor_id: %s\n", text_or_null(d->vendor_id));
+		append(buf, len, "\t\t\tdriver: %s\n", text_or_null(d->driver));
+		append(buf, len, "\t\t\tfirmware: %s\n", text_or_null(d->firmware));
 	}
-	append(buf, len, "\t\tfi_link_attr:\n");
-	append(buf, len, "\t\t\taddress: %s\n", n->link.address);
-	append(buf, len, "\t\t\tmtu: %zu\n", n->link.mtu);
-	append(buf, len, "\t\t\tspeed: %zu\n", n->link.speed);
-	append(buf, len, "\t\t\tstate: %s\n", link_state_name(n->link.state));
-	append(buf, len, "\t\t\tnetwork_type: %s\n", n->link.network_type);
-	append(buf, len, "\t\tfi_nd_nic_attr:\n");
-	append(buf, len, "\t\t\tmax_inbound_read_limit: %u\n", n->nd.max_inbound_read_limit);
-	append(buf, len, "\t\t\tmax_outbound_read_limit: %u\n", n->nd.max_outbound_read_limit);
-	append(buf, len, "\t\t\tmax_connect_data: %u\n", n->nd.max_connect_data);
-	append(buf, len, "\t\t\tmax_accept_data: %u\n", n->nd.max_accept_data);
-	append(buf, len, "\t\t\tmax_reject_data: %u\n", n->nd.max_reject_data);
-	append(buf, len, "\t\t\tmax_inline_data: %u\n", n->nd.max_inline_data);
-	append(buf, len, "\t\t\tnuma_node: %d\n", n->nd.numa_node);
-	append(buf, len, "\t\t\tis_local: %u\n", n->nd.is_local);
-	append(buf, len, "\t\t\tport_num: %u\n", n->nd.port_num);
-	append(buf, len, "\t\t\tnetdev: %s\n", n->nd.netdev);
+	if (const fi_bus_attr *b = n->bus_attr) {
+		append(buf, len, "\t\tfi_bus_attr:\n");
+		if (b->bus_type == FI_BUS_PCI) {
+			const fi_pci_attr &pci = b->attr.pci;
+			append(buf, len, "\t\t\tfi_bus_type: FI_BUS_PCI\n");
+			append(buf, len, "\t\t\tfi_pci_attr:\n");
+			append(buf, len, "\t\t\t\tdomain_id: %u\n\t\t\t\tbus_id: %u\n",
+			       pci.domain_id, pci.bus_id);
+			append(buf, len, "\t\t\t\tdevice_id: %u\n\t\t\t\tfunction_id: %u\n",
+			       pci.device_id, pci.function_id);
+		} else {
+			append(buf, len, "\t\t\tfi_bus_type: FI_BUS_UNKNOWN\n");
+		}
+	}
+	if (const fi_link_attr *l = n->link_attr) {
+		append(buf, len, "\t\tfi_link_attr:\n");
+		append(buf, len, "\t\t\taddress: %s\n", text_or_null(l->address));
+		append(buf, len, "\t\t\tmtu: %zu\n", l->mtu);
+		append(buf, len, "\t\t\tspeed: %zu\n", l->speed);
+		append(buf, len, "\t\t\tstate: %s\n", link_state_name(l->state));
+		append(buf, len, "\t\t\tnetwork_type: %s\n", text_or_null(l->network_type));
+	}
+	if (n->prov_attr && is_interned(n->prov_attr)) {
+		const auto *nd = static_cast<const fi_nd_nic_attr *>(n->prov_attr);
+		append(buf, len, "\t\tfi_nd_nic_attr:\n");
+		append(buf, len, "\t\t\tmax_inbound_read_limit: %u\n", nd->max_inbound_read_limit);
+		append(buf, len, "\t\t\tmax_outbound_read_limit: %u\n", nd->max_outbound_read_limit);
+		append(buf, len, "\t\t\tmax_connect_data: %u\n", nd->max_connect_data);
+		append(buf, len, "\t\t\tmax_accept_data: %u\n", nd->max_accept_data);
+		append(buf, len, "\t\t\tmax_reject_data: %u\n", nd->max_reject_data);
+		append(buf, len, "\t\t\tmax_inline_data: %u\n", nd->max_inline_data);
+		append(buf, len, "\t\t\tnuma_node: %d\n", nd->numa_node);
+		append(buf, len, "\t\t\tis_local: %u\n", nd->is_local);
+		append(buf, len, "\t\t\tport_num: %u\n", nd->port_num);
+		append(buf, len, "\t\t\tnetdev: %s\n", nd->netdev);
+	}
 	return 0;
+}
+
+char *format_text(const char *fmt, unsigned value, bool *ok)
+{
+	char text[32];
+	std::snprintf(text, sizeof(text), fmt, value);
+	return dup_text(text, ok);
 }
 
 } // namespace
 
 fid_nic *make_nic(const Adapter &a, const PortAddress &address)
 {
-	Nic *n = new Nic{};
-	copy_text(n->name, a.name);
-	std::snprintf(n->device_id, sizeof(n->device_id), "0x%x", a.vendor_part_id);
-	std::snprintf(n->device_version, sizeof(n->device_version), "%u", a.hw_ver);
-	std::snprintf(n->vendor_id, sizeof(n->vendor_id), "0x%x", a.vendor_id);
-	copy_text(n->driver, a.driver);
-	copy_text(n->firmware, a.fw_ver);
-	copy_text(n->address, address.addr.ip_string());
-	copy_text(n->network_type, a.iwarp ? "iWARP" : a.ethernet ? "Ethernet" : "InfiniBand");
+	UniqueNic nic = alloc_nic();
+	if (!nic)
+		throw std::bad_alloc();
+	bool ok = true;
+	fi_device_attr *d = nic->device_attr;
+	d->name = dup_text(a.name.c_str(), &ok);
+	d->device_id = format_text("0x%x", a.vendor_part_id, &ok);
+	d->device_version = format_text("%u", a.hw_ver, &ok);
+	d->vendor_id = format_text("0x%x", a.vendor_id, &ok);
+	d->driver = dup_text(a.driver.c_str(), &ok);
+	d->firmware = dup_text(a.fw_ver.c_str(), &ok);
 	if (a.pci.present) {
-		n->bus.bus_type = FI_BUS_PCI;
-		n->bus.attr.pci.domain_id = a.pci.domain;
-		n->bus.attr.pci.bus_id = a.pci.bus;
-		n->bus.attr.pci.device_id = a.pci.device;
-		n->bus.attr.pci.function_id = a.pci.function;
+		nic->bus_attr->bus_type = FI_BUS_PCI;
+		nic->bus_attr->attr.pci.domain_id = a.pci.domain;
+		nic->bus_attr->attr.pci.bus_id = a.pci.bus;
+		nic->bus_attr->attr.pci.device_id = a.pci.device;
+		nic->bus_attr->attr.pci.function_id = a.pci.function;
 	} else {
-		n->bus.bus_type = FI_BUS_UNKNOWN;
+		nic->bus_attr->bus_type = FI_BUS_UNKNOWN;
 	}
-	n->link.mtu = a.mtu_bytes;
-	n->link.speed = a.speed_bps;
-	n->link.state = a.port_active ? FI_LINK_UP : FI_LINK_DOWN;
+	fi_link_attr *l = nic->link_attr;
+	l->address = dup_text(address.addr.ip_string().c_str(), &ok);
+	l->network_type = dup_text(a.iwarp ? "iWARP" : a.ethernet ? "Ethernet" : "InfiniBand", &ok);
+	l->mtu = a.mtu_bytes;
+	l->speed = a.speed_bps;
+	l->state = a.port_active ? FI_LINK_UP : FI_LINK_DOWN;
+	if (!ok)
+		throw std::bad_alloc();
 
 	CmDataLimits cm = user_cm_limits(a);
-	n->nd.version = FI_ND_NIC_ATTR_VERSION;
-	n->nd.max_inbound_read_limit = a.limits.max_qp_rd_atom;
-	n->nd.max_outbound_read_limit = a.limits.max_qp_init_rd_atom;
-	n->nd.max_connect_data = cm.connect;
-	n->nd.max_accept_data = cm.accept;
-	n->nd.max_reject_data = cm.reject;
-	n->nd.max_inline_data = a.limits.max_inline;
-	n->nd.numa_node = a.numa_node;
-	n->nd.is_local = a.is_local ? 1 : 0;
-	n->nd.port_num = a.port_num;
-	copy_text(n->nd.netdev, address.netdev);
-	n->link_pointers();
-	return &n->nic;
+	fi_nd_nic_attr nd{};
+	nd.version = FI_ND_NIC_ATTR_VERSION;
+	nd.max_inbound_read_limit = a.limits.max_qp_rd_atom;
+	nd.max_outbound_read_limit = a.limits.max_qp_init_rd_atom;
+	nd.max_connect_data = cm.connect;
+	nd.max_accept_data = cm.accept;
+	nd.max_reject_data = cm.reject;
+	nd.max_inline_data = a.limits.max_inline;
+	nd.numa_node = a.numa_node;
+	nd.is_local = a.is_local ? 1 : 0;
+	nd.port_num = a.port_num;
+	std::snprintf(nd.netdev, sizeof(nd.netdev), "%s", address.netdev.c_str());
+	nic->prov_attr = const_cast<fi_nd_nic_attr *>(intern(nd));
+	return nic.release();
 }
 
 } // namespace nd
