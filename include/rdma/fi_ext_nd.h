@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <rdma/fabric.h>
+#include <rdma/fi_endpoint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,6 +64,91 @@ struct fi_nd_nic_attr {
 	/* The network interface that carries the IP address of this info. */
 	char netdev[32];
 };
+
+/*
+ * Endpoint options (fi_setopt/fi_getopt, level FI_OPT_ENDPOINT).
+ *
+ * FI_OPT_ND_INBOUND_READ_LIMIT, FI_OPT_ND_OUTBOUND_READ_LIMIT (uint32_t):
+ *	ND's inbound and outbound RDMA read limits: reads the peer may have in
+ *	flight against this endpoint, and reads this endpoint may have in
+ *	flight. Set before fi_connect/fi_accept; default the adapter's
+ *	maximum; larger values are capped silently. Once the peer's answer is
+ *	known (FI_ND_CONNRESP, FI_CONNECTED, or a connection request being
+ *	accepted) they read back the effective values, which are what the
+ *	queue pair was given.
+ * FI_OPT_ND_MANUAL_COMPLETE (int, boolean): ND's explicit CompleteConnect.
+ *	The connecting side gets FI_ND_CONNRESP with the accepter's private
+ *	data and then calls fi_nd_complete_connect or fi_nd_reject_connect.
+ *	Default 0: the provider completes by itself and reports FI_CONNECTED.
+ * FI_OPT_ND_SHARED_ADDR (int, boolean): NDK's shared endpoint. Endpoints
+ *	that all set it before fi_setname may bind the same local IP and port
+ *	and connect to different destinations. The same local and remote
+ *	address pair twice fails with -FI_EADDRINUSE.
+ * FI_OPT_ND_ACCEPT_DATA_SIZE, FI_OPT_ND_REJECT_DATA_SIZE (size_t, get only):
+ *	the private data an accept and a reject may carry (the connect limit
+ *	is libfabric's FI_OPT_CM_DATA_SIZE). Also readable on a passive
+ *	endpoint.
+ */
+enum {
+	FI_OPT_ND_INBOUND_READ_LIMIT = -FI_PROV_SPECIFIC_ND,
+	FI_OPT_ND_OUTBOUND_READ_LIMIT,
+	FI_OPT_ND_MANUAL_COMPLETE,
+	FI_OPT_ND_SHARED_ADDR,
+	FI_OPT_ND_ACCEPT_DATA_SIZE,
+	FI_OPT_ND_REJECT_DATA_SIZE,
+};
+
+/*
+ * EQ event of manual completion: the accepter answered. The entry is a
+ * struct fi_eq_cm_entry (fid: the endpoint; data: the accepter's private
+ * data, exact length = bytes read - sizeof(struct fi_eq_cm_entry)). The
+ * effective read limits are readable with fi_getopt.
+ */
+#define FI_ND_CONNRESP (FI_PROV_SPECIFIC | FI_PROV_SPECIFIC_ND | 1)
+
+/* fi_control commands (on an endpoint, or on a connection request's handle). */
+enum {
+	FI_ND_COMPLETE_CONNECT = -FI_PROV_SPECIFIC_ND - 0x100, /* arg: NULL */
+	FI_ND_REJECT_CONNECT,		/* arg: struct fi_nd_cm_data * */
+	FI_ND_GET_PEER_READ_LIMITS,	/* arg: struct fi_nd_read_limits * */
+};
+
+struct fi_nd_cm_data {
+	const void *data;
+	size_t len;
+};
+
+/* A peer's read limits, from this side's point of view (ND GetReadLimits):
+ * inbound = reads the peer wants to issue to us (its outbound limit),
+ * outbound = reads the peer will serve for us (its inbound limit). */
+struct fi_nd_read_limits {
+	uint32_t inbound;
+	uint32_t outbound;
+};
+
+/* ND CompleteConnect: after FI_ND_CONNRESP, finish the connection. The
+ * endpoint then reports FI_CONNECTED. */
+static inline int fi_nd_complete_connect(struct fid_ep *ep)
+{
+	return fi_control(&ep->fid, FI_ND_COMPLETE_CONNECT, NULL);
+}
+
+/* ND Reject on the connecting side: after FI_ND_CONNRESP, refuse the
+ * accepted connection with private data; the accepter sees
+ * FI_ECONNABORTED. The endpoint cannot be used again. */
+static inline int fi_nd_reject_connect(struct fid_ep *ep, const void *data, size_t len)
+{
+	struct fi_nd_cm_data cm_data = { data, len };
+	return fi_control(&ep->fid, FI_ND_REJECT_CONNECT, &cm_data);
+}
+
+/* ND GetReadLimits: the peer's offered limits, on a connection request's
+ * handle (info->handle of FI_CONNREQ) before fi_accept, or on a connecting
+ * endpoint after FI_ND_CONNRESP / FI_CONNECTED. */
+static inline int fi_nd_peer_read_limits(struct fid *fid, struct fi_nd_read_limits *limits)
+{
+	return fi_control(fid, FI_ND_GET_PEER_READ_LIMITS, limits);
+}
 
 #ifdef __cplusplus
 }

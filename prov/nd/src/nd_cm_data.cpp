@@ -1,0 +1,109 @@
+/* nd_cm_data.cpp: private data framing, read-limit negotiation, CM errors. */
+#include "nd_cm_data.h"
+
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace nd::cm {
+
+int frame(const void *data, size_t len, size_t user_limit, std::vector<uint8_t> *wire)
+{
+	if (len > user_limit || (len && !data))
+		return -FI_EINVAL;
+	wire->assign(kFramingBytes + len, 0);
+	(*wire)[0] = static_cast<uint8_t>(len);
+	if (len)
+		std::memcpy(wire->data() + kFramingBytes, data, len);
+	return 0;
+}
+
+Unframed unframe(const void *wire, size_t wire_len) noexcept
+{
+	Unframed out;
+	if (!wire || wire_len < kFramingBytes)
+		return out;
+	const uint8_t *bytes = static_cast<const uint8_t *>(wire);
+	size_t claimed = bytes[0];
+	size_t available = wire_len - kFramingBytes;
+	out.data = bytes + kFramingBytes;
+	out.len = std::min(claimed, available);
+	out.well_formed = claimed <= available;
+	return out;
+}
+
+ReadLimits cap(ReadLimits wanted, ReadLimits adapter) noexcept
+{
+	return {std::min({wanted.inbound, adapter.inbound, kWireMax}),
+		std::min({wanted.outbound, adapter.outbound, kWireMax})};
+}
+
+ReadLimits negotiate(ReadLimits own_capped, uint8_t responder_resources,
+		     uint8_t initiator_depth) noexcept
+{
+	return {std::min<uint32_t>(own_capped.inbound, responder_resources),
+		std::min<uint32_t>(own_capped.outbound, initiator_depth)};
+}
+
+ReadLimits peer_offer(uint8_t responder_resources, uint8_t initiator_depth) noexcept
+{
+	return {responder_resources, initiator_depth};
+}
+
+int error_of(rdma_cm_event_type type, int status, Side side) noexcept
+{
+	const int err = status < 0 ? -status : status;
+	switch (type) {
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		if (err == ENETUNREACH)
+			return FI_ENETUNREACH;
+		if (err == ETIMEDOUT)
+			return FI_ETIMEDOUT;
+		if (err == ENODEV)
+			return FI_ENODEV;
+		return FI_EHOSTUNREACH;
+	case RDMA_CM_EVENT_UNREACHABLE:
+		if (side == Side::passive)
+			return err == ETIMEDOUT ? FI_ETIMEDOUT : FI_ECONNABORTED;
+		return err == ETIMEDOUT ? FI_ETIMEDOUT : FI_EHOSTUNREACH;
+	case RDMA_CM_EVENT_REJECTED:
+		/* On the passive side a reject can only come after our accept:
+		 * the connecting peer refused (ND Reject after Connect). */
+		return side == Side::passive ? FI_ECONNABORTED : FI_ECONNREFUSED;
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		return side == Side::passive ? FI_ECONNABORTED
+					     : (err == ETIMEDOUT ? FI_ETIMEDOUT : FI_ECONNREFUSED);
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		return FI_ENODEV;
+	default:
+		return 0;
+	}
+}
+
+const char *event_name(rdma_cm_event_type type) noexcept
+{
+	switch (type) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED: return "ADDR_RESOLVED";
+	case RDMA_CM_EVENT_ADDR_ERROR: return "ADDR_ERROR";
+	case RDMA_CM_EVENT_ROUTE_RESOLVED: return "ROUTE_RESOLVED";
+	case RDMA_CM_EVENT_ROUTE_ERROR: return "ROUTE_ERROR";
+	case RDMA_CM_EVENT_CONNECT_REQUEST: return "CONNECT_REQUEST";
+	case RDMA_CM_EVENT_CONNECT_RESPONSE: return "CONNECT_RESPONSE";
+	case RDMA_CM_EVENT_CONNECT_ERROR: return "CONNECT_ERROR";
+	case RDMA_CM_EVENT_UNREACHABLE: return "UNREACHABLE";
+	case RDMA_CM_EVENT_REJECTED: return "REJECTED";
+	case RDMA_CM_EVENT_ESTABLISHED: return "ESTABLISHED";
+	case RDMA_CM_EVENT_DISCONNECTED: return "DISCONNECTED";
+	case RDMA_CM_EVENT_DEVICE_REMOVAL: return "DEVICE_REMOVAL";
+	case RDMA_CM_EVENT_MULTICAST_JOIN: return "MULTICAST_JOIN";
+	case RDMA_CM_EVENT_MULTICAST_ERROR: return "MULTICAST_ERROR";
+	case RDMA_CM_EVENT_ADDR_CHANGE: return "ADDR_CHANGE";
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT: return "TIMEWAIT_EXIT";
+	default: return "UNKNOWN";
+	}
+}
+
+} // namespace nd::cm

@@ -1,0 +1,94 @@
+/*
+ * nd_cm_data.h: the pure rules of connection management: framing of private
+ * data, negotiation of RDMA read limits, and the meaning of rdma_cm events
+ * as libfabric error codes. No device and no rdma_cm call here; every rule
+ * is unit-tested on the host, hostile input included.
+ */
+#ifndef ND_CM_DATA_H
+#define ND_CM_DATA_H
+
+#include <rdma/rdma_cma.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace nd::cm {
+
+/*
+ * Private data on the wire: one length byte, then the application's bytes.
+ * The transport always delivers its whole field, zero-padded, so the length
+ * byte is what gives the receiver the exact length that was sent.
+ */
+constexpr size_t kFramingBytes = 1;
+
+/* Frames `len` bytes of `data` for a message whose application limit is
+ * `user_limit`. Returns 0 and fills `wire`, or -FI_EINVAL when len exceeds
+ * the limit or data is NULL with len > 0 (nothing is framed then). */
+int frame(const void *data, size_t len, size_t user_limit, std::vector<uint8_t> *wire);
+
+struct Unframed {
+	const uint8_t *data = nullptr;
+	size_t len = 0;
+	/* False when the length byte claimed more than the field holds (a
+	 * foreign or hostile peer); len is then cut to what is there. */
+	bool well_formed = true;
+};
+
+/* Reads framed private data as delivered (`wire` may be NULL when
+ * `wire_len` is 0). Never reads outside [wire, wire + wire_len). */
+Unframed unframe(const void *wire, size_t wire_len) noexcept;
+
+/* A pair of read limits (ND's inbound and outbound). */
+struct ReadLimits {
+	uint32_t inbound = 0;
+	uint32_t outbound = 0;
+	bool operator==(const ReadLimits &) const = default;
+};
+
+/* rdma_cm carries each limit in one byte. */
+constexpr uint32_t kWireMax = 255;
+
+/* The application's limits capped silently to the adapter's and to what
+ * one byte can carry (ND Connect/Accept: larger values are capped). */
+ReadLimits cap(ReadLimits wanted, ReadLimits adapter) noexcept;
+
+/*
+ * The effective limits once the peer's offer is known: rdma_cm reports the
+ * peer's values from the receiver's point of view (responder_resources: reads
+ * the peer will issue to us; initiator_depth: reads the peer will serve), on
+ * a connect request and on a reply alike, so one rule serves both sides:
+ * inbound = min(own inbound, responder_resources),
+ * outbound = min(own outbound, initiator_depth).
+ */
+ReadLimits negotiate(ReadLimits own_capped, uint8_t responder_resources,
+		     uint8_t initiator_depth) noexcept;
+
+/* The peer's offer as ND's GetReadLimits reports it (see fi_ext_nd.h). */
+ReadLimits peer_offer(uint8_t responder_resources, uint8_t initiator_depth) noexcept;
+
+/* Which side of a connection an endpoint is: it changes what a rejection or
+ * a lost peer means. */
+enum class Side { active, passive };
+
+/* IB CM reject reasons rdma_cm reports as the status of REJECTED. */
+constexpr int kRejectConsumer = 28;	/* the peer's application rejected */
+constexpr int kRejectInvalidServiceId = 8; /* no listener on that port */
+
+/*
+ * The libfabric error (positive FI_E* value) of an rdma_cm event that ends a
+ * connection attempt, or 0 for events that are not failures. ND's meanings:
+ * refused (no listener, backlog, rejected) is FI_ECONNREFUSED on the active
+ * side; a passive endpoint whose accepted peer rejected or vanished sees
+ * FI_ECONNABORTED; address and route failures keep the kernel's distinction
+ * between network and host unreachable; a request that was never answered is
+ * FI_ETIMEDOUT; a removed device is FI_ENODEV.
+ */
+int error_of(rdma_cm_event_type type, int status, Side side) noexcept;
+
+/* Printable name of an rdma_cm event (rdma_event_str without the library). */
+const char *event_name(rdma_cm_event_type type) noexcept;
+
+} // namespace nd::cm
+
+#endif /* ND_CM_DATA_H */

@@ -1,0 +1,105 @@
+/*
+ * nd_ep_state.h: the connection state machine of an endpoint, with one
+ * handler per rdma_cm event and one check per application call.
+ *
+ * Pure: a handler takes the event's facts and returns the step the endpoint
+ * must carry out (the next state and one action); the endpoint (nd_ep.cpp)
+ * performs the action with rdma_cm and verbs. Events that do not belong to
+ * the current state, late ones after a disconnect or a failure included, are
+ * absorbed: they never assert and never produce a second report.
+ */
+#ifndef ND_EP_STATE_H
+#define ND_EP_STATE_H
+
+#include "nd_cm_data.h"
+
+#include <cstdint>
+
+namespace nd {
+
+enum class EpState {
+	idle,		  /* nothing sent; a passive-side endpoint may hold a request */
+	resolving_addr,	  /* fi_connect: address resolution running */
+	resolving_route,  /* route resolution running */
+	connecting,	  /* request sent, waiting for the reply */
+	response_pending, /* manual mode: reply reported, the application decides */
+	accepting,	  /* passive side: reply sent, waiting for the peer to complete */
+	connected,
+	shutting_down,	  /* fi_shutdown sent the disconnect */
+	disconnected,	  /* FI_SHUTDOWN reported; the endpoint is done */
+	failed,		  /* the attempt failed or was refused; cannot be reused */
+};
+
+const char *to_string(EpState state) noexcept;
+
+enum class EpAction {
+	none,		 /* a state change only */
+	absorb,		 /* event not for this state: ignore it (logged) */
+	resolve_route,	 /* rdma_resolve_route */
+	connect,	 /* move the QP to INIT, rdma_connect */
+	report_response, /* manual mode: FI_ND_CONNRESP with the reply's data */
+	complete,	 /* QP to RTR/RTS with the negotiated limits, rdma_establish, FI_CONNECTED */
+	report_connected,/* FI_CONNECTED */
+	report_error,	 /* an error entry with `error` (and the event's data) */
+	report_shutdown, /* FI_SHUTDOWN */
+};
+
+struct EpStep {
+	EpState next;
+	EpAction action;
+	int error = 0; /* positive FI_E* for report_error */
+	bool operator==(const EpStep &) const = default;
+};
+
+class EpStateMachine {
+public:
+	EpStateMachine(cm::Side side, bool manual_complete) noexcept
+		: side_(side), manual_(manual_complete) {}
+
+	EpState state() const noexcept { return state_; }
+	cm::Side side() const noexcept { return side_; }
+	void set_manual(bool manual) noexcept { manual_ = manual; }
+
+	/* One handler per rdma_cm event; each returns what to do and moves
+	 * to the step's next state. */
+	EpStep addr_resolved() noexcept;
+	EpStep addr_error(int status) noexcept;
+	EpStep route_resolved() noexcept;
+	EpStep route_error(int status) noexcept;
+	EpStep connect_response() noexcept;
+	EpStep connect_error(int status) noexcept;
+	EpStep unreachable(int status) noexcept;
+	EpStep rejected(int status) noexcept;
+	EpStep established() noexcept;
+	EpStep disconnected() noexcept;
+	EpStep device_removal() noexcept;
+	EpStep other_event() noexcept; /* TIMEWAIT_EXIT, ADDR_CHANGE, ... */
+	/* Dispatches an rdma_cm event type to its handler. */
+	EpStep on_event(rdma_cm_event_type type, int status) noexcept;
+
+	/* Application calls: 0 when allowed now (the state moves on), or the
+	 * -FI_E* the call returns, the state unchanged. */
+	int begin_connect() noexcept;
+	int begin_accept(bool has_request) noexcept;
+	int begin_shutdown() noexcept;
+	int begin_complete() noexcept;	/* manual mode: complete */
+	int begin_reject() noexcept;	/* manual mode: reject the reply */
+	/* An action the endpoint carried out failed locally (e.g. rdma_connect
+	 * returned an error): the attempt is over. */
+	void fail() noexcept { state_ = EpState::failed; }
+	/* complete() succeeded. */
+	void completed() noexcept { state_ = EpState::connected; }
+
+private:
+	EpStep go(EpState next, EpAction action, int error = 0) noexcept;
+	EpStep absorb() noexcept { return {state_, EpAction::absorb}; }
+	bool attempt_in_progress() const noexcept;
+
+	EpState state_ = EpState::idle;
+	cm::Side side_;
+	bool manual_;
+};
+
+} // namespace nd
+
+#endif /* ND_EP_STATE_H */

@@ -1,0 +1,349 @@
+/*
+ * unit_cm.cpp: the pure rules of connection management: private data
+ * framing (hostile input included), read-limit negotiation, the meaning of
+ * rdma_cm events, and the endpoint state machine for every state x event.
+ */
+#include <criterion/criterion.h>
+
+#include "nd_cm_data.h"
+#include "nd_ep_state.h"
+
+#include <rdma/fi_errno.h>
+
+#include <cerrno>
+#include <functional>
+#include <vector>
+
+using namespace nd;
+using namespace nd::cm;
+
+/* ---- framing ---- */
+
+Test(framing, every_length_round_trips_exactly)
+{
+	for (size_t len = 0; len <= 55; len++) {
+		std::vector<uint8_t> data(len);
+		for (size_t i = 0; i < len; i++)
+			data[i] = static_cast<uint8_t>(i * 7 + 1);
+		std::vector<uint8_t> wire;
+		cr_assert_eq(frame(data.data(), len, 55, &wire), 0);
+		/* The transport delivers the whole field, zero-padded. */
+		std::vector<uint8_t> delivered(56, 0);
+		std::copy(wire.begin(), wire.end(), delivered.begin());
+		Unframed out = unframe(delivered.data(), delivered.size());
+		cr_assert(out.well_formed);
+		cr_assert_eq(out.len, len);
+		if (len)
+			cr_assert_arr_eq(out.data, data.data(), len);
+	}
+}
+
+Test(framing, one_byte_over_the_limit_is_refused)
+{
+	std::vector<uint8_t> data(56, 1), wire{9};
+	cr_assert_eq(frame(data.data(), 56, 55, &wire), -FI_EINVAL);
+	cr_assert_eq(wire.size(), 1u, "nothing framed");
+	cr_assert_eq(frame(nullptr, 3, 55, &wire), -FI_EINVAL);
+	cr_assert_eq(frame(nullptr, 0, 55, &wire), 0);
+	cr_assert_eq(wire.size(), 1u);
+	cr_assert_eq(wire[0], 0);
+}
+
+Test(framing, hostile_length_byte_is_cut_to_the_field)
+{
+	uint8_t wire[8] = {200, 1, 2, 3, 4, 5, 6, 7};
+	Unframed out = unframe(wire, sizeof(wire));
+	cr_assert_not(out.well_formed);
+	cr_assert_eq(out.len, 7u);
+	cr_assert_eq(out.data, wire + 1);
+}
+
+Test(framing, empty_and_truncated_input)
+{
+	Unframed none = unframe(nullptr, 0);
+	cr_assert_eq(none.len, 0u);
+	cr_assert(none.well_formed);
+	uint8_t zero[56] = {};
+	cr_assert_eq(unframe(zero, sizeof(zero)).len, 0u, "no data sent: all zero");
+	uint8_t only_length[1] = {5};
+	Unframed cut = unframe(only_length, 1);
+	cr_assert_eq(cut.len, 0u);
+	cr_assert_not(cut.well_formed);
+	cr_assert_eq(unframe(only_length, 0).len, 0u);
+	cr_assert_eq(unframe(nullptr, 10).len, 0u, "NULL with a length is empty, not a crash");
+}
+
+/* ---- read limits ---- */
+
+Test(read_limits, capped_by_the_adapter_and_the_wire)
+{
+	cr_assert(cap({1000, 2}, {128, 128}) == (ReadLimits{128, 2}));
+	cr_assert(cap({4, 4}, {16, 8}) == (ReadLimits{4, 4}));
+	cr_assert(cap({1000, 1000}, {4096, 4096}) == (ReadLimits{255, 255}));
+	cr_assert(cap({0, 0}, {16, 16}) == (ReadLimits{0, 0}));
+}
+
+Test(read_limits, negotiation_takes_the_lower_of_each_pair)
+{
+	/* Connector: inbound 8, outbound 4. The passive side sees the
+	 * connector's outbound as responder_resources and its inbound as
+	 * initiator_depth. */
+	ReadLimits passive_own{16, 2};
+	ReadLimits passive = negotiate(passive_own, /*responder_resources=*/4, /*initiator_depth=*/8);
+	cr_assert(passive == (ReadLimits{4, 2}));
+	/* The reply carries the passive side's effective values the same way
+	 * round: its outbound as responder_resources, its inbound as depth. */
+	ReadLimits active = negotiate({8, 4}, passive.outbound, passive.inbound);
+	cr_assert(active == (ReadLimits{2, 4}));
+	/* What one side may issue, the other serves. */
+	cr_assert_eq(active.outbound, passive.inbound);
+	cr_assert_eq(active.inbound, passive.outbound);
+}
+
+Test(read_limits, matrix_above_at_and_below)
+{
+	const uint32_t values[] = {0, 1, 4, 16, 128, 255};
+	for (uint32_t ci : values)
+		for (uint32_t co : values)
+			for (uint32_t pi : values)
+				for (uint32_t po : values) {
+					ReadLimits c = cap({ci, co}, {16, 16});
+					ReadLimits p = negotiate(cap({pi, po}, {16, 16}), c.outbound, c.inbound);
+					ReadLimits a = negotiate(c, p.outbound, p.inbound);
+					cr_assert_eq(a.outbound, p.inbound);
+					cr_assert_eq(a.inbound, p.outbound);
+					cr_assert_leq(a.outbound, 16u);
+					cr_assert_leq(p.outbound, 16u);
+					cr_assert_leq(a.outbound, co);
+					cr_assert_leq(p.inbound, pi);
+				}
+}
+
+Test(read_limits, peer_offer_as_nd_reports_it)
+{
+	ReadLimits offer = peer_offer(4, 8);
+	cr_assert_eq(offer.inbound, 4u, "reads the peer wants to issue to us");
+	cr_assert_eq(offer.outbound, 8u, "reads the peer will serve for us");
+}
+
+/* ---- errors ---- */
+
+Test(errors, distinct_causes_keep_distinct_codes)
+{
+	cr_assert_eq(error_of(RDMA_CM_EVENT_ADDR_ERROR, -ENETUNREACH, Side::active), FI_ENETUNREACH);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH, Side::active), FI_EHOSTUNREACH);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_ADDR_ERROR, -ETIMEDOUT, Side::active), FI_ETIMEDOUT);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_ROUTE_ERROR, -ETIMEDOUT, Side::active), FI_ETIMEDOUT);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT, Side::active), FI_ETIMEDOUT);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_UNREACHABLE, -EIO, Side::active), FI_EHOSTUNREACH);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_REJECTED, kRejectConsumer, Side::active), FI_ECONNREFUSED);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_REJECTED, kRejectInvalidServiceId, Side::active),
+		     FI_ECONNREFUSED);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_REJECTED, kRejectConsumer, Side::passive),
+		     FI_ECONNABORTED, "the connecting peer rejected after our accept");
+	cr_assert_eq(error_of(RDMA_CM_EVENT_UNREACHABLE, -EIO, Side::passive), FI_ECONNABORTED);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_DEVICE_REMOVAL, 0, Side::active), FI_ENODEV);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_ESTABLISHED, 0, Side::active), 0);
+	cr_assert_eq(error_of(RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, Side::passive), 0);
+}
+
+/* ---- state machine ---- */
+
+namespace {
+
+/* Drives a machine into `target` through the calls and events that lead
+ * there in real life. */
+EpStateMachine machine_in(EpState target, bool manual = false)
+{
+	const bool passive = target == EpState::accepting;
+	EpStateMachine m(passive ? Side::passive : Side::active, manual);
+	switch (target) {
+	case EpState::idle:
+		break;
+	case EpState::resolving_addr:
+		m.begin_connect();
+		break;
+	case EpState::resolving_route:
+		m.begin_connect();
+		m.addr_resolved();
+		break;
+	case EpState::connecting:
+		m.begin_connect();
+		m.addr_resolved();
+		m.route_resolved();
+		break;
+	case EpState::response_pending: {
+		EpStateMachine manual_m(Side::active, true);
+		manual_m.begin_connect();
+		manual_m.addr_resolved();
+		manual_m.route_resolved();
+		manual_m.connect_response();
+		return manual_m;
+	}
+	case EpState::accepting:
+		m.begin_accept(true);
+		break;
+	case EpState::connected:
+		m.begin_connect();
+		m.addr_resolved();
+		m.route_resolved();
+		m.connect_response();
+		m.completed();
+		break;
+	case EpState::shutting_down:
+		m = machine_in(EpState::connected);
+		m.begin_shutdown();
+		break;
+	case EpState::disconnected:
+		m = machine_in(EpState::connected);
+		m.disconnected();
+		break;
+	case EpState::failed:
+		m.begin_connect();
+		m.addr_error(-EHOSTUNREACH);
+		break;
+	}
+	cr_assert_eq(m.state(), target, "reached %s, wanted %s", to_string(m.state()),
+		     to_string(target));
+	return m;
+}
+
+const EpState kAllStates[] = {
+	EpState::idle, EpState::resolving_addr, EpState::resolving_route, EpState::connecting,
+	EpState::response_pending, EpState::accepting, EpState::connected,
+	EpState::shutting_down, EpState::disconnected, EpState::failed,
+};
+
+const rdma_cm_event_type kAllEvents[] = {
+	RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_ADDR_ERROR, RDMA_CM_EVENT_ROUTE_RESOLVED,
+	RDMA_CM_EVENT_ROUTE_ERROR, RDMA_CM_EVENT_CONNECT_REQUEST, RDMA_CM_EVENT_CONNECT_RESPONSE,
+	RDMA_CM_EVENT_CONNECT_ERROR, RDMA_CM_EVENT_UNREACHABLE, RDMA_CM_EVENT_REJECTED,
+	RDMA_CM_EVENT_ESTABLISHED, RDMA_CM_EVENT_DISCONNECTED, RDMA_CM_EVENT_DEVICE_REMOVAL,
+	RDMA_CM_EVENT_MULTICAST_JOIN, RDMA_CM_EVENT_MULTICAST_ERROR, RDMA_CM_EVENT_ADDR_CHANGE,
+	RDMA_CM_EVENT_TIMEWAIT_EXIT,
+};
+
+/* The step expected of every (state, event) pair; absorb where the event
+ * has no business in the state. */
+EpStep expected(EpState s, rdma_cm_event_type e, int status, Side side)
+{
+	auto absorb = EpStep{s, EpAction::absorb};
+	auto fail_with = [&](rdma_cm_event_type type) {
+		return EpStep{EpState::failed, EpAction::report_error, error_of(type, status, side)};
+	};
+	const bool attempt = s == EpState::resolving_addr || s == EpState::resolving_route ||
+			     s == EpState::connecting || s == EpState::response_pending ||
+			     s == EpState::accepting;
+	switch (e) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		return s == EpState::resolving_addr ? EpStep{EpState::resolving_route, EpAction::resolve_route} : absorb;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+		return s == EpState::resolving_addr ? fail_with(e) : absorb;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		return s == EpState::resolving_route ? EpStep{EpState::connecting, EpAction::connect} : absorb;
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		return s == EpState::resolving_route ? fail_with(e) : absorb;
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		return s == EpState::connecting ? EpStep{EpState::connecting, EpAction::complete} : absorb;
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+		return attempt ? fail_with(e) : absorb;
+	case RDMA_CM_EVENT_REJECTED:
+		if ((s == EpState::connecting && side == Side::active) ||
+		    (s == EpState::accepting && side == Side::passive))
+			return fail_with(e);
+		return absorb;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		return s == EpState::accepting ? EpStep{EpState::connected, EpAction::report_connected} : absorb;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		if (s == EpState::connected || s == EpState::shutting_down)
+			return {EpState::disconnected, EpAction::report_shutdown};
+		if (s == EpState::accepting)
+			return {EpState::failed, EpAction::report_error, FI_ECONNABORTED};
+		return absorb;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		if (s == EpState::disconnected || s == EpState::failed)
+			return absorb;
+		return {EpState::failed, EpAction::report_error, FI_ENODEV};
+	default:
+		return absorb;
+	}
+}
+
+} // namespace
+
+Test(state_machine, every_state_times_every_event)
+{
+	int pairs = 0;
+	for (EpState s : kAllStates)
+		for (rdma_cm_event_type e : kAllEvents) {
+			EpStateMachine m = machine_in(s);
+			const int status = e == RDMA_CM_EVENT_REJECTED ? kRejectConsumer : -ETIMEDOUT;
+			EpStep want = expected(s, e, status, m.side());
+			if (s == EpState::response_pending && e == RDMA_CM_EVENT_CONNECT_RESPONSE)
+				want = {s, EpAction::absorb};
+			EpStep got = m.on_event(e, status);
+			cr_assert(got == want, "%s x %s: got (%s, %d, %d), want (%s, %d, %d)",
+				  to_string(s), event_name(e), to_string(got.next),
+				  static_cast<int>(got.action), got.error, to_string(want.next),
+				  static_cast<int>(want.action), want.error);
+			cr_assert_eq(m.state(), got.next);
+			pairs++;
+		}
+	cr_assert_eq(pairs, 10 * 16);
+}
+
+Test(state_machine, manual_mode_reports_the_response)
+{
+	EpStateMachine m(Side::active, true);
+	cr_assert_eq(m.begin_connect(), 0);
+	m.addr_resolved();
+	m.route_resolved();
+	EpStep step = m.connect_response();
+	cr_assert_eq(step.action, EpAction::report_response);
+	cr_assert_eq(m.state(), EpState::response_pending);
+	cr_assert_eq(m.begin_complete(), 0);
+	m.completed();
+	cr_assert_eq(m.state(), EpState::connected);
+}
+
+Test(state_machine, manual_reject_leaves_the_endpoint_unusable)
+{
+	EpStateMachine m = machine_in(EpState::response_pending);
+	cr_assert_eq(m.begin_reject(), 0);
+	cr_assert_eq(m.state(), EpState::failed);
+	cr_assert_eq(m.begin_connect(), -FI_EOPBADSTATE);
+	cr_assert_eq(m.begin_complete(), -FI_ENOTCONN);
+	cr_assert_eq(m.on_event(RDMA_CM_EVENT_DISCONNECTED, 0).action, EpAction::absorb);
+}
+
+Test(state_machine, application_calls_check_the_state)
+{
+	cr_assert_eq(machine_in(EpState::connected).begin_connect(), -FI_EISCONN);
+	cr_assert_eq(machine_in(EpState::connecting).begin_connect(), -FI_EISCONN);
+	cr_assert_eq(machine_in(EpState::failed).begin_connect(), -FI_EOPBADSTATE,
+		     "a connector whose attempt failed cannot be reused");
+	cr_assert_eq(machine_in(EpState::disconnected).begin_connect(), -FI_EOPBADSTATE);
+	cr_assert_eq(machine_in(EpState::idle).begin_shutdown(), -FI_ENOTCONN);
+	cr_assert_eq(machine_in(EpState::connecting).begin_shutdown(), -FI_ENOTCONN);
+	cr_assert_eq(machine_in(EpState::disconnected).begin_shutdown(), -FI_ENOTCONN);
+	EpStateMachine passive(Side::passive, false);
+	cr_assert_eq(passive.begin_accept(false), -FI_EINVAL, "accept without a request");
+	cr_assert_eq(passive.state(), EpState::idle);
+	cr_assert_eq(passive.begin_connect(), -FI_EINVAL);
+	cr_assert_eq(machine_in(EpState::connected).begin_accept(true), -FI_EISCONN);
+	cr_assert_eq(machine_in(EpState::idle).begin_complete(), -FI_ENOTCONN);
+	cr_assert_eq(machine_in(EpState::connecting).begin_reject(), -FI_ENOTCONN);
+	cr_assert_eq(machine_in(EpState::connected).begin_shutdown(), 0);
+}
+
+Test(state_machine, shutdown_is_reported_exactly_once)
+{
+	EpStateMachine m = machine_in(EpState::connected);
+	cr_assert_eq(m.begin_shutdown(), 0);
+	cr_assert_eq(m.on_event(RDMA_CM_EVENT_DISCONNECTED, 0).action, EpAction::report_shutdown);
+	cr_assert_eq(m.on_event(RDMA_CM_EVENT_DISCONNECTED, 0).action, EpAction::absorb);
+	cr_assert_eq(m.on_event(RDMA_CM_EVENT_TIMEWAIT_EXIT, 0).action, EpAction::absorb);
+	cr_assert_eq(m.on_event(RDMA_CM_EVENT_ESTABLISHED, 0).action, EpAction::absorb);
+	cr_assert_eq(m.state(), EpState::disconnected);
+}
