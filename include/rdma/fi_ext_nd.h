@@ -111,6 +111,7 @@ enum {
 	FI_ND_COMPLETE_CONNECT = -FI_PROV_SPECIFIC_ND - 0x100, /* arg: NULL */
 	FI_ND_REJECT_CONNECT,		/* arg: struct fi_nd_cm_data * */
 	FI_ND_GET_PEER_READ_LIMITS,	/* arg: struct fi_nd_read_limits * */
+	FI_ND_GET_QP_READ_LIMITS,	/* arg: struct fi_nd_read_limits * */
 };
 
 struct fi_nd_cm_data {
@@ -148,6 +149,14 @@ static inline int fi_nd_reject_connect(struct fid_ep *ep, const void *data, size
 static inline int fi_nd_peer_read_limits(struct fid *fid, struct fi_nd_read_limits *limits)
 {
 	return fi_control(fid, FI_ND_GET_PEER_READ_LIMITS, limits);
+}
+
+/* The read limits the endpoint's queue pair actually has, as ibv_query_qp
+ * reports them (inbound: max_dest_rd_atomic, outbound: max_rd_atomic): a
+ * check that what was negotiated is what the hardware enforces. */
+static inline int fi_nd_qp_read_limits(struct fid_ep *ep, struct fi_nd_read_limits *limits)
+{
+	return fi_control(&ep->fid, FI_ND_GET_QP_READ_LIMITS, limits);
 }
 
 #ifdef __cplusplus

@@ -239,11 +239,16 @@ std::vector<PortAddress> local_addresses(const Params &params)
 
 } // namespace
 
-CmDataLimits transport_cm_limits(const Adapter &adapter) noexcept
+CmDataLimits transport_cm_limits(bool iwarp) noexcept
 {
-	if (adapter.iwarp)
+	if (iwarp)
 		return {kIwarpPrivateData, kIwarpPrivateData, kIwarpPrivateData};
 	return {kIbReqPrivateData, kIbRepPrivateData, kIbRejPrivateData};
+}
+
+CmDataLimits transport_cm_limits(const Adapter &adapter) noexcept
+{
+	return transport_cm_limits(adapter.iwarp);
 }
 
 uint64_t port_speed_bps(uint8_t active_speed, uint8_t active_width) noexcept

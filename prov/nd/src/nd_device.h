@@ -84,6 +84,7 @@ struct Adapter {
 /* The private data limits of RC connections on this adapter's transport,
  * as the user sees them (rdma_cm's header already subtracted). */
 CmDataLimits transport_cm_limits(const Adapter &adapter) noexcept;
+CmDataLimits transport_cm_limits(bool iwarp) noexcept;
 
 /* Converts verbs' active_speed / active_width codes to bits per second; 0
  * for codes it does not know. Pure. */

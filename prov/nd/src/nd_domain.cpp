@@ -1,6 +1,8 @@
 /* nd_domain.cpp: the domain object (fid_domain). */
 #include "nd_domain.h"
+#include "nd_ep.h"
 #include "nd_fabric.h"
+#include "nd_info.h"
 #include "nd_unsupported.h"
 
 #include <cstring>
@@ -42,7 +44,7 @@ fi_ops_domain domain_ops = {
 	.size = sizeof(fi_ops_domain),
 	.av_open = unsupported::av_open,
 	.cq_open = unsupported::cq_open,
-	.endpoint = unsupported::endpoint,
+	.endpoint = open_endpoint,
 	.scalable_ep = unsupported::scalable_ep,
 	.cntr_open = unsupported::cntr_open,
 	.poll_open = unsupported::poll_open,
@@ -50,7 +52,15 @@ fi_ops_domain domain_ops = {
 	.srx_ctx = unsupported::srx_ctx,
 	.query_atomic = unsupported::query_atomic,
 	.query_collective = unsupported::query_collective,
-	.endpoint2 = unsupported::endpoint2,
+	.endpoint2 = [](fid_domain *domain, fi_info *info, fid_ep **ep, uint64_t flags,
+			void *context) noexcept {
+		if (flags) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint2: flags 0x%llx not supported\n",
+				static_cast<unsigned long long>(flags));
+			return -FI_EBADFLAGS;
+		}
+		return open_endpoint(domain, info, ep, context);
+	},
 };
 
 fi_ops_mr domain_mr_ops = {
@@ -108,6 +118,18 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 			std::strerror(err));
 		return err == ENOMEM ? -FI_ENOMEM : -FI_ENODEV;
 	}
+	ibv_device_attr attr{};
+	int rc = ibv_query_device(domain->context, &attr);
+	if (rc) {
+		ND_WARN(FI_LOG_DOMAIN, "fi_domain(%s): ibv_query_device: %s\n",
+			info->domain_attr->name, std::strerror(rc));
+		return -FI_ENODEV;
+	}
+	domain->adapter_read_limits = {static_cast<uint32_t>(attr.max_qp_rd_atom),
+				       static_cast<uint32_t>(attr.max_qp_init_rd_atom)};
+	domain->iwarp = domain->context->device->transport_type == IBV_TRANSPORT_IWARP;
+	domain->cm_limits = user_cm_limits(domain->iwarp);
+
 	std::unique_ptr<fi_info, InfoDeleter> copy(fi_dupinfo(info));
 	if (!copy)
 		return -FI_ENOMEM;

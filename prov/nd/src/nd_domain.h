@@ -7,6 +7,8 @@
 #define ND_DOMAIN_H
 
 #include "nd.h"
+#include "nd_cm_data.h"
+#include "nd_device.h"
 #include "nd_verbs.h"
 
 #include <rdma/fi_domain.h>
@@ -23,6 +25,11 @@ struct Domain {
 	UniqueCmDeviceList device_list;
 	UniquePd pd;
 	ChildCount children;
+	/* The adapter's maximum read limits (max_qp_rd_atom, _init_rd_atom). */
+	cm::ReadLimits adapter_read_limits;
+	/* What the application may send with connect, accept and reject. */
+	CmDataLimits cm_limits;
+	bool iwarp;
 
 	int close();
 };

@@ -1,5 +1,9 @@
 /* nd_eq.cpp: the event queue (fid_eq), see nd_eq.h. */
 #include "nd_eq.h"
+#include "nd_cm.h"
+#include "nd_cm_data.h"
+
+#include <fcntl.h>
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -264,11 +268,118 @@ ssize_t EventQueue::check_read_args(uint32_t *event, void *buf, size_t len) cons
 	return 0;
 }
 
+int EventQueue::cm_channel(rdma_event_channel **out)
+{
+	std::lock_guard<std::mutex> guard(lock_);
+	if (!cm_channel_) {
+		UniqueEventChannel channel(rdma_create_event_channel());
+		if (!channel) {
+			int err = errno;
+			ND_WARN(FI_LOG_EQ, "rdma_create_event_channel: %s\n", std::strerror(err));
+			return fi_error_of_errno(err);
+		}
+		int flags = fcntl(channel->fd, F_GETFL);
+		if (flags < 0 || fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+			ND_WARN(FI_LOG_EQ, "cannot make the CM channel non-blocking: %s\n",
+				std::strerror(errno));
+			return -FI_EOTHER;
+		}
+		epoll_event ev{};
+		ev.events = EPOLLIN;
+		ev.data.fd = channel->fd;
+		if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, channel->fd, &ev) != 0) {
+			ND_WARN(FI_LOG_EQ, "epoll_ctl(CM channel): %s\n", std::strerror(errno));
+			return -FI_ENOMEM;
+		}
+		cm_channel_ = std::move(channel);
+	}
+	*out = cm_channel_.get();
+	return 0;
+}
+
+namespace {
+
+CmEventCopy copy_event(const rdma_cm_event &event)
+{
+	CmEventCopy copy;
+	copy.type = event.event;
+	copy.status = event.status;
+	copy.id = event.id;
+	copy.listen_id = event.listen_id;
+	copy.responder_resources = event.param.conn.responder_resources;
+	copy.initiator_depth = event.param.conn.initiator_depth;
+	copy.qp_num = event.param.conn.qp_num;
+	if (event.param.conn.private_data && event.param.conn.private_data_len) {
+		const uint8_t *data = static_cast<const uint8_t *>(event.param.conn.private_data);
+		copy.private_data.assign(data, data + event.param.conn.private_data_len);
+	}
+	return copy;
+}
+
+void dispatch(const CmEventCopy &event)
+{
+	/* A connection request belongs to the listener until someone takes it. */
+	rdma_cm_id *owner_id = event.type == RDMA_CM_EVENT_CONNECT_REQUEST ? event.listen_id
+									   : event.id;
+	auto *target = owner_id ? static_cast<CmTarget *>(owner_id->context) : nullptr;
+	if (!target) {
+		ND_INFO(FI_LOG_EQ, "CM event %s for an id nobody owns; absorbed\n",
+			cm::event_name(event.type));
+		return;
+	}
+	switch (target->kind) {
+	case CmTargetKind::passive_endpoint:
+		pep_cm_event(target->owner, event);
+		break;
+	case CmTargetKind::connection_request:
+		connreq_cm_event(target->owner, event);
+		break;
+	case CmTargetKind::endpoint:
+		ep_cm_event(target->owner, event);
+		break;
+	}
+}
+
+} // namespace
+
+void EventQueue::progress()
+{
+	rdma_event_channel *channel;
+	{
+		std::lock_guard<std::mutex> guard(lock_);
+		channel = cm_channel_.get();
+	}
+	if (!channel)
+		return;
+	std::lock_guard<std::mutex> progress_guard(progress_lock_);
+	for (;;) {
+		rdma_cm_event *raw = nullptr;
+		if (rdma_get_cm_event(channel, &raw)) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				ND_WARN(FI_LOG_EQ, "rdma_get_cm_event: %s\n", std::strerror(errno));
+			return;
+		}
+		CmEventCopy copy;
+		try {
+			copy = copy_event(*raw);
+		} catch (...) {
+			rdma_ack_cm_event(raw);
+			throw;
+		}
+		/* Acknowledge before acting: rdma_destroy_id waits for every
+		 * event of its id to be acknowledged. */
+		rdma_ack_cm_event(raw);
+		ND_TRACE(FI_LOG_EQ, "CM event %s status %d\n", cm::event_name(copy.type), copy.status);
+		dispatch(copy);
+	}
+}
+
 ssize_t EventQueue::read(uint32_t *event, void *buf, size_t len, uint64_t flags)
 {
 	ssize_t ret = check_read_args(event, buf, len);
 	if (ret)
 		return ret;
+	progress();
 	std::lock_guard<std::mutex> guard(lock_);
 	if (entries_.empty())
 		return -FI_EAGAIN;
@@ -298,6 +409,7 @@ ssize_t EventQueue::readerr(fi_eq_err_entry *buf, uint64_t flags)
 		ND_WARN(FI_LOG_EQ, "fi_eq_readerr: buf is NULL\n");
 		return -FI_EINVAL;
 	}
+	progress();
 	std::lock_guard<std::mutex> guard(lock_);
 	if (entries_.empty() || !entries_.front().is_error)
 		return -FI_EAGAIN;
@@ -418,6 +530,7 @@ int EventQueue::control(int command, void *arg)
 
 int EventQueue::trywait()
 {
+	progress();
 	return depth() ? -FI_EAGAIN : 0;
 }
 
@@ -429,7 +542,7 @@ int EventQueue::close()
 	}
 	if (parent_)
 		parent_->release();
-	delete this;
+	delete this; /* every id on the CM channel is gone: nothing is bound */
 	return 0;
 }
 

@@ -16,6 +16,7 @@
 #define ND_EQ_H
 
 #include "nd.h"
+#include "nd_verbs.h"
 
 #include <rdma/fi_eq.h>
 
@@ -66,6 +67,14 @@ struct EventQueue {
 	int close();
 	int trywait();
 
+	/* The rdma_cm event channel of this EQ, created on first use and
+	 * added to the wait set. Objects bound to the EQ keep their ids on it. */
+	int cm_channel(rdma_event_channel **out);
+	/* Drains the CM channel and dispatches its events (see nd_cm.h). */
+	void progress();
+	/* Held by dispatch and by the connection calls of objects bound here. */
+	std::mutex &progress_lock() { return progress_lock_; }
+
 	ChildCount bound;			/* endpoints and PEPs bound to this EQ */
 
 	/* Everything below is private to nd_eq.cpp; public only so the type
@@ -78,6 +87,8 @@ struct EventQueue {
 	int event_fd_;
 	int epoll_fd_;
 	std::mutex lock_;
+	std::mutex progress_lock_;
+	UniqueEventChannel cm_channel_;
 	std::deque<EqEntry> entries_;
 	std::vector<uint8_t> delivered_err_data_; /* readerr's provider-owned buffer */
 

@@ -2,6 +2,7 @@
 #include "nd_fabric.h"
 #include "nd_domain.h"
 #include "nd_eq.h"
+#include "nd_pep.h"
 #include "nd_unsupported.h"
 
 #include <cstdio>
@@ -84,7 +85,7 @@ fi_ops fabric_fid_ops = {
 fi_ops_fabric fabric_ops = {
 	.size = sizeof(fi_ops_fabric),
 	.domain = open_domain,
-	.passive_ep = unsupported::passive_ep,
+	.passive_ep = open_passive_ep,
 	.eq_open = fabric_eq_open,
 	.wait_open = unsupported::wait_open,
 	.trywait = fabric_trywait,

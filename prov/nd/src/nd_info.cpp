@@ -276,10 +276,15 @@ std::string fabric_name(const PortAddress &address)
 	return network_prefix(address.addr, address.prefix_len);
 }
 
+CmDataLimits user_cm_limits(bool iwarp) noexcept
+{
+	CmDataLimits t = transport_cm_limits(iwarp);
+	return {t.connect - kCmFramingBytes, t.accept - kCmFramingBytes, t.reject - kCmFramingBytes};
+}
+
 CmDataLimits user_cm_limits(const Adapter &adapter) noexcept
 {
-	CmDataLimits t = transport_cm_limits(adapter);
-	return {t.connect - kCmFramingBytes, t.accept - kCmFramingBytes, t.reject - kCmFramingBytes};
+	return user_cm_limits(adapter.iwarp);
 }
 
 int negotiate_mr_mode(uint32_t version, const fi_info *hints) noexcept

@@ -73,6 +73,7 @@ std::string fabric_name(const PortAddress &address);
 
 /* The user-visible private data limits (transport limits minus framing). */
 CmDataLimits user_cm_limits(const Adapter &adapter) noexcept;
+CmDataLimits user_cm_limits(bool iwarp) noexcept;
 
 /*
  * Why `hints` cannot be satisfied by this adapter/address, in words for the

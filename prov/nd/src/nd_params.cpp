@@ -22,6 +22,10 @@ void define_params() noexcept
 			"the provider offers (default: all interfaces with an RDMA device).");
 	fi_param_define(&nd_prov, "ipv6", FI_PARAM_BOOL,
 			"Offer IPv6 addresses as well as IPv4 (default yes).");
+	fi_param_define(&nd_prov, "resolve_timeout_ms", FI_PARAM_INT,
+			"Time fi_connect allows address and route resolution each, in "
+			"milliseconds, before the attempt fails with FI_ETIMEDOUT or "
+			"FI_EHOSTUNREACH (default 2000).");
 	fi_param_define(&nd_prov, "topology", FI_PARAM_BOOL,
 			"Order devices nearest-first to the calling thread's CPUs using hwloc "
 			"(default yes).");

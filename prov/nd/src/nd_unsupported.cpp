@@ -106,4 +106,146 @@ int ops_open(fid *, const char *name, uint64_t, void **, void *) noexcept
 	return -FI_ENOSYS;
 }
 
+ssize_t cancel(fid *, void *) noexcept
+{
+	return not_implemented("fi_cancel", kLater);
+}
+
+int tx_ctx(fid_ep *, int, fi_tx_attr *, fid_ep **, void *) noexcept
+{
+	return not_implemented("fi_tx_context", "only scalable endpoints have contexts");
+}
+
+int rx_ctx(fid_ep *, int, fi_rx_attr *, fid_ep **, void *) noexcept
+{
+	return not_implemented("fi_rx_context", "only scalable endpoints have contexts");
+}
+
+ssize_t rx_size_left(fid_ep *) noexcept
+{
+	return not_implemented("fi_rx_size_left", "deprecated by libfabric");
+}
+
+ssize_t tx_size_left(fid_ep *) noexcept
+{
+	return not_implemented("fi_tx_size_left", "deprecated by libfabric");
+}
+
+int setopt(fid *, int, int optname, const void *, size_t) noexcept
+{
+	ND_WARN(FI_LOG_EP_CTRL, "fi_setopt: option %d cannot be set on this object\n", optname);
+	return -FI_ENOPROTOOPT;
+}
+
+int getpeer(fid_ep *, void *, size_t *) noexcept
+{
+	return not_implemented("fi_getpeer", "a passive endpoint has no peer");
+}
+
+int connect(fid_ep *, const void *, const void *, size_t) noexcept
+{
+	return not_implemented("fi_connect", "not an active endpoint");
+}
+
+int listen(fid_pep *) noexcept
+{
+	return not_implemented("fi_listen", "not a passive endpoint");
+}
+
+int accept(fid_ep *, const void *, size_t) noexcept
+{
+	return not_implemented("fi_accept", "not an active endpoint");
+}
+
+int reject(fid_pep *, fid_t, const void *, size_t) noexcept
+{
+	return not_implemented("fi_reject", "rejecting is the passive endpoint's");
+}
+
+int shutdown(fid_ep *, uint64_t) noexcept
+{
+	return not_implemented("fi_shutdown", "not an active endpoint");
+}
+
+int join(fid_ep *, const void *, uint64_t, fid_mc **, void *) noexcept
+{
+	return not_implemented("fi_join", "multicast is not offered");
+}
+
+namespace {
+
+ssize_t data_path(const char *operation) noexcept
+{
+	return not_implemented(operation, kLater);
+}
+
+} // namespace
+
+fi_ops_msg msg_ops = {
+	.size = sizeof(fi_ops_msg),
+	.recv = [](fid_ep *, void *, size_t, void *, fi_addr_t, void *) noexcept { return data_path("fi_recv"); },
+	.recvv = [](fid_ep *, const iovec *, void **, size_t, fi_addr_t, void *) noexcept { return data_path("fi_recvv"); },
+	.recvmsg = [](fid_ep *, const fi_msg *, uint64_t) noexcept { return data_path("fi_recvmsg"); },
+	.send = [](fid_ep *, const void *, size_t, void *, fi_addr_t, void *) noexcept { return data_path("fi_send"); },
+	.sendv = [](fid_ep *, const iovec *, void **, size_t, fi_addr_t, void *) noexcept { return data_path("fi_sendv"); },
+	.sendmsg = [](fid_ep *, const fi_msg *, uint64_t) noexcept { return data_path("fi_sendmsg"); },
+	.inject = [](fid_ep *, const void *, size_t, fi_addr_t) noexcept { return data_path("fi_inject"); },
+	.senddata = [](fid_ep *, const void *, size_t, void *, uint64_t, fi_addr_t, void *) noexcept { return data_path("fi_senddata"); },
+	.injectdata = [](fid_ep *, const void *, size_t, uint64_t, fi_addr_t) noexcept { return data_path("fi_injectdata"); },
+};
+
+fi_ops_rma rma_ops = {
+	.size = sizeof(fi_ops_rma),
+	.read = [](fid_ep *, void *, size_t, void *, fi_addr_t, uint64_t, uint64_t, void *) noexcept { return data_path("fi_read"); },
+	.readv = [](fid_ep *, const iovec *, void **, size_t, fi_addr_t, uint64_t, uint64_t, void *) noexcept { return data_path("fi_readv"); },
+	.readmsg = [](fid_ep *, const fi_msg_rma *, uint64_t) noexcept { return data_path("fi_readmsg"); },
+	.write = [](fid_ep *, const void *, size_t, void *, fi_addr_t, uint64_t, uint64_t, void *) noexcept { return data_path("fi_write"); },
+	.writev = [](fid_ep *, const iovec *, void **, size_t, fi_addr_t, uint64_t, uint64_t, void *) noexcept { return data_path("fi_writev"); },
+	.writemsg = [](fid_ep *, const fi_msg_rma *, uint64_t) noexcept { return data_path("fi_writemsg"); },
+	.inject = [](fid_ep *, const void *, size_t, fi_addr_t, uint64_t, uint64_t) noexcept { return data_path("fi_inject_write"); },
+	.writedata = [](fid_ep *, const void *, size_t, void *, uint64_t, fi_addr_t, uint64_t, uint64_t, void *) noexcept { return data_path("fi_writedata"); },
+	.injectdata = [](fid_ep *, const void *, size_t, uint64_t, fi_addr_t, uint64_t, uint64_t) noexcept { return data_path("fi_inject_writedata"); },
+};
+
+namespace {
+ssize_t no_tagged() noexcept
+{
+	return not_implemented("tagged messaging", "FI_TAGGED is not offered; use ofi_rxm over nd");
+}
+ssize_t no_atomic() noexcept
+{
+	return not_implemented("atomics", "FI_ATOMIC is not offered");
+}
+} // namespace
+
+fi_ops_tagged tagged_ops = {
+	.size = sizeof(fi_ops_tagged),
+	.recv = [](fid_ep *, void *, size_t, void *, fi_addr_t, uint64_t, uint64_t, void *) noexcept { return no_tagged(); },
+	.recvv = [](fid_ep *, const iovec *, void **, size_t, fi_addr_t, uint64_t, uint64_t, void *) noexcept { return no_tagged(); },
+	.recvmsg = [](fid_ep *, const fi_msg_tagged *, uint64_t) noexcept { return no_tagged(); },
+	.send = [](fid_ep *, const void *, size_t, void *, fi_addr_t, uint64_t, void *) noexcept { return no_tagged(); },
+	.sendv = [](fid_ep *, const iovec *, void **, size_t, fi_addr_t, uint64_t, void *) noexcept { return no_tagged(); },
+	.sendmsg = [](fid_ep *, const fi_msg_tagged *, uint64_t) noexcept { return no_tagged(); },
+	.inject = [](fid_ep *, const void *, size_t, fi_addr_t, uint64_t) noexcept { return no_tagged(); },
+	.senddata = [](fid_ep *, const void *, size_t, void *, uint64_t, fi_addr_t, uint64_t, void *) noexcept { return no_tagged(); },
+	.injectdata = [](fid_ep *, const void *, size_t, uint64_t, fi_addr_t, uint64_t) noexcept { return no_tagged(); },
+};
+
+fi_ops_atomic atomic_ops = {
+	.size = sizeof(fi_ops_atomic),
+	.write = [](fid_ep *, const void *, size_t, void *, fi_addr_t, uint64_t, uint64_t, fi_datatype, fi_op, void *) noexcept { return no_atomic(); },
+	.writev = [](fid_ep *, const fi_ioc *, void **, size_t, fi_addr_t, uint64_t, uint64_t, fi_datatype, fi_op, void *) noexcept { return no_atomic(); },
+	.writemsg = [](fid_ep *, const fi_msg_atomic *, uint64_t) noexcept { return no_atomic(); },
+	.inject = [](fid_ep *, const void *, size_t, fi_addr_t, uint64_t, uint64_t, fi_datatype, fi_op) noexcept { return no_atomic(); },
+	.readwrite = [](fid_ep *, const void *, size_t, void *, void *, void *, fi_addr_t, uint64_t, uint64_t, fi_datatype, fi_op, void *) noexcept { return no_atomic(); },
+	.readwritev = [](fid_ep *, const fi_ioc *, void **, size_t, fi_ioc *, void **, size_t, fi_addr_t, uint64_t, uint64_t, fi_datatype, fi_op, void *) noexcept { return no_atomic(); },
+	.readwritemsg = [](fid_ep *, const fi_msg_atomic *, fi_ioc *, void **, size_t, uint64_t) noexcept { return no_atomic(); },
+	.compwrite = [](fid_ep *, const void *, size_t, void *, const void *, void *, void *, void *, fi_addr_t, uint64_t, uint64_t, fi_datatype, fi_op, void *) noexcept { return no_atomic(); },
+	.compwritev = [](fid_ep *, const fi_ioc *, void **, size_t, const fi_ioc *, void **, size_t, fi_ioc *, void **, size_t, fi_addr_t, uint64_t, uint64_t, fi_datatype, fi_op, void *) noexcept { return no_atomic(); },
+	.compwritemsg = [](fid_ep *, const fi_msg_atomic *, const fi_ioc *, void **, size_t, fi_ioc *, void **, size_t, uint64_t) noexcept { return no_atomic(); },
+	.writevalid = [](fid_ep *, fi_datatype, fi_op, size_t *) noexcept { return static_cast<int>(no_atomic()); },
+	.readwritevalid = [](fid_ep *, fi_datatype, fi_op, size_t *) noexcept { return static_cast<int>(no_atomic()); },
+	.compwritevalid = [](fid_ep *, fi_datatype, fi_op, size_t *) noexcept { return static_cast<int>(no_atomic()); },
+};
+
 } // namespace nd::unsupported

@@ -9,7 +9,11 @@
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
 
 namespace nd::unsupported {
 
@@ -35,6 +39,27 @@ int mr_regv(fid *, const iovec *, size_t, uint64_t, uint64_t, uint64_t, uint64_t
 int mr_regattr(fid *, const fi_mr_attr *, uint64_t, fid_mr **) noexcept;
 
 int ops_open(fid *, const char *, uint64_t, void **, void *) noexcept;
+
+/* Endpoint and CM slots that do not apply to an object. */
+ssize_t cancel(fid *, void *) noexcept;
+int tx_ctx(fid_ep *, int, fi_tx_attr *, fid_ep **, void *) noexcept;
+int rx_ctx(fid_ep *, int, fi_rx_attr *, fid_ep **, void *) noexcept;
+ssize_t rx_size_left(fid_ep *) noexcept;
+ssize_t tx_size_left(fid_ep *) noexcept;
+int setopt(fid *, int, int, const void *, size_t) noexcept;
+int getpeer(fid_ep *, void *, size_t *) noexcept;
+int connect(fid_ep *, const void *, const void *, size_t) noexcept;
+int listen(fid_pep *) noexcept;
+int accept(fid_ep *, const void *, size_t) noexcept;
+int reject(fid_pep *, fid_t, const void *, size_t) noexcept;
+int shutdown(fid_ep *, uint64_t) noexcept;
+int join(fid_ep *, const void *, uint64_t, fid_mc **, void *) noexcept;
+
+/* Data transfer tables of an endpoint whose data path is not there yet. */
+extern fi_ops_msg msg_ops;
+extern fi_ops_rma rma_ops;
+extern fi_ops_tagged tagged_ops;
+extern fi_ops_atomic atomic_ops;
 
 } // namespace nd::unsupported
 

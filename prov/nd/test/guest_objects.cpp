@@ -10,6 +10,7 @@
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_rma.h>
 
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -144,10 +145,6 @@ Test(objects, eq_open_rejects_bad_attributes)
 Test(objects, later_operations_say_enosys)
 {
 	Opened o = open_fabric_and_domain();
-	fid_ep *ep = nullptr;
-	cr_assert_eq(fi_endpoint(o.domain, o.info.get(), &ep, nullptr), -FI_ENOSYS);
-	fid_pep *pep = nullptr;
-	cr_assert_eq(fi_passive_ep(o.fabric, o.info.get(), &pep, nullptr), -FI_ENOSYS);
 	fi_cq_attr cq_attr{};
 	fid_cq *cq = nullptr;
 	cr_assert_eq(fi_cq_open(o.domain, &cq_attr, &cq, nullptr), -FI_ENOSYS);
@@ -158,6 +155,46 @@ Test(objects, later_operations_say_enosys)
 	fi_av_attr av_attr{};
 	fid_av *av = nullptr;
 	cr_assert_eq(fi_av_open(o.domain, &av_attr, &av, nullptr), -FI_ENOSYS);
+	fid_ep *ep = nullptr;
+	cr_assert_eq(fi_endpoint(o.domain, o.info.get(), &ep, nullptr), 0);
+	cr_assert_eq(fi_send(ep, buf, sizeof(buf), nullptr, 0, nullptr), -FI_ENOSYS);
+	cr_assert_eq(fi_read(ep, buf, sizeof(buf), nullptr, 0, 0, 0, nullptr), -FI_ENOSYS);
+	cr_assert_eq(fi_ep_bind(ep, &o.domain->fid, 0), -FI_EINVAL, "a domain is not bound to an endpoint");
+	cr_assert_eq(fi_close(&o.domain->fid), -FI_EBUSY, "the endpoint is open");
+	cr_assert_eq(fi_close(&ep->fid), 0);
+	cr_assert_eq(fi_close(&o.domain->fid), 0);
+	cr_assert_eq(fi_close(&o.fabric->fid), 0);
+}
+
+Test(objects, endpoints_check_their_arguments)
+{
+	Opened o = open_fabric_and_domain();
+	fid_ep *ep = nullptr;
+	cr_assert_eq(fi_endpoint(o.domain, nullptr, &ep, nullptr), -FI_EINVAL);
+	InfoPtr bad(fi_dupinfo(o.info.get()));
+	bad->ep_attr->type = FI_EP_RDM;
+	cr_assert_eq(fi_endpoint(o.domain, bad.get(), &ep, nullptr), -FI_EINVAL);
+	bad->ep_attr->type = FI_EP_MSG;
+	fid_t fake_handle = &o.domain->fid;
+	bad->handle = fake_handle;
+	cr_assert_eq(fi_endpoint(o.domain, bad.get(), &ep, nullptr), -FI_EINVAL,
+		     "a handle that is not a connection request");
+	bad->handle = nullptr;
+	cr_assert_null(ep);
+	cr_assert_eq(fi_endpoint(o.domain, o.info.get(), &ep, nullptr), 0);
+	cr_assert_eq(fi_enable(ep), -FI_ENOEQ, "an endpoint needs its EQ first");
+	char addr[8] = {};
+	cr_assert_eq(fi_setname(&ep->fid, addr, sizeof(addr)), -FI_EINVAL);
+	int value = 1;
+	cr_assert_eq(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, 12345, &value, sizeof(value)), -FI_ENOPROTOOPT);
+	cr_assert_eq(fi_close(&ep->fid), 0);
+	fid_pep *pep = nullptr;
+	cr_assert_eq(fi_passive_ep(o.fabric, o.info.get(), &pep, nullptr), 0);
+	cr_assert_eq(fi_listen(pep), -FI_ENOEQ, "a listener needs its EQ first");
+	int backlog = -1;
+	cr_assert_eq(fi_control(&pep->fid, FI_BACKLOG, &backlog), -FI_EINVAL);
+	cr_assert_eq(fi_close(&o.fabric->fid), -FI_EBUSY, "the listener is open");
+	cr_assert_eq(fi_close(&pep->fid), 0);
 	cr_assert_eq(fi_close(&o.domain->fid), 0);
 	cr_assert_eq(fi_close(&o.fabric->fid), 0);
 }

@@ -1,0 +1,524 @@
+/* nd_ep.cpp: the active endpoint object: open, bind, enable, options, names, close. */
+#include "nd_ep.h"
+#include "nd_domain.h"
+#include "nd_eq.h"
+#include "nd_info.h"
+#include "nd_pep.h"
+#include "nd_unsupported.h"
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_ext_nd.h>
+
+#include <cstring>
+#include <memory>
+
+namespace nd {
+
+Endpoint::Endpoint(Domain *d, fi_info *i, cm::Side side)
+	: ep{}, domain(d), info(i), eq(nullptr), target{CmTargetKind::endpoint, this}, cm{},
+	  fsm(side, false), wanted(d->adapter_read_limits), manual_complete(false),
+	  shared_addr(false), bound(false), enabled(false), tuple_claimed(false), negotiated(false),
+	  has_request(false), request_peer_gone(false)
+{
+}
+
+cm::ReadLimits Endpoint::offered() const noexcept
+{
+	return cm::cap(wanted, domain->adapter_read_limits);
+}
+
+namespace {
+
+Endpoint *ep_of(fid *fid) { return reinterpret_cast<Endpoint *>(fid); }
+Endpoint *ep_of(fid_ep *ep) { return reinterpret_cast<Endpoint *>(ep); }
+
+/* Runs `fn` under the progress lock of the endpoint's EQ, if it has one. */
+template <typename Fn>
+int with_progress_lock(Endpoint *ep, Fn &&fn)
+{
+	if (!ep->eq)
+		return fn();
+	std::lock_guard<std::mutex> guard(ep->eq->progress_lock());
+	return fn();
+}
+
+int ensure_id(Endpoint *ep)
+{
+	rdma_event_channel *channel = nullptr;
+	if (ep->eq) {
+		int ret = ep->eq->cm_channel(&channel);
+		if (ret)
+			return ret;
+	}
+	return ep->cm.ensure(channel, &ep->target);
+}
+
+int bind_eq(Endpoint *ep, EventQueue *eq)
+{
+	if (ep->eq) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: the endpoint already has an EQ\n");
+		return -FI_EINVAL;
+	}
+	rdma_event_channel *channel;
+	int ret = eq->cm_channel(&channel);
+	if (ret)
+		return ret;
+	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	ret = ep->cm.migrate(channel);
+	if (ret)
+		return ret;
+	ep->eq = eq;
+	eq->bound.acquire();
+	return 0;
+}
+
+int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags) noexcept
+{
+	Endpoint *ep = ep_of(fid);
+	if (!bfid) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: NULL fid\n");
+		return -FI_EINVAL;
+	}
+	switch (bfid->fclass) {
+	case FI_CLASS_EQ:
+		return guarded("fi_ep_bind(eq)",
+			       [&] { return bind_eq(ep, from_fid<EventQueue>(bfid)); });
+	case FI_CLASS_CQ:
+	case FI_CLASS_CNTR:
+	case FI_CLASS_SRX_CTX:
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: completion queues, counters and shared receive "
+			"contexts are not implemented yet\n");
+		return -FI_ENOSYS;
+	default:
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind a fid of class %zu\n", bfid->fclass);
+		return -FI_EINVAL;
+	}
+}
+
+int enable(Endpoint *ep)
+{
+	if (!ep->eq) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an EQ first\n");
+		return -FI_ENOEQ;
+	}
+	if (ep->enabled)
+		return 0;
+	int ret = ep->create_queue_pair();
+	if (ret)
+		return ret;
+	ep->enabled = true;
+	return 0;
+}
+
+int peer_read_limits(Endpoint *ep, void *arg)
+{
+	if (!arg)
+		return -FI_EINVAL;
+	if (!ep->negotiated && !ep->has_request) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_peer_read_limits: the peer has not answered yet\n");
+		return -FI_ENOTCONN;
+	}
+	*static_cast<fi_nd_read_limits *>(arg) = {ep->peer_offer.inbound, ep->peer_offer.outbound};
+	return 0;
+}
+
+int qp_read_limits(Endpoint *ep, void *arg)
+{
+	if (!arg)
+		return -FI_EINVAL;
+	if (!ep->qp) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_qp_read_limits: no queue pair before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	ibv_qp_attr attr{};
+	ibv_qp_init_attr init{};
+	int rc = ibv_query_qp(ep->qp.get(), &attr, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC,
+			      &init);
+	if (rc) {
+		ND_WARN(FI_LOG_EP_CTRL, "ibv_query_qp: %s\n", std::strerror(rc));
+		return fi_error_of_errno(rc);
+	}
+	*static_cast<fi_nd_read_limits *>(arg) = {attr.max_dest_rd_atomic, attr.max_rd_atomic};
+	return 0;
+}
+
+int ep_control(struct fid *fid, int command, void *arg) noexcept
+{
+	Endpoint *ep = ep_of(fid);
+	return guarded("fi_control(ep)", [&] {
+		switch (command) {
+		case FI_ENABLE:
+			return with_progress_lock(ep, [&] { return enable(ep); });
+		case FI_ND_COMPLETE_CONNECT:
+			return ep->complete_connect();
+		case FI_ND_REJECT_CONNECT: {
+			if (!arg) {
+				ND_WARN(FI_LOG_EP_CTRL, "fi_nd_reject_connect: no fi_nd_cm_data\n");
+				return -FI_EINVAL;
+			}
+			auto *data = static_cast<const fi_nd_cm_data *>(arg);
+			return ep->reject_connect(data->data, data->len);
+		}
+		case FI_ND_GET_PEER_READ_LIMITS:
+			return with_progress_lock(ep, [&] { return peer_read_limits(ep, arg); });
+		case FI_ND_GET_QP_READ_LIMITS:
+			return with_progress_lock(ep, [&] { return qp_read_limits(ep, arg); });
+		default:
+			ND_WARN(FI_LOG_EP_CTRL, "fi_control(ep): command %d not supported\n", command);
+			return -FI_ENOSYS;
+		}
+	});
+}
+
+int ep_close(struct fid *fid) noexcept
+{
+	return guarded("fi_close(ep)", [&] { return ep_of(fid)->close(); });
+}
+
+/* ---- options ---- */
+
+template <typename T>
+int put_option(const T &value, void *optval, size_t *optlen)
+{
+	if (!optval || !optlen)
+		return -FI_EINVAL;
+	if (*optlen < sizeof(T)) {
+		*optlen = sizeof(T);
+		return -FI_ETOOSMALL;
+	}
+	std::memcpy(optval, &value, sizeof(T));
+	*optlen = sizeof(T);
+	return 0;
+}
+
+template <typename T>
+int take_option(const void *optval, size_t optlen, T *value)
+{
+	if (!optval || optlen != sizeof(T)) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_setopt: the value must be %zu bytes, not %zu\n", sizeof(T),
+			optlen);
+		return -FI_EINVAL;
+	}
+	std::memcpy(value, optval, sizeof(T));
+	return 0;
+}
+
+int ep_getopt(struct fid *fid, int level, int optname, void *optval, size_t *optlen) noexcept
+{
+	Endpoint *ep = ep_of(fid);
+	if (level != FI_OPT_ENDPOINT)
+		return -FI_ENOPROTOOPT;
+	return guarded("fi_getopt(ep)", [&] {
+		return with_progress_lock(ep, [&]() -> int {
+			const CmDataLimits &limits = ep->domain->cm_limits;
+			const cm::ReadLimits limits_now = ep->negotiated ? ep->effective : ep->offered();
+			switch (optname) {
+			case FI_OPT_CM_DATA_SIZE:
+				return put_option<size_t>(limits.connect, optval, optlen);
+			case FI_OPT_ND_ACCEPT_DATA_SIZE:
+				return put_option<size_t>(limits.accept, optval, optlen);
+			case FI_OPT_ND_REJECT_DATA_SIZE:
+				return put_option<size_t>(limits.reject, optval, optlen);
+			case FI_OPT_ND_INBOUND_READ_LIMIT:
+				return put_option<uint32_t>(limits_now.inbound, optval, optlen);
+			case FI_OPT_ND_OUTBOUND_READ_LIMIT:
+				return put_option<uint32_t>(limits_now.outbound, optval, optlen);
+			case FI_OPT_ND_MANUAL_COMPLETE:
+				return put_option<int>(ep->manual_complete ? 1 : 0, optval, optlen);
+			case FI_OPT_ND_SHARED_ADDR:
+				return put_option<int>(ep->shared_addr ? 1 : 0, optval, optlen);
+			default:
+				return -FI_ENOPROTOOPT;
+			}
+		});
+	});
+}
+
+int ep_setopt(struct fid *fid, int level, int optname, const void *optval, size_t optlen) noexcept
+{
+	Endpoint *ep = ep_of(fid);
+	if (level != FI_OPT_ENDPOINT)
+		return -FI_ENOPROTOOPT;
+	return guarded("fi_setopt(ep)", [&] {
+		return with_progress_lock(ep, [&]() -> int {
+			const bool before_connecting = ep->fsm.state() == EpState::idle;
+			int ret;
+			switch (optname) {
+			case FI_OPT_ND_INBOUND_READ_LIMIT:
+			case FI_OPT_ND_OUTBOUND_READ_LIMIT: {
+				uint32_t value = 0;
+				if ((ret = take_option(optval, optlen, &value)))
+					return ret;
+				if (!before_connecting) {
+					ND_WARN(FI_LOG_EP_CTRL, "read limits are set before fi_connect/fi_accept\n");
+					return -FI_EOPBADSTATE;
+				}
+				(optname == FI_OPT_ND_INBOUND_READ_LIMIT ? ep->wanted.inbound
+									 : ep->wanted.outbound) = value;
+				return 0;
+			}
+			case FI_OPT_ND_MANUAL_COMPLETE: {
+				int value = 0;
+				if ((ret = take_option(optval, optlen, &value)))
+					return ret;
+				if (!before_connecting)
+					return -FI_EOPBADSTATE;
+				if (ep->fsm.side() == cm::Side::passive) {
+					ND_WARN(FI_LOG_EP_CTRL, "manual completion is for the connecting side\n");
+					return -FI_EINVAL;
+				}
+				ep->manual_complete = value != 0;
+				ep->fsm.set_manual(ep->manual_complete);
+				return 0;
+			}
+			case FI_OPT_ND_SHARED_ADDR: {
+				int value = 0;
+				if ((ret = take_option(optval, optlen, &value)))
+					return ret;
+				if (ep->bound || !before_connecting) {
+					ND_WARN(FI_LOG_EP_CTRL, "share the address before fi_setname\n");
+					return -FI_EOPBADSTATE;
+				}
+				ep->shared_addr = value != 0;
+				return 0;
+			}
+			default:
+				ND_WARN(FI_LOG_EP_CTRL, "fi_setopt: option %d cannot be set\n", optname);
+				return -FI_ENOPROTOOPT;
+			}
+		});
+	});
+}
+
+/* ---- names ---- */
+
+int ep_setname(struct fid *fid, void *addr, size_t addrlen) noexcept
+{
+	Endpoint *ep = ep_of(fid);
+	return guarded("fi_setname(ep)", [&] {
+		SockAddr address;
+		if (sockaddr_copy(addr, addrlen, &address)) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_setname: not an IPv4/IPv6 address of %zu bytes\n", addrlen);
+			return -FI_EINVAL;
+		}
+		return with_progress_lock(ep, [&]() -> int {
+			if (ep->bound || ep->fsm.state() != EpState::idle || ep->has_request) {
+				ND_WARN(FI_LOG_EP_CTRL, "fi_setname: the endpoint already has an address\n");
+				return -FI_EOPBADSTATE;
+			}
+			int ret = ensure_id(ep);
+			if (ret)
+				return ret;
+			if (ep->shared_addr) {
+				int one = 1;
+				if (rdma_set_option(ep->cm.id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR,
+						    &one, sizeof(one))) {
+					int err = errno;
+					ND_WARN(FI_LOG_EP_CTRL, "fi_setname: cannot share the address: %s\n",
+						std::strerror(err));
+					return fi_error_of_errno(err);
+				}
+			}
+			if (rdma_bind_addr(ep->cm.id, &address.sa)) {
+				int err = errno;
+				ND_INFO(FI_LOG_EP_CTRL, "fi_setname(%s): %s\n", address.to_string().c_str(),
+					std::strerror(err));
+				/* A failed bind leaves the id unusable for another try. */
+				ep->cm.reset();
+				return fi_error_of_errno(err);
+			}
+			if (ep->cm.id->verbs && ep->cm.id->verbs != ep->domain->context) {
+				ND_WARN(FI_LOG_EP_CTRL, "fi_setname(%s): the address is on another device\n",
+					address.to_string().c_str());
+				ep->cm.reset();
+				return -FI_EINVAL;
+			}
+			ep->bound = true;
+			return 0;
+		});
+	});
+}
+
+int ep_getname(struct fid *fid, void *addr, size_t *addrlen) noexcept
+{
+	Endpoint *ep = ep_of(fid);
+	return guarded("fi_getname(ep)", [&] {
+		return with_progress_lock(ep, [&] {
+			SockAddr local = local_address(ep->cm.id);
+			if (!local.length() && ep->info->src_addr)
+				sockaddr_copy(ep->info->src_addr, ep->info->src_addrlen, &local);
+			return copy_out_address(local, addr, addrlen);
+		});
+	});
+}
+
+int ep_getpeer(fid_ep *fep, void *addr, size_t *addrlen) noexcept
+{
+	Endpoint *ep = ep_of(fep);
+	return guarded("fi_getpeer", [&] {
+		return with_progress_lock(ep, [&] {
+			EpState s = ep->fsm.state();
+			if (s == EpState::idle && !ep->has_request) {
+				ND_INFO(FI_LOG_EP_CTRL, "fi_getpeer: not connected\n");
+				return -FI_ENOTCONN;
+			}
+			if (s == EpState::failed || s == EpState::disconnected) {
+				ND_INFO(FI_LOG_EP_CTRL, "fi_getpeer: the connection is %s\n", to_string(s));
+				return -FI_ENOTCONN;
+			}
+			return copy_out_address(ep->peer, addr, addrlen);
+		});
+	});
+}
+
+int ep_connect(fid_ep *fep, const void *addr, const void *param, size_t paramlen) noexcept
+{
+	return guarded("fi_connect", [&] { return ep_of(fep)->connect(addr, param, paramlen); });
+}
+
+int ep_accept(fid_ep *fep, const void *param, size_t paramlen) noexcept
+{
+	return guarded("fi_accept", [&] { return ep_of(fep)->accept(param, paramlen); });
+}
+
+int ep_shutdown(fid_ep *fep, uint64_t flags) noexcept
+{
+	return guarded("fi_shutdown", [&] { return ep_of(fep)->shutdown(flags); });
+}
+
+fi_ops ep_fid_ops = {
+	.size = sizeof(fi_ops),
+	.close = ep_close,
+	.bind = ep_bind,
+	.control = ep_control,
+	.ops_open = unsupported::ops_open,
+	.tostr = nullptr,
+	.ops_set = nullptr,
+};
+
+fi_ops_ep ep_ops = {
+	.size = sizeof(fi_ops_ep),
+	.cancel = unsupported::cancel,
+	.getopt = ep_getopt,
+	.setopt = ep_setopt,
+	.tx_ctx = unsupported::tx_ctx,
+	.rx_ctx = unsupported::rx_ctx,
+	.rx_size_left = unsupported::rx_size_left,
+	.tx_size_left = unsupported::tx_size_left,
+};
+
+fi_ops_cm ep_cm_ops = {
+	.size = sizeof(fi_ops_cm),
+	.setname = ep_setname,
+	.getname = ep_getname,
+	.getpeer = ep_getpeer,
+	.connect = ep_connect,
+	.listen = unsupported::listen,
+	.accept = ep_accept,
+	.reject = unsupported::reject,
+	.shutdown = ep_shutdown,
+	.join = unsupported::join,
+};
+
+struct InfoDeleter {
+	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
+};
+
+int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *context)
+{
+	if (!fdomain || !info || !out) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: domain, info and ep must not be NULL\n");
+		return -FI_EINVAL;
+	}
+	if (info->ep_attr && info->ep_attr->type != FI_EP_MSG && info->ep_attr->type != FI_EP_UNSPEC) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_EP_MSG only\n");
+		return -FI_EINVAL;
+	}
+	if (!info->tx_attr || !info->rx_attr) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info without tx/rx attributes\n");
+		return -FI_EINVAL;
+	}
+	Domain *domain = from_fid<Domain>(fdomain);
+	std::unique_ptr<fi_info, InfoDeleter> copy(fi_dupinfo(info));
+	if (!copy)
+		return -FI_ENOMEM;
+
+	ConnRequest *request = nullptr;
+	if (info->handle) {
+		if (info->handle->fclass != FI_CLASS_CONNREQ) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is not a connection request\n");
+			return -FI_EINVAL;
+		}
+		request = take_request(info->handle);
+		if (!request)
+			return -FI_EINVAL;
+		if (request->id->verbs != domain->context) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: the request arrived on another device than this domain's\n");
+			rdma_reject(request->id, nullptr, 0);
+			rdma_destroy_id(request->id);
+			release_request(request);
+			return -FI_EINVAL;
+		}
+		copy->handle = nullptr;
+	}
+	auto ep = std::make_unique<Endpoint>(domain, copy.get(),
+					     request ? cm::Side::passive : cm::Side::active);
+	copy.release();
+	ep->ep.fid.fclass = FI_CLASS_EP;
+	ep->ep.fid.context = context;
+	ep->ep.fid.ops = &ep_fid_ops;
+	ep->ep.ops = &ep_ops;
+	ep->ep.cm = &ep_cm_ops;
+	ep->ep.msg = &unsupported::msg_ops;
+	ep->ep.rma = &unsupported::rma_ops;
+	ep->ep.tagged = &unsupported::tagged_ops;
+	ep->ep.atomic = &unsupported::atomic_ops;
+	if (request) {
+		ep->cm.adopt(request->id, &ep->target);
+		ep->has_request = true;
+		ep->request_peer_gone = request->peer_gone;
+		ep->peer_offer = request->offer();
+		ep->peer = peer_address(request->id);
+		release_request(request);
+	}
+	domain->children.acquire();
+	*out = &ep.release()->ep;
+	return 0;
+}
+
+} // namespace
+
+int Endpoint::close()
+{
+	auto teardown = [&] {
+		EpState s = fsm.state();
+		if (cm.id && (s == EpState::connected || s == EpState::shutting_down ||
+			      s == EpState::accepting || s == EpState::response_pending))
+			rdma_disconnect(cm.id); /* the peer learns at once, not at a timeout */
+		if (tuple_claimed)
+			release_tuple(tuple_local, peer);
+		qp.reset();
+		cq.reset();
+		/* Events of this id not yet read die with it: no FI_SHUTDOWN
+		 * is ever reported after a local close. */
+		cm.reset();
+	};
+	if (eq) {
+		std::lock_guard<std::mutex> guard(eq->progress_lock());
+		teardown();
+		eq->bound.release();
+	} else {
+		teardown();
+	}
+	domain->children.release();
+	fi_freeinfo(info);
+	delete this;
+	return 0;
+}
+
+int open_endpoint(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept
+{
+	return guarded("fi_endpoint", [&] { return open_endpoint_impl(domain, info, ep, context); });
+}
+
+} // namespace nd

@@ -1,0 +1,473 @@
+/*
+ * nd_ep_cm.cpp: an endpoint's connection management: ND's Connect,
+ * CompleteConnect, Accept, Reject (connecting side), Disconnect and
+ * NotifyDisconnect on rdma_cm, and the queue pair's state transitions.
+ */
+#include "nd_domain.h"
+#include "nd_ep.h"
+#include "nd_eq.h"
+#include "nd_params.h"
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_ext_nd.h>
+
+#include <cstring>
+
+namespace nd {
+
+namespace {
+
+/* rdma_cm's retry counts for the connection (the IB maximum: 7 = infinite
+ * RNR retries, so a receiver that is late to post is waited for). */
+constexpr uint8_t kRetryCount = 7;
+constexpr uint8_t kRnrRetryCount = 7;
+
+int resolve_timeout_ms()
+{
+	int value = 0;
+	if (fi_param_get_int(&nd_prov, "resolve_timeout_ms", &value) == 0 && value > 0)
+		return value;
+	return 2000;
+}
+
+/* The EQ entry of a connection event: fi_eq_cm_entry, then private data. */
+EqEntry cm_entry(Endpoint *ep, uint32_t event, const std::vector<uint8_t> &data)
+{
+	EqEntry entry;
+	entry.event = event;
+	entry.data.resize(sizeof(fi_eq_cm_entry) + data.size());
+	fi_eq_cm_entry head{};
+	head.fid = &ep->ep.fid;
+	head.info = nullptr;
+	std::memcpy(entry.data.data(), &head, sizeof(head));
+	if (!data.empty())
+		std::memcpy(entry.data.data() + sizeof(head), data.data(), data.size());
+	return entry;
+}
+
+void report_error(Endpoint *ep, int err, int prov_errno, const uint8_t *data = nullptr,
+		  size_t len = 0)
+{
+	EqEntry entry;
+	entry.is_error = true;
+	entry.error.fid = &ep->ep.fid;
+	entry.error.context = ep->ep.fid.context;
+	entry.error.err = err;
+	entry.error.prov_errno = prov_errno;
+	if (len)
+		entry.err_data.assign(data, data + len);
+	ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: %s (provider error %d, %zu bytes of data)\n",
+		static_cast<void *>(ep), fi_strerror(err), prov_errno, len);
+	ep->eq->push(std::move(entry));
+}
+
+std::vector<uint8_t> unframed_copy(const CmEventCopy &event, const char *what)
+{
+	cm::Unframed data = cm::unframe(event.private_data.data(), event.private_data.size());
+	if (!data.well_formed)
+		ND_WARN(FI_LOG_EP_CTRL, "%s: private data length byte exceeds the %zu bytes received; "
+			"delivering %zu\n", what, event.private_data.size(), data.len);
+	return std::vector<uint8_t>(data.data, data.data + data.len);
+}
+
+} // namespace
+
+/* ---- queue pair ---- */
+
+int Endpoint::create_queue_pair()
+{
+	const size_t tx = info->tx_attr->size ? info->tx_attr->size : 1;
+	const size_t rx = info->rx_attr->size ? info->rx_attr->size : 1;
+	/* Until completion queues are offered, the endpoint keeps its own. */
+	cq.reset(ibv_create_cq(domain->context, static_cast<int>(tx + rx), nullptr, nullptr, 0));
+	if (!cq) {
+		int err = errno;
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: ibv_create_cq(%zu): %s\n", tx + rx, std::strerror(err));
+		return fi_error_of_errno(err);
+	}
+	ibv_qp_init_attr attr{};
+	attr.send_cq = cq.get();
+	attr.recv_cq = cq.get();
+	attr.qp_type = IBV_QPT_RC;
+	attr.sq_sig_all = 0;
+	attr.cap.max_send_wr = static_cast<uint32_t>(tx);
+	attr.cap.max_recv_wr = static_cast<uint32_t>(rx);
+	attr.cap.max_send_sge = static_cast<uint32_t>(info->tx_attr->iov_limit ? info->tx_attr->iov_limit : 1);
+	attr.cap.max_recv_sge = static_cast<uint32_t>(info->rx_attr->iov_limit ? info->rx_attr->iov_limit : 1);
+	attr.cap.max_inline_data = static_cast<uint32_t>(info->tx_attr->inject_size);
+	qp.reset(ibv_create_qp(domain->pd.get(), &attr));
+	if (!qp) {
+		int err = errno;
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: ibv_create_qp (tx %zu, rx %zu, inline %zu): %s\n",
+			tx, rx, info->tx_attr->inject_size, std::strerror(err));
+		cq.reset();
+		return fi_error_of_errno(err);
+	}
+	return 0;
+}
+
+int Endpoint::move_queue_pair(ibv_qp_state state)
+{
+	ibv_qp_attr attr{};
+	int mask = 0;
+	attr.qp_state = state;
+	if (rdma_init_qp_attr(cm.id, &attr, &mask)) {
+		int err = errno;
+		ND_WARN(FI_LOG_EP_CTRL, "rdma_init_qp_attr(state %d): %s\n", state, std::strerror(err));
+		return fi_error_of_errno(err);
+	}
+	/* The queue pair gets exactly the negotiated read limits. */
+	if (state == IBV_QPS_RTR) {
+		attr.max_dest_rd_atomic = static_cast<uint8_t>(effective.inbound);
+		mask |= IBV_QP_MAX_DEST_RD_ATOMIC;
+	} else if (state == IBV_QPS_RTS) {
+		attr.max_rd_atomic = static_cast<uint8_t>(effective.outbound);
+		mask |= IBV_QP_MAX_QP_RD_ATOMIC;
+	}
+	int rc = ibv_modify_qp(qp.get(), &attr, mask);
+	if (rc) {
+		ND_WARN(FI_LOG_EP_CTRL, "ibv_modify_qp(state %d): %s\n", state, std::strerror(rc));
+		return fi_error_of_errno(rc);
+	}
+	return 0;
+}
+
+/* Moves the queue pair to the error state: the hardware completes whatever
+ * is outstanding with a flush status. */
+void Endpoint::flush_queue_pair() noexcept
+{
+	if (!qp)
+		return;
+	ibv_qp_attr attr{};
+	attr.qp_state = IBV_QPS_ERR;
+	ibv_modify_qp(qp.get(), &attr, IBV_QP_STATE);
+}
+
+/* ---- application calls ---- */
+
+int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
+{
+	if (!addr) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_connect: addr is NULL\n");
+		return -FI_EINVAL;
+	}
+	SockAddr dest;
+	const auto family = static_cast<const sockaddr *>(addr)->sa_family;
+	if (sockaddr_copy(addr, family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in),
+			  &dest)) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_connect: not an IPv4/IPv6 address\n");
+		return -FI_EINVAL;
+	}
+	std::vector<uint8_t> wire;
+	if (cm::frame(param, paramlen, domain->cm_limits.connect, &wire)) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_connect: %zu bytes of private data; the limit is %u\n",
+			paramlen, domain->cm_limits.connect);
+		return -FI_EINVAL;
+	}
+	if (!eq) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_connect: bind an EQ first\n");
+		return -FI_ENOEQ;
+	}
+	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	if (!enabled && fsm.state() == EpState::idle) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_connect: call fi_enable first\n");
+		return -FI_EOPBADSTATE;
+	}
+	rdma_event_channel *channel;
+	int ret = eq->cm_channel(&channel);
+	if (ret)
+		return ret;
+	if (fsm.state() == EpState::idle && fsm.side() == cm::Side::active) {
+		ret = cm.ensure(channel, &target);
+		if (ret)
+			return ret;
+		if (shared_addr && bound) {
+			SockAddr local = local_address(cm.id);
+			if (!claim_tuple(local, dest)) {
+				ND_WARN(FI_LOG_EP_CTRL, "fi_connect: %s to %s is already connected\n",
+					local.to_string().c_str(), dest.to_string().c_str());
+				return -FI_EADDRINUSE;
+			}
+			tuple_claimed = true;
+			tuple_local = local;
+		}
+	}
+	ret = fsm.begin_connect();
+	if (ret) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_connect: the endpoint is %s (%s)\n", to_string(fsm.state()),
+			fi_strerror(-ret));
+		return ret;
+	}
+	/* Resolve from our own address, so that the id lands on this domain's
+	 * device (an unbound id would take whatever the route says). */
+	SockAddr source;
+	sockaddr *source_arg = nullptr;
+	if (!bound && info->src_addr &&
+	    sockaddr_copy(info->src_addr, info->src_addrlen, &source) == 0) {
+		source.set_port(0);
+		source_arg = &source.sa;
+	}
+	peer = dest;
+	connect_wire = std::move(wire);
+	if (rdma_resolve_addr(cm.id, source_arg, &dest.sa, resolve_timeout_ms())) {
+		int err = errno;
+		ND_WARN(FI_LOG_EP_CTRL, "fi_connect to %s: %s\n", dest.to_string().c_str(),
+			std::strerror(err));
+		fsm.fail();
+		return fi_error_of_errno(err);
+	}
+	return 0;
+}
+
+int Endpoint::accept(const void *param, size_t paramlen)
+{
+	std::vector<uint8_t> wire;
+	if (cm::frame(param, paramlen, domain->cm_limits.accept, &wire)) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: %zu bytes of private data; the limit is %u\n",
+			paramlen, domain->cm_limits.accept);
+		return -FI_EINVAL;
+	}
+	if (!eq) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: bind an EQ first\n");
+		return -FI_ENOEQ;
+	}
+	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	if (!enabled && fsm.state() == EpState::idle && has_request) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: call fi_enable first\n");
+		return -FI_EOPBADSTATE;
+	}
+	int ret = fsm.begin_accept(has_request);
+	if (ret) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: %s\n",
+			has_request ? "the endpoint is past accepting" : "no connection request to accept");
+		return ret;
+	}
+	if (request_peer_gone) {
+		ND_INFO(FI_LOG_EP_CTRL, "fi_accept: the requester already gave up\n");
+		fsm.fail();
+		return -FI_ECONNABORTED;
+	}
+	/* ND Accept: our limits capped by the adapter and by the offer. */
+	effective = cm::negotiate(offered(), peer_offer.inbound, peer_offer.outbound);
+	negotiated = true;
+	if ((ret = move_queue_pair(IBV_QPS_INIT)) || (ret = move_queue_pair(IBV_QPS_RTR)) ||
+	    (ret = move_queue_pair(IBV_QPS_RTS))) {
+		fsm.fail();
+		return ret;
+	}
+	rdma_conn_param param_out{};
+	param_out.private_data = wire.data();
+	param_out.private_data_len = static_cast<uint8_t>(wire.size());
+	param_out.responder_resources = static_cast<uint8_t>(effective.inbound);
+	param_out.initiator_depth = static_cast<uint8_t>(effective.outbound);
+	param_out.flow_control = 1;
+	param_out.rnr_retry_count = kRnrRetryCount;
+	param_out.qp_num = qp->qp_num;
+	if (rdma_accept(cm.id, &param_out)) {
+		int err = errno;
+		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: rdma_accept: %s\n", std::strerror(err));
+		fsm.fail();
+		return err == EINVAL ? -FI_ECONNABORTED : fi_error_of_errno(err);
+	}
+	return 0;
+}
+
+int Endpoint::shutdown(uint64_t flags)
+{
+	if (flags) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_shutdown: flags 0x%llx not supported\n",
+			static_cast<unsigned long long>(flags));
+		return -FI_EBADFLAGS;
+	}
+	if (!eq)
+		return -FI_ENOTCONN;
+	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	int ret = fsm.begin_shutdown();
+	if (ret) {
+		ND_INFO(FI_LOG_EP_CTRL, "fi_shutdown: the endpoint is %s\n", to_string(fsm.state()));
+		return ret;
+	}
+	/* ND Disconnect: flush everything outstanding, tell the peer. */
+	flush_queue_pair();
+	if (rdma_disconnect(cm.id))
+		ND_INFO(FI_LOG_EP_CTRL, "fi_shutdown: rdma_disconnect: %s\n", std::strerror(errno));
+	return 0;
+}
+
+namespace {
+
+/* ND CompleteConnect: the queue pair takes the negotiated limits and the
+ * connection is established (rdma_establish sends the RTU). */
+int complete(Endpoint *ep)
+{
+	int ret;
+	if ((ret = ep->move_queue_pair(IBV_QPS_RTR)) || (ret = ep->move_queue_pair(IBV_QPS_RTS)))
+		return ret;
+	if (rdma_establish(ep->cm.id)) {
+		int err = errno;
+		ND_WARN(FI_LOG_EP_CTRL, "rdma_establish: %s\n", std::strerror(err));
+		return fi_error_of_errno(err);
+	}
+	ep->fsm.completed();
+	return 0;
+}
+
+} // namespace
+
+int Endpoint::complete_connect()
+{
+	if (!eq)
+		return -FI_ENOTCONN;
+	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	int ret = fsm.begin_complete();
+	if (ret) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_complete_connect: the endpoint is %s, not waiting to complete\n",
+			to_string(fsm.state()));
+		return ret;
+	}
+	ret = complete(this);
+	if (ret) {
+		fsm.fail();
+		return ret;
+	}
+	eq->push(cm_entry(this, FI_CONNECTED, {}));
+	return 0;
+}
+
+int Endpoint::reject_connect(const void *param, size_t paramlen)
+{
+	std::vector<uint8_t> wire;
+	if (cm::frame(param, paramlen, domain->cm_limits.reject, &wire)) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_reject_connect: %zu bytes of private data; the limit is %u\n",
+			paramlen, domain->cm_limits.reject);
+		return -FI_EINVAL;
+	}
+	if (!eq)
+		return -FI_ENOTCONN;
+	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	int ret = fsm.begin_reject();
+	if (ret) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_reject_connect: the endpoint is %s, not waiting to complete\n",
+			to_string(fsm.state()));
+		return ret;
+	}
+	if (rdma_reject(cm.id, wire.data(), static_cast<uint8_t>(wire.size()))) {
+		int err = errno;
+		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_reject_connect: rdma_reject: %s\n", std::strerror(err));
+		return fi_error_of_errno(err);
+	}
+	return 0;
+}
+
+/* ---- events ---- */
+
+void Endpoint::on_cm_event(const CmEventCopy &event)
+{
+	const EpState before = fsm.state();
+	EpStep step = fsm.on_event(event.type, event.status);
+	switch (step.action) {
+	case EpAction::absorb:
+		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p (%s): %s absorbed\n", static_cast<void *>(this),
+			to_string(before), cm::event_name(event.type));
+		return;
+	case EpAction::none:
+		return;
+	case EpAction::resolve_route:
+		if (cm.id->verbs != domain->context) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_connect: %s is reached through another device than this domain's\n",
+				peer.to_string().c_str());
+			fsm.fail();
+			report_error(this, FI_EHOSTUNREACH, 0);
+			return;
+		}
+		if (rdma_resolve_route(cm.id, resolve_timeout_ms())) {
+			int err = errno;
+			fsm.fail();
+			report_error(this, -fi_error_of_errno(err), -err);
+		}
+		return;
+	case EpAction::connect: {
+		int ret = move_queue_pair(IBV_QPS_INIT);
+		if (ret) {
+			fsm.fail();
+			report_error(this, -ret, 0);
+			return;
+		}
+		const cm::ReadLimits offer = offered();
+		rdma_conn_param param{};
+		param.private_data = connect_wire.data();
+		param.private_data_len = static_cast<uint8_t>(connect_wire.size());
+		param.responder_resources = static_cast<uint8_t>(offer.inbound);
+		param.initiator_depth = static_cast<uint8_t>(offer.outbound);
+		param.flow_control = 1;
+		param.retry_count = kRetryCount;
+		param.rnr_retry_count = kRnrRetryCount;
+		param.qp_num = qp->qp_num;
+		if (rdma_connect(cm.id, &param)) {
+			int err = errno;
+			ND_WARN(FI_LOG_EP_CTRL, "rdma_connect to %s: %s\n", peer.to_string().c_str(),
+				std::strerror(err));
+			fsm.fail();
+			report_error(this, -fi_error_of_errno(err), -err);
+		}
+		connect_wire.clear();
+		return;
+	}
+	case EpAction::report_response:
+	case EpAction::complete: {
+		/* ND: the limits the peer granted, our own capped by them. */
+		peer_offer = cm::peer_offer(event.responder_resources, event.initiator_depth);
+		effective = cm::negotiate(offered(), event.responder_resources, event.initiator_depth);
+		negotiated = true;
+		response_data = unframed_copy(event, "connect response");
+		if (step.action == EpAction::report_response) {
+			eq->push(cm_entry(this, FI_ND_CONNRESP, response_data));
+			return;
+		}
+		int ret = complete(this);
+		if (ret) {
+			fsm.fail();
+			report_error(this, FI_ECONNABORTED, -ret);
+			return;
+		}
+		eq->push(cm_entry(this, FI_CONNECTED, response_data));
+		return;
+	}
+	case EpAction::report_connected:
+		eq->push(cm_entry(this, FI_CONNECTED, {}));
+		return;
+	case EpAction::report_error: {
+		std::vector<uint8_t> data;
+		if (event.type == RDMA_CM_EVENT_REJECTED)
+			data = unframed_copy(event, "reject");
+		if (tuple_claimed) {
+			release_tuple(tuple_local, peer);
+			tuple_claimed = false;
+		}
+		flush_queue_pair();
+		report_error(this, step.error, event.status, data.data(), data.size());
+		return;
+	}
+	case EpAction::report_shutdown:
+		/* ND NotifyDisconnect. Answer the peer's disconnect (DREP) and
+		 * flush what is outstanding here. */
+		flush_queue_pair();
+		if (before == EpState::connected)
+			rdma_disconnect(cm.id);
+		eq->push(cm_entry(this, FI_SHUTDOWN, {}));
+		return;
+	}
+}
+
+void ep_cm_event(void *owner, const CmEventCopy &event)
+{
+	auto *ep = static_cast<Endpoint *>(owner);
+	try {
+		ep->on_cm_event(event);
+	} catch (const std::exception &e) {
+		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: %s handling %s\n", owner, e.what(),
+			cm::event_name(event.type));
+	}
+}
+
+} // namespace nd

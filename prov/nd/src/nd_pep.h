@@ -1,0 +1,74 @@
+/*
+ * nd_pep.h: the passive endpoint (fid_pep), ND's listener, and the
+ * connection requests it hands out (FI_CLASS_CONNREQ handles).
+ *
+ * Every request arrives as one FI_CONNREQ whose info carries the requester's
+ * address, the listener's local address, the exact private data the
+ * requester sent, and a handle. The handle is a ConnRequest: it holds the
+ * new rdma_cm id and the requester's offered read limits (readable with
+ * fi_nd_peer_read_limits before accepting) until fi_endpoint takes it or
+ * fi_reject refuses it. Requests never taken are rejected when the passive
+ * endpoint closes.
+ */
+#ifndef ND_PEP_H
+#define ND_PEP_H
+
+#include "nd.h"
+#include "nd_cm.h"
+#include "nd_cm_data.h"
+
+#include <rdma/fi_endpoint.h>
+
+#include <list>
+
+namespace nd {
+
+struct Fabric;
+struct EventQueue;
+struct PassiveEndpoint;
+
+struct ConnRequest {
+	fid handle;				/* first: FI_CLASS_CONNREQ */
+	CmTarget target;
+	PassiveEndpoint *pep;
+	rdma_cm_id *id;
+	/* The requester's values as rdma_cm reports them to us. */
+	uint8_t responder_resources;
+	uint8_t initiator_depth;
+	/* The requester gave up (rejected or timed out) before an answer. */
+	bool peer_gone;
+
+	cm::ReadLimits offer() const noexcept
+	{
+		return cm::peer_offer(responder_resources, initiator_depth);
+	}
+};
+
+/* Takes a request out of its listener's hands for fi_endpoint: the caller
+ * then owns request->id and must delete the request object with
+ * release_request(). Returns nullptr (logged) for a handle that is not a
+ * live request. */
+ConnRequest *take_request(fid *handle);
+void release_request(ConnRequest *request) noexcept;
+
+struct PassiveEndpoint {
+	fid_pep pep;				/* first: from_fid<PassiveEndpoint> */
+	Fabric *fabric;
+	fi_info *info;
+	EventQueue *eq;
+	CmTarget target;
+	CmIdHolder cm;
+	int backlog;
+	bool bound;
+	bool listening;
+	std::list<ConnRequest *> pending;
+
+	int close();
+};
+
+/* fi_passive_ep */
+int open_passive_ep(fid_fabric *fabric, fi_info *info, fid_pep **pep, void *context) noexcept;
+
+} // namespace nd
+
+#endif /* ND_PEP_H */

@@ -1,0 +1,594 @@
+/*
+ * guest_cm.cpp: connection management on a real RDMA device, asserting the
+ * events seen, the bytes of private data that arrived, the codes returned
+ * and the read limits the queue pairs were given.
+ */
+#include "cm_fixture.h"
+
+#include <chrono>
+#include <dirent.h>
+
+using namespace nd::test;
+
+namespace {
+
+uint32_t get_u32(fid_ep *ep, int option)
+{
+	uint32_t value = 0;
+	size_t len = sizeof(value);
+	cr_assert_eq(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, option, &value, &len), 0);
+	return value;
+}
+
+void set_u32(fid_ep *ep, int option, uint32_t value)
+{
+	cr_assert_eq(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, option, &value, sizeof(value)), 0);
+}
+
+void set_int(fid_ep *ep, int option, int value)
+{
+	cr_assert_eq(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, option, &value, sizeof(value)), 0);
+}
+
+sockaddr_in ipv4_addr(const char *ip, uint16_t port)
+{
+	sockaddr_in sin{};
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons(port);
+	inet_pton(AF_INET, ip, &sin.sin_addr);
+	return sin;
+}
+
+int count_fds()
+{
+	DIR *dir = opendir("/proc/self/fd");
+	int n = 0;
+	while (dir && readdir(dir))
+		n++;
+	if (dir)
+		closedir(dir);
+	return n;
+}
+
+} // namespace
+
+Test(cm, connect_accept_shutdown)
+{
+	CmFixture f;
+	f.open();
+	auto [c, s] = f.connect_pair(pattern(10, 1), pattern(20, 2));
+	sockaddr_storage peer{};
+	size_t len = sizeof(peer);
+	cr_assert_eq(fi_getpeer(c, &peer, &len), 0);
+	cr_assert_eq(CmFixture::port_of(peer), CmFixture::port_of(f.listen_addr));
+	cr_assert_eq(fi_shutdown(c, 0), 0);
+	/* Each side learns exactly once. */
+	bool client_down = false, server_down = false;
+	for (int i = 0; i < 2; i++) {
+		Event ev = expect_event(f.eq, FI_SHUTDOWN, nullptr);
+		if (ev.fid == &c->fid)
+			client_down = true;
+		else if (ev.fid == &s->fid)
+			server_down = true;
+	}
+	cr_assert(client_down && server_down);
+	expect_quiet(f.eq, 300);
+	cr_assert_eq(fi_shutdown(c, 0), -FI_ENOTCONN);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), -FI_EOPBADSTATE,
+		     "a disconnected endpoint cannot be reused");
+	f.close_pair(c, s);
+	f.close();
+}
+
+Test(cm, connect_data_of_every_length_arrives_exactly, .timeout = 300)
+{
+	CmFixture f;
+	f.open();
+	size_t limit = 0, len = sizeof(limit);
+	fid_ep *probe = f.client();
+	cr_assert_eq(fi_getopt(&probe->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &limit, &len), 0);
+	cr_assert_eq(limit, 55u);
+	fi_close(&probe->fid);
+	for (size_t n = 0; n <= limit; n++) {
+		auto [c, s] = f.connect_pair(pattern(n, (uint8_t)n), pattern(n, (uint8_t)(n + 100)));
+		f.close_pair(c, s);
+	}
+	f.close();
+}
+
+Test(cm, accept_data_of_every_length_arrives_exactly, .timeout = 300)
+{
+	CmFixture f;
+	f.open();
+	size_t limit = 0, len = sizeof(limit);
+	cr_assert_eq(fi_getopt(&f.pep->fid, FI_OPT_ENDPOINT, FI_OPT_ND_ACCEPT_DATA_SIZE, &limit, &len), 0);
+	cr_assert_eq(limit, 195u);
+	for (size_t n = 56; n <= limit; n++) {
+		auto [c, s] = f.connect_pair({}, pattern(n, (uint8_t)n));
+		f.close_pair(c, s);
+	}
+	f.close();
+}
+
+Test(cm, reject_data_of_every_length_arrives_exactly, .timeout = 300)
+{
+	CmFixture f;
+	f.open();
+	size_t limit = 0, len = sizeof(limit);
+	cr_assert_eq(fi_getopt(&f.pep->fid, FI_OPT_ENDPOINT, FI_OPT_ND_REJECT_DATA_SIZE, &limit, &len), 0);
+	cr_assert_eq(limit, 147u);
+	for (size_t n = 0; n <= limit; n++) {
+		fid_ep *c = f.client();
+		CmFixture::enable(c);
+		cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+		Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+		std::vector<uint8_t> data = pattern(n, (uint8_t)(n * 3));
+		cr_assert_eq(fi_reject(f.pep, req.info->handle, data.data(), data.size()), 0);
+		fi_freeinfo(req.info);
+		Event err = expect_error(f.eq, &c->fid);
+		cr_assert_eq(err.err.err, FI_ECONNREFUSED);
+		cr_assert(err.err_data == data, "reject data: %zu bytes, sent %zu", err.err_data.size(), n);
+		cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), -FI_EOPBADSTATE,
+			     "a refused connector cannot be reused");
+		cr_assert_eq(fi_close(&c->fid), 0);
+	}
+	f.close();
+}
+
+Test(cm, one_byte_over_each_limit_fails_at_the_call_and_sends_nothing)
+{
+	CmFixture f;
+	f.open();
+	std::vector<uint8_t> big(256, 7);
+	fid_ep *c = f.client();
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, big.data(), 56), -FI_EINVAL);
+	expect_quiet(f.eq, 500);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, big.data(), 55), 0, "the endpoint is still usable");
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	cr_assert_eq(req.data.size(), 55u);
+	cr_assert_eq(fi_reject(f.pep, req.info->handle, big.data(), 148), -FI_EINVAL);
+	fid_ep *s = f.server(req);
+	cr_assert_eq(fi_accept(s, big.data(), 196), -FI_EINVAL);
+	cr_assert_eq(fi_accept(s, big.data(), 195), 0);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	f.close_pair(c, s);
+	f.close();
+}
+
+Test(cm, connection_request_reports_addresses_and_offered_limits)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *c = f.client();
+	set_u32(c, FI_OPT_ND_INBOUND_READ_LIMIT, 3);
+	set_u32(c, FI_OPT_ND_OUTBOUND_READ_LIMIT, 5);
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, "hi", 2), 0);
+	/* A buffer too small for the request: nothing is lost. */
+	uint32_t type;
+	uint8_t small[sizeof(fi_eq_cm_entry)];
+	ssize_t rc;
+	do {
+		rc = fi_eq_sread(f.eq, &type, small, sizeof(small), 10000, 0);
+	} while (rc == -FI_EAGAIN);
+	cr_assert_eq(rc, -FI_ETOOSMALL);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	cr_assert_eq(req.data.size(), 2u);
+	cr_assert_not_null(req.info->dest_addr, "the requester's address");
+	cr_assert_not_null(req.info->src_addr);
+	fi_nd_read_limits offer{};
+	cr_assert_eq(fi_nd_peer_read_limits(req.info->handle, &offer), 0);
+	cr_assert_eq(offer.inbound, 5u, "reads the requester will issue to us");
+	cr_assert_eq(offer.outbound, 3u, "reads the requester will serve");
+	cr_assert_eq(fi_reject(f.pep, req.info->handle, nullptr, 0), 0);
+	fi_freeinfo(req.info);
+	expect_error(f.eq, &c->fid);
+	cr_assert_eq(fi_close(&c->fid), 0);
+	f.close();
+}
+
+namespace {
+
+uint32_t round_up_pow2(uint32_t v)
+{
+	uint32_t p = 1;
+	while (p < v)
+		p <<= 1;
+	return v ? p : 0;
+}
+
+void expect_qp_limit(uint32_t got, uint32_t negotiated, const char *what)
+{
+	cr_assert(got >= negotiated && got <= round_up_pow2(negotiated),
+		  "QP %s is %u for a negotiated %u", what, got, negotiated);
+}
+
+} // namespace
+
+Test(cm, read_limit_matrix, .timeout = 300)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *probe = f.client();
+	const uint32_t max = get_u32(probe, FI_OPT_ND_INBOUND_READ_LIMIT);
+	const uint32_t max_out = get_u32(probe, FI_OPT_ND_OUTBOUND_READ_LIMIT);
+	fi_close(&probe->fid);
+	cr_assert_gt(max, 0u);
+	const std::pair<uint32_t, uint32_t> settings[] = {
+		{0, 0}, {1, 3}, {max, max_out}, {max + 100, 2}, {4, max_out + 7},
+	};
+	for (auto [ci, co] : settings)
+		for (auto [si, so] : settings) {
+			fid_ep *c = f.client();
+			set_u32(c, FI_OPT_ND_INBOUND_READ_LIMIT, ci);
+			set_u32(c, FI_OPT_ND_OUTBOUND_READ_LIMIT, co);
+			CmFixture::enable(c);
+			cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+			Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+			fid_ep *s = f.server(req);
+			set_u32(s, FI_OPT_ND_INBOUND_READ_LIMIT, si);
+			set_u32(s, FI_OPT_ND_OUTBOUND_READ_LIMIT, so);
+			cr_assert_eq(fi_accept(s, nullptr, 0), 0);
+			expect_event(f.eq, FI_CONNECTED, nullptr);
+			expect_event(f.eq, FI_CONNECTED, nullptr);
+			/* ND: capped by the adapter, then by the peer. */
+			const uint32_t c_in = std::min(ci, max), c_out = std::min(co, max_out);
+			const uint32_t s_in = std::min({si, max, c_out});
+			const uint32_t s_out = std::min({so, max_out, c_in});
+			cr_assert_eq(get_u32(s, FI_OPT_ND_INBOUND_READ_LIMIT), s_in);
+			cr_assert_eq(get_u32(s, FI_OPT_ND_OUTBOUND_READ_LIMIT), s_out);
+			cr_assert_eq(get_u32(c, FI_OPT_ND_INBOUND_READ_LIMIT), s_out,
+				     "client (%u,%u) server (%u,%u)", ci, co, si, so);
+			cr_assert_eq(get_u32(c, FI_OPT_ND_OUTBOUND_READ_LIMIT), s_in);
+			/* The queue pairs were given exactly these values; a device may
+			 * round them up (Soft-RoCE: to a power of two), never down. */
+			fi_nd_read_limits qp{};
+			cr_assert_eq(fi_nd_qp_read_limits(c, &qp), 0);
+			expect_qp_limit(qp.inbound, s_out, "client max_dest_rd_atomic");
+			expect_qp_limit(qp.outbound, s_in, "client max_rd_atomic");
+			cr_assert_eq(fi_nd_qp_read_limits(s, &qp), 0);
+			expect_qp_limit(qp.inbound, s_in, "server max_dest_rd_atomic");
+			expect_qp_limit(qp.outbound, s_out, "server max_rd_atomic");
+			f.close_pair(c, s);
+		}
+	f.close();
+}
+
+Test(cm, manual_complete_connects_both_sides)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *c = f.client();
+	set_int(c, FI_OPT_ND_MANUAL_COMPLETE, 1);
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_ep *s = f.server(req);
+	set_u32(s, FI_OPT_ND_OUTBOUND_READ_LIMIT, 2);
+	std::vector<uint8_t> data = pattern(40, 9);
+	cr_assert_eq(fi_accept(s, data.data(), data.size()), 0);
+	Event resp = expect_event(f.eq, FI_ND_CONNRESP, &c->fid);
+	cr_assert(resp.data == data, "the accepter's data with the response");
+	fi_nd_read_limits peer{};
+	cr_assert_eq(fi_nd_peer_read_limits(&c->fid, &peer), 0);
+	cr_assert_eq(peer.inbound, 2u, "the accepter will issue at most 2 reads to us");
+	cr_assert_eq(get_u32(c, FI_OPT_ND_INBOUND_READ_LIMIT), 2u, "effective before completing");
+	expect_quiet(f.eq, 300); /* nothing more until the connector decides */
+	cr_assert_eq(fi_nd_complete_connect(c), 0);
+	bool client_up = false, server_up = false;
+	for (int i = 0; i < 2; i++) {
+		Event ev = expect_event(f.eq, FI_CONNECTED, nullptr);
+		client_up |= ev.fid == &c->fid;
+		server_up |= ev.fid == &s->fid;
+	}
+	cr_assert(client_up && server_up);
+	cr_assert_eq(fi_nd_complete_connect(c), -FI_ENOTCONN, "already complete");
+	f.close_pair(c, s);
+	f.close();
+}
+
+Test(cm, manual_reject_after_accept_aborts_the_accepter)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *c = f.client();
+	set_int(c, FI_OPT_ND_MANUAL_COMPLETE, 1);
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_ep *s = f.server(req);
+	cr_assert_eq(fi_accept(s, nullptr, 0), 0);
+	expect_event(f.eq, FI_ND_CONNRESP, &c->fid);
+	std::vector<uint8_t> why = pattern(30, 4);
+	cr_assert_eq(fi_nd_reject_connect(c, why.data(), 148), -FI_EINVAL);
+	cr_assert_eq(fi_nd_reject_connect(c, why.data(), why.size()), 0);
+	Event err = expect_error(f.eq, &s->fid);
+	cr_assert_eq(err.err.err, FI_ECONNABORTED);
+	cr_assert(err.err_data == why, "the rejecter's data: %zu bytes", err.err_data.size());
+	cr_assert_eq(fi_nd_complete_connect(c), -FI_ENOTCONN);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), -FI_EOPBADSTATE,
+		     "the connector is unusable after rejecting");
+	expect_quiet(f.eq, 300);
+	f.close_pair(c, s);
+	f.close();
+}
+
+Test(cm, no_listener_is_connection_refused)
+{
+	CmFixture f;
+	f.open();
+	sockaddr_in nobody = ipv4_addr(guest_ip(), 1);
+	fid_ep *c = f.client();
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &nobody, nullptr, 0), 0);
+	Event err = expect_error(f.eq, &c->fid);
+	cr_assert_eq(err.err.err, FI_ECONNREFUSED, "got %s", fi_strerror(err.err.err));
+	cr_assert_eq(err.err_data.size(), 0u);
+	cr_assert_eq(fi_close(&c->fid), 0);
+	f.close();
+}
+
+Test(cm, absent_host_fails_distinctly_within_the_resolve_timeout, .timeout = 60)
+{
+	setenv("FI_ND_RESOLVE_TIMEOUT_MS", "1000", 1);
+	CmFixture f;
+	f.open();
+	sockaddr_in absent = ipv4_addr("10.0.2.77", 7471);
+	fid_ep *c = f.client();
+	CmFixture::enable(c);
+	auto start = std::chrono::steady_clock::now();
+	int rc = fi_connect(c, &absent, nullptr, 0);
+	int err = 0;
+	if (rc == 0) {
+		Event ev = expect_error(f.eq, &c->fid, 30000);
+		err = ev.err.err;
+	} else {
+		err = -rc;
+	}
+	auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+		std::chrono::steady_clock::now() - start).count();
+	cr_assert(err == FI_EHOSTUNREACH || err == FI_ETIMEDOUT || err == FI_ENETUNREACH,
+		  "got %d (%s)", err, fi_strerror(err));
+	cr_assert_neq(err, FI_ECONNREFUSED, "unreachable is not refused");
+	cr_assert_lt(took, 15000, "bounded by FI_ND_RESOLVE_TIMEOUT_MS, took %lld ms", (long long)took);
+	cr_assert_eq(fi_close(&c->fid), 0);
+	f.close();
+}
+
+Test(cm, state_checks_on_calls)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *c = f.client();
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), -FI_EOPBADSTATE, "not enabled");
+	CmFixture::enable(c);
+	cr_assert_eq(fi_shutdown(c, 0), -FI_ENOTCONN, "shutdown before connect");
+	cr_assert_eq(fi_accept(c, nullptr, 0), -FI_EINVAL, "accept without a request");
+	sockaddr_storage addr{};
+	size_t len = 1;
+	cr_assert_eq(fi_getpeer(c, &addr, &len), -FI_ENOTCONN);
+	cr_assert_eq(fi_connect(c, nullptr, nullptr, 0), -FI_EINVAL);
+	auto [a, b] = f.connect_pair();
+	cr_assert_eq(fi_connect(a, &f.listen_addr, nullptr, 0), -FI_EISCONN);
+	cr_assert_eq(fi_accept(b, nullptr, 0), -FI_EISCONN);
+	/* Short buffers: the size needed is written back, nothing truncated. */
+	len = 4;
+	cr_assert_eq(fi_getname(&a->fid, &addr, &len), -FI_ETOOSMALL);
+	cr_assert_eq(len, sizeof(sockaddr_in));
+	len = 4;
+	cr_assert_eq(fi_getpeer(a, &addr, &len), -FI_ETOOSMALL);
+	cr_assert_eq(len, sizeof(sockaddr_in));
+	len = sizeof(addr);
+	cr_assert_eq(fi_getpeer(a, &addr, &len), 0);
+	cr_assert_eq(len, sizeof(sockaddr_in));
+	uint32_t one = 1;
+	cr_assert_eq(fi_setopt(&a->fid, FI_OPT_ENDPOINT, FI_OPT_ND_INBOUND_READ_LIMIT, &one, sizeof(one)),
+		     -FI_EOPBADSTATE, "limits are set before connecting");
+	cr_assert_eq(fi_setopt(&a->fid, FI_OPT_ENDPOINT, FI_OPT_ND_INBOUND_READ_LIMIT, &one, 2),
+		     -FI_EINVAL);
+	f.close_pair(a, b);
+	cr_assert_eq(fi_close(&c->fid), 0);
+	len = 2;
+	cr_assert_eq(fi_getname(&f.pep->fid, &addr, &len), -FI_ETOOSMALL);
+	cr_assert_eq(len, sizeof(sockaddr_in));
+	f.close();
+}
+
+Test(cm, no_shutdown_event_after_local_close)
+{
+	CmFixture f;
+	f.open();
+	auto [c, s] = f.connect_pair();
+	cr_assert_eq(fi_close(&c->fid), 0);
+	/* The peer learns; the closed endpoint reports nothing. */
+	Event ev = expect_event(f.eq, FI_SHUTDOWN, &s->fid);
+	(void)ev;
+	expect_quiet(f.eq, 500);
+	cr_assert_eq(fi_close(&s->fid), 0);
+	f.close();
+}
+
+Test(cm, rejected_request_handle_cannot_be_reused)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *c = f.client();
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_t handle = req.info->handle;
+	cr_assert_eq(fi_reject(f.pep, handle, nullptr, 0), 0);
+	cr_assert_eq(fi_reject(f.pep, handle, nullptr, 0), -FI_EINVAL);
+	fid_ep *s = nullptr;
+	cr_assert_eq(fi_endpoint(f.domain, req.info, &s, nullptr), -FI_EINVAL);
+	fi_freeinfo(req.info);
+	expect_error(f.eq, &c->fid);
+	cr_assert_eq(fi_close(&c->fid), 0);
+	f.close();
+}
+
+Test(cm, shared_endpoints_connect_from_one_port_to_three_listeners)
+{
+	CmFixture f;
+	f.open();
+	sockaddr_storage listeners[3];
+	fid_pep *peps[3];
+	for (int i = 0; i < 3; i++)
+		peps[i] = f.listen(f.eq, -1, &listeners[i]);
+	sockaddr_in local = ipv4_addr(guest_ip(), 0);
+	fid_ep *eps[4];
+	uint16_t port = 0;
+	for (int i = 0; i < 4; i++) {
+		eps[i] = f.client();
+		set_int(eps[i], FI_OPT_ND_SHARED_ADDR, 1);
+		local.sin_port = htons(port);
+		cr_assert_eq(fi_setname(&eps[i]->fid, &local, sizeof(local)), 0);
+		if (!port) {
+			sockaddr_storage got{};
+			size_t len = sizeof(got);
+			cr_assert_eq(fi_getname(&eps[i]->fid, &got, &len), 0);
+			port = CmFixture::port_of(got);
+			cr_assert_neq(port, 0);
+		}
+		CmFixture::enable(eps[i]);
+	}
+	/* A non-shared endpoint cannot take the port. */
+	fid_ep *intruder = f.client();
+	local.sin_port = htons(port);
+	cr_assert_eq(fi_setname(&intruder->fid, &local, sizeof(local)), -FI_EADDRINUSE);
+	cr_assert_eq(fi_close(&intruder->fid), 0);
+
+	fid_ep *servers[3];
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(fi_connect(eps[i], &listeners[i], nullptr, 0), 0);
+		Event req = expect_event(f.eq, FI_CONNREQ, &peps[i]->fid);
+		servers[i] = f.server(req);
+		cr_assert_eq(fi_accept(servers[i], nullptr, 0), 0);
+		expect_event(f.eq, FI_CONNECTED, nullptr);
+		expect_event(f.eq, FI_CONNECTED, nullptr);
+	}
+	for (int i = 0; i < 3; i++) {
+		sockaddr_storage name{};
+		size_t len = sizeof(name);
+		cr_assert_eq(fi_getname(&eps[i]->fid, &name, &len), 0);
+		cr_assert_eq(CmFixture::port_of(name), port, "all three from port %u", port);
+	}
+	/* The same local and remote pair again: ND_ADDRESS_ALREADY_EXISTS. */
+	cr_assert_eq(fi_connect(eps[3], &listeners[0], nullptr, 0), -FI_EADDRINUSE);
+	for (int i = 0; i < 3; i++)
+		f.close_pair(eps[i], servers[i]);
+	cr_assert_eq(fi_close(&eps[3]->fid), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(fi_close(&peps[i]->fid), 0);
+	f.close();
+}
+
+Test(cm, separate_eqs_progress_independently)
+{
+	CmFixture f;
+	f.open();
+	fid_eq *client_eq = nullptr;
+	fi_eq_attr attr{};
+	attr.wait_obj = FI_WAIT_FD;
+	cr_assert_eq(fi_eq_open(f.fabric, &attr, &client_eq, nullptr), 0);
+	fid_ep *c = f.client(client_eq);
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, "x", 1), 0);
+	/* The client's EQ drives address and route resolution: read it
+	 * until the request is on its way, then serve it. */
+	Event none = next_event(client_eq, 300);
+	cr_assert_eq(none.rc, -FI_EAGAIN);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_ep *s = f.server(req);
+	cr_assert_eq(fi_accept(s, nullptr, 0), 0);
+	expect_event(client_eq, FI_CONNECTED, &c->fid);
+	expect_event(f.eq, FI_CONNECTED, &s->fid);
+	cr_assert_eq(fi_close(&f.eq->fid), -FI_EBUSY, "endpoints still bound");
+	f.close_pair(c, s);
+	cr_assert_eq(fi_close(&client_eq->fid), 0);
+	f.close();
+}
+
+Test(cm, sequential_cycles_leave_nothing_behind, .timeout = 600)
+{
+	CmFixture f;
+	f.open();
+	int cycles = 200;
+	if (const char *env = getenv("ND_TEST_CM_CYCLES"))
+		cycles = atoi(env);
+	/* Warm up: the first connection loads what stays for the process. */
+	auto [c0, s0] = f.connect_pair();
+	f.close_pair(c0, s0);
+	const int fds_before = count_fds();
+	for (int i = 0; i < cycles; i++) {
+		auto [c, s] = f.connect_pair(pattern(8, (uint8_t)i));
+		cr_assert_eq(fi_shutdown(c, 0), 0);
+		expect_event(f.eq, FI_SHUTDOWN, nullptr);
+		expect_event(f.eq, FI_SHUTDOWN, nullptr);
+		f.close_pair(c, s);
+	}
+	expect_quiet(f.eq, 300);
+	cr_assert_eq(count_fds(), fds_before, "file descriptors after %d cycles", cycles);
+	f.close();
+}
+
+Test(cm, concurrent_connections, .timeout = 600)
+{
+	CmFixture f;
+	f.open(nullptr, 256);
+	const int n = 100;
+	std::vector<fid_ep *> clients(n), servers;
+	for (int i = 0; i < n; i++) {
+		clients[i] = f.client();
+		CmFixture::enable(clients[i]);
+		cr_assert_eq(fi_connect(clients[i], &f.listen_addr, &i, sizeof(i)), 0);
+	}
+	int requests = 0, connected = 0;
+	std::vector<int> seen(n, 0);
+	while (connected < 2 * n) {
+		Event ev = next_event(f.eq, 20000);
+		cr_assert_geq(ev.rc, 0, "event %d of %d: rc %zd err %d", connected, 2 * n, ev.rc,
+			      ev.err.err);
+		if (ev.type == FI_CONNREQ) {
+			int who;
+			cr_assert_eq(ev.data.size(), sizeof(who));
+			std::memcpy(&who, ev.data.data(), sizeof(who));
+			cr_assert(who >= 0 && who < n);
+			seen[who]++;
+			requests++;
+			servers.push_back(f.server(ev));
+			cr_assert_eq(fi_accept(servers.back(), nullptr, 0), 0);
+		} else {
+			cr_assert_eq(ev.type, (uint32_t)FI_CONNECTED);
+			connected++;
+		}
+	}
+	cr_assert_eq(requests, n);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(seen[i], 1, "request %d seen %d times", i, seen[i]);
+	expect_quiet(f.eq, 300);
+	for (fid_ep *ep : clients)
+		cr_assert_eq(fi_close(&ep->fid), 0);
+	for (fid_ep *ep : servers)
+		cr_assert_eq(fi_close(&ep->fid), 0);
+	f.close();
+}
+
+Test(cm, pending_requests_are_refused_when_the_listener_closes)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *c = f.client();
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fi_freeinfo(req.info);
+	cr_assert_eq(fi_close(&f.pep->fid), 0);
+	f.pep = nullptr;
+	Event err = expect_error(f.eq, &c->fid);
+	cr_assert_eq(err.err.err, FI_ECONNREFUSED);
+	cr_assert_eq(fi_close(&c->fid), 0);
+	f.close();
+}
