@@ -123,6 +123,17 @@ fi_info *request_info(PassiveEndpoint *pep, ConnRequest *request)
 
 void on_connect_request(PassiveEndpoint *pep, const CmEventCopy &event)
 {
+	/* ND's backlog: the requests the listener holds that nobody took or
+	 * refused yet. One more is refused now (the requester sees
+	 * FI_ECONNREFUSED), as ND says a full backlog does. */
+	if (pep->backlog > 0 && pep->pending.size() >= static_cast<size_t>(pep->backlog)) {
+		ND_INFO(FI_LOG_EP_CTRL, "listener: backlog of %d full; request from %s refused\n",
+			pep->backlog, peer_address(event.id).to_string().c_str());
+		event.id->context = nullptr;
+		rdma_reject(event.id, nullptr, 0);
+		rdma_destroy_id(event.id);
+		return;
+	}
 	cm::Unframed data = cm::unframe(event.private_data.data(), event.private_data.size());
 	if (!data.well_formed)
 		ND_WARN(FI_LOG_EP_CTRL, "connection request from %s: private data length byte %u "

@@ -58,6 +58,8 @@ struct PassiveEndpoint {
 	EventQueue *eq;
 	CmTarget target;
 	CmIdHolder cm;
+	/* ND's backlog: requests held (neither taken nor refused) at most;
+	 * 0 means no limit of the provider's own. */
 	int backlog;
 	bool bound;
 	bool listening;

@@ -592,3 +592,46 @@ Test(cm, pending_requests_are_refused_when_the_listener_closes)
 	cr_assert_eq(fi_close(&c->fid), 0);
 	f.close();
 }
+
+Test(cm, backlog_refuses_requests_beyond_it)
+{
+	CmFixture f;
+	f.open(nullptr, 2);
+	fid_ep *clients[5];
+	for (int i = 0; i < 5; i++) {
+		clients[i] = f.client();
+		CmFixture::enable(clients[i]);
+		cr_assert_eq(fi_connect(clients[i], &f.listen_addr, &i, sizeof(i)), 0);
+	}
+	std::vector<Event> requests;
+	int refused = 0;
+	while ((int)requests.size() + refused < 5) {
+		Event ev = next_event(f.eq, 20000);
+		if (ev.rc == -FI_EAVAIL) {
+			cr_assert_eq(ev.err.err, FI_ECONNREFUSED, "got %s", fi_strerror(ev.err.err));
+			refused++;
+		} else {
+			cr_assert_eq(ev.type, (uint32_t)FI_CONNREQ, "rc %zd", ev.rc);
+			requests.push_back(ev);
+		}
+	}
+	cr_assert_eq(requests.size(), 2u, "the backlog holds two requests");
+	cr_assert_eq(refused, 3);
+	/* Taking one frees a place: a new request is held again. */
+	fid_ep *s = f.server(requests[0]);
+	fid_ep *late = f.client();
+	CmFixture::enable(late);
+	cr_assert_eq(fi_connect(late, &f.listen_addr, nullptr, 0), 0);
+	Event again = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	cr_assert_eq(fi_reject(f.pep, again.info->handle, nullptr, 0), 0);
+	fi_freeinfo(again.info);
+	expect_error(f.eq, &late->fid);
+	cr_assert_eq(fi_reject(f.pep, requests[1].info->handle, nullptr, 0), 0);
+	fi_freeinfo(requests[1].info);
+	expect_error(f.eq, nullptr);
+	cr_assert_eq(fi_close(&s->fid), 0);
+	cr_assert_eq(fi_close(&late->fid), 0);
+	for (fid_ep *c : clients)
+		cr_assert_eq(fi_close(&c->fid), 0);
+	f.close();
+}
