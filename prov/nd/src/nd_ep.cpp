@@ -32,16 +32,6 @@ namespace {
 Endpoint *ep_of(fid *fid) { return reinterpret_cast<Endpoint *>(fid); }
 Endpoint *ep_of(fid_ep *ep) { return reinterpret_cast<Endpoint *>(ep); }
 
-/* Runs `fn` under the progress lock of the endpoint's EQ, if it has one. */
-template <typename Fn>
-int with_progress_lock(Endpoint *ep, Fn &&fn)
-{
-	if (!ep->eq)
-		return fn();
-	std::lock_guard<std::mutex> guard(ep->eq->progress_lock());
-	return fn();
-}
-
 int ensure_id(Endpoint *ep)
 {
 	rdma_event_channel *channel = nullptr;
@@ -148,7 +138,7 @@ int ep_control(struct fid *fid, int command, void *arg) noexcept
 	return guarded("fi_control(ep)", [&] {
 		switch (command) {
 		case FI_ENABLE:
-			return with_progress_lock(ep, [&] { return enable(ep); });
+			return under_progress_lock(ep->eq, [&] { return enable(ep); });
 		case FI_ND_COMPLETE_CONNECT:
 			return ep->complete_connect();
 		case FI_ND_REJECT_CONNECT: {
@@ -160,9 +150,9 @@ int ep_control(struct fid *fid, int command, void *arg) noexcept
 			return ep->reject_connect(data->data, data->len);
 		}
 		case FI_ND_GET_PEER_READ_LIMITS:
-			return with_progress_lock(ep, [&] { return peer_read_limits(ep, arg); });
+			return under_progress_lock(ep->eq, [&] { return peer_read_limits(ep, arg); });
 		case FI_ND_GET_QP_READ_LIMITS:
-			return with_progress_lock(ep, [&] { return qp_read_limits(ep, arg); });
+			return under_progress_lock(ep->eq, [&] { return qp_read_limits(ep, arg); });
 		default:
 			ND_WARN(FI_LOG_EP_CTRL, "fi_control(ep): command %d not supported\n", command);
 			return -FI_ENOSYS;
@@ -209,7 +199,7 @@ int ep_getopt(struct fid *fid, int level, int optname, void *optval, size_t *opt
 	if (level != FI_OPT_ENDPOINT)
 		return -FI_ENOPROTOOPT;
 	return guarded("fi_getopt(ep)", [&] {
-		return with_progress_lock(ep, [&]() -> int {
+		return under_progress_lock(ep->eq, [&]() -> int {
 			const CmDataLimits &limits = ep->domain->cm_limits;
 			const cm::ReadLimits limits_now = ep->negotiated ? ep->effective : ep->offered();
 			switch (optname) {
@@ -240,7 +230,7 @@ int ep_setopt(struct fid *fid, int level, int optname, const void *optval, size_
 	if (level != FI_OPT_ENDPOINT)
 		return -FI_ENOPROTOOPT;
 	return guarded("fi_setopt(ep)", [&] {
-		return with_progress_lock(ep, [&]() -> int {
+		return under_progress_lock(ep->eq, [&]() -> int {
 			const bool before_connecting = ep->fsm.state() == EpState::idle;
 			int ret;
 			switch (optname) {
@@ -301,7 +291,7 @@ int ep_setname(struct fid *fid, void *addr, size_t addrlen) noexcept
 			ND_WARN(FI_LOG_EP_CTRL, "fi_setname: not an IPv4/IPv6 address of %zu bytes\n", addrlen);
 			return -FI_EINVAL;
 		}
-		return with_progress_lock(ep, [&]() -> int {
+		return under_progress_lock(ep->eq, [&]() -> int {
 			if (ep->bound || ep->fsm.state() != EpState::idle || ep->has_request) {
 				ND_WARN(FI_LOG_EP_CTRL, "fi_setname: the endpoint already has an address\n");
 				return -FI_EOPBADSTATE;
@@ -343,7 +333,7 @@ int ep_getname(struct fid *fid, void *addr, size_t *addrlen) noexcept
 {
 	Endpoint *ep = ep_of(fid);
 	return guarded("fi_getname(ep)", [&] {
-		return with_progress_lock(ep, [&] {
+		return under_progress_lock(ep->eq, [&] {
 			SockAddr local = local_address(ep->cm.id);
 			if (!local.length() && ep->info->src_addr)
 				sockaddr_copy(ep->info->src_addr, ep->info->src_addrlen, &local);
@@ -356,7 +346,7 @@ int ep_getpeer(fid_ep *fep, void *addr, size_t *addrlen) noexcept
 {
 	Endpoint *ep = ep_of(fep);
 	return guarded("fi_getpeer", [&] {
-		return with_progress_lock(ep, [&] {
+		return under_progress_lock(ep->eq, [&] {
 			EpState s = ep->fsm.state();
 			if (s == EpState::idle && !ep->has_request) {
 				ND_INFO(FI_LOG_EP_CTRL, "fi_getpeer: not connected\n");
@@ -445,10 +435,8 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 
 	ConnRequest *request = nullptr;
 	if (info->handle) {
-		if (info->handle->fclass != FI_CLASS_CONNREQ) {
-			ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is not a connection request\n");
-			return -FI_EINVAL;
-		}
+		/* Checked by address against the live requests before anything
+		 * reads it: a handle already rejected or taken is freed memory. */
 		request = take_request(info->handle);
 		if (!request)
 			return -FI_EINVAL;
@@ -503,13 +491,7 @@ int Endpoint::close()
 		 * is ever reported after a local close. */
 		cm.reset();
 	};
-	if (eq) {
-		std::lock_guard<std::mutex> guard(eq->progress_lock());
-		teardown();
-		eq->bound.release();
-	} else {
-		teardown();
-	}
+	teardown_and_unbind(eq, teardown);
 	domain->children.release();
 	fi_freeinfo(info);
 	delete this;

@@ -101,6 +101,28 @@ struct EventQueue {
 	ssize_t check_read_args(uint32_t *event, void *buf, size_t len) const;
 };
 
+/* Runs `fn` under the progress lock of `eq`, the EQ an object is bound to
+ * (or directly when it has none yet): connection calls and CM event
+ * handlers of the object never overlap. */
+template <typename Fn>
+auto under_progress_lock(EventQueue *eq, Fn &&fn) -> decltype(fn())
+{
+	if (!eq)
+		return fn();
+	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	return fn();
+}
+
+/* An object's close: `teardown` (which destroys its rdma_cm ids) runs under
+ * the progress lock, then the object no longer counts as bound to `eq`. */
+template <typename Fn>
+void teardown_and_unbind(EventQueue *eq, Fn &&teardown)
+{
+	under_progress_lock(eq, teardown);
+	if (eq)
+		eq->bound.release();
+}
+
 /* Default number of entries when the application asks for none. */
 constexpr size_t kDefaultEqSize = 1024;
 

@@ -394,7 +394,9 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	tx->size = hints && hints->tx_attr && hints->tx_attr->size
 			   ? hints->tx_attr->size
 			   : default_depth(params.tx_size, l.max_qp_wr);
-	tx->iov_limit = l.max_sge;
+	tx->iov_limit = hints && hints->tx_attr && hints->tx_attr->iov_limit
+				? hints->tx_attr->iov_limit
+				: default_depth(params.iov_limit, l.max_sge);
 	tx->rma_iov_limit = 1;
 
 	fi_rx_attr *rx = info->rx_attr;
@@ -407,7 +409,9 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	rx->size = hints && hints->rx_attr && hints->rx_attr->size
 			   ? hints->rx_attr->size
 			   : default_depth(params.rx_size, l.max_qp_wr);
-	rx->iov_limit = l.max_sge;
+	rx->iov_limit = hints && hints->rx_attr && hints->rx_attr->iov_limit
+				? hints->rx_attr->iov_limit
+				: default_depth(params.iov_limit, l.max_sge);
 
 	fi_ep_attr *ep = info->ep_attr;
 	ep->type = FI_EP_MSG;

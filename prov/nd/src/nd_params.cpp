@@ -14,6 +14,9 @@ void define_params() noexcept
 	fi_param_define(&nd_prov, "rx_size", FI_PARAM_SIZE_T,
 			"Receive queue depth of an endpoint when the application gives none "
 			"(default 384, capped by the device).");
+	fi_param_define(&nd_prov, "iov_limit", FI_PARAM_SIZE_T,
+			"Scatter-gather entries per operation when the application gives no "
+			"iov_limit (default 4, capped by the device's max_sge).");
 	fi_param_define(&nd_prov, "inline_probe", FI_PARAM_SIZE_T,
 			"Largest inline send size to probe on each device; the probed value "
 			"becomes inject_size (default 256).");
@@ -39,6 +42,8 @@ Params read_params()
 		p.tx_size = size_value;
 	if (fi_param_get_size_t(&nd_prov, "rx_size", &size_value) == 0 && size_value)
 		p.rx_size = size_value;
+	if (fi_param_get_size_t(&nd_prov, "iov_limit", &size_value) == 0 && size_value)
+		p.iov_limit = size_value;
 	if (fi_param_get_size_t(&nd_prov, "inline_probe", &size_value) == 0)
 		p.inline_probe = size_value;
 	char *str_value = nullptr;

@@ -14,6 +14,10 @@ struct Params {
 	/* Queue depths an endpoint gets when the application names none. */
 	size_t tx_size = 384;
 	size_t rx_size = 384;
+	/* Scatter-gather entries per work request when the application asks
+	 * for no particular number: every one costs queue memory, and queue
+	 * size is most of what creating a queue pair costs. */
+	size_t iov_limit = 4;
 	/* Upper bound for the inline send size probed on each device. */
 	size_t inline_probe = 256;
 	/* Comma-separated interface names (prefixes) to offer; empty: all. */

@@ -553,13 +553,7 @@ int PassiveEndpoint::close()
 			drop_request(request, "the listener closed");
 		cm.reset();
 	};
-	if (eq) {
-		std::lock_guard<std::mutex> guard(eq->progress_lock());
-		teardown();
-		eq->bound.release();
-	} else {
-		teardown();
-	}
+	teardown_and_unbind(eq, teardown);
 	fabric->children.release();
 	fi_freeinfo(info);
 	delete this;

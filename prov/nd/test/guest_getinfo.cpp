@@ -91,8 +91,17 @@ Test(getinfo, attributes_are_the_devices)
 	InfoPtr hints = nd_hints(), info;
 	cr_assert_eq(getinfo(nullptr, nullptr, 0, hints.get(), &info), 0);
 	fi_info *i = info.get();
-	cr_assert_eq(i->tx_attr->iov_limit, (size_t)truth.dev.max_sge);
-	cr_assert_eq(i->rx_attr->iov_limit, (size_t)truth.dev.max_sge);
+	cr_assert_leq(i->tx_attr->iov_limit, (size_t)truth.dev.max_sge);
+	cr_assert_leq(i->rx_attr->iov_limit, (size_t)truth.dev.max_sge);
+	/* The device's max_sge is offered when asked for, one more is not. */
+	hints->tx_attr->iov_limit = truth.dev.max_sge;
+	hints->rx_attr->iov_limit = truth.dev.max_sge;
+	InfoPtr wide;
+	cr_assert_eq(getinfo(nullptr, nullptr, 0, hints.get(), &wide), 0);
+	cr_assert_eq(wide->tx_attr->iov_limit, (size_t)truth.dev.max_sge);
+	cr_assert_eq(wide->rx_attr->iov_limit, (size_t)truth.dev.max_sge);
+	hints->tx_attr->iov_limit = truth.dev.max_sge + 1;
+	cr_assert_eq(getinfo(nullptr, nullptr, 0, hints.get(), &wide), -FI_ENODATA);
 	cr_assert_eq(i->ep_attr->max_msg_size, (size_t)truth.port.max_msg_sz);
 	cr_assert_eq(i->domain_attr->mr_cnt, (size_t)truth.dev.max_mr);
 	cr_assert_eq(i->domain_attr->cq_cnt, (size_t)truth.dev.max_cq);

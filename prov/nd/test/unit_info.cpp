@@ -245,8 +245,8 @@ Test(build_info, attributes_come_from_the_adapter)
 	cr_assert_eq(info->ep_attr->type, FI_EP_MSG);
 	cr_assert_eq(info->ep_attr->protocol, (uint32_t)FI_PROTO_RDMA_CM_IB_RC);
 	cr_assert_eq(info->ep_attr->max_msg_size, a.max_msg_sz);
-	cr_assert_eq(info->tx_attr->iov_limit, a.limits.max_sge);
-	cr_assert_eq(info->rx_attr->iov_limit, a.limits.max_sge);
+	cr_assert_eq(info->tx_attr->iov_limit, 4u, "FI_ND_IOV_LIMIT default");
+	cr_assert_eq(info->rx_attr->iov_limit, 4u);
 	cr_assert_eq(info->tx_attr->inject_size, a.limits.max_inline);
 	cr_assert_eq(info->tx_attr->size, 384u, "FI_ND_TX_SIZE default");
 	cr_assert_eq(info->domain_attr->mr_cnt, a.limits.max_mr);
@@ -284,8 +284,11 @@ Test(build_info, hints_shape_the_result)
 	hints->mode = 0;
 	hints->caps = FI_MSG;
 	hints->tx_attr->size = 64;
+	hints->tx_attr->iov_limit = 32;
 	hints->domain_attr->threading = FI_THREAD_DOMAIN;
 	InfoPtr info = build(hints.get());
+	cr_assert_eq(info->tx_attr->iov_limit, 32u, "up to max_sge when asked");
+	cr_assert_eq(info->rx_attr->iov_limit, 4u);
 	cr_assert_eq(info->mode, 0u);
 	cr_assert_eq(info->domain_attr->cq_data_size, 0u,
 		     "remote CQ data needs FI_RX_CQ_DATA: not offered without it");

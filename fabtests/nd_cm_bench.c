@@ -1,0 +1,318 @@
+/*
+ * nd_cm_bench: connection setup through libfabric, server and client in one
+ * process on one device, for any FI_EP_MSG provider (-p nd, -p verbs).
+ *
+ *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-q]
+ *
+ * Each round opens CONNECTIONS client endpoints, starts every fi_connect at
+ * once, accepts each request as it arrives, and waits for all 2 x
+ * CONNECTIONS FI_CONNECTED events; then shuts every connection down and
+ * closes everything. It prints, per round and as medians over the rounds:
+ * connections per second (established / time from opening the first client
+ * endpoint to the last FI_CONNECTED), mean time from opening a client
+ * endpoint (fi_endpoint, fi_enable, fi_connect) to its FI_CONNECTED, and mean time from FI_CONNREQ to the server's FI_CONNECTED.
+ * It also counts file descriptors before and after all rounds, so the
+ * same program run under valgrind checks that cycles leave nothing behind.
+ *
+ * Completion queues are bound only where the provider offers them (verbs
+ * requires them to enable an endpoint; nd does not need them to connect).
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#define MAX_CONN 1024
+
+struct conn {
+	struct fid_ep *client, *server;
+	struct fid_cq *client_cq, *server_cq;
+	double started, request_seen, client_up, server_up;
+};
+
+static struct fid_fabric *fabric;
+static struct fid_domain *domain;
+static struct fid_eq *eq;
+static struct fid_pep *pep;
+static struct fi_info *info, *client_info;
+static struct conn conns[MAX_CONN];
+static int quiet;
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int count_fds(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	int n = 0;
+	while (dir && readdir(dir))
+		n++;
+	if (dir)
+		closedir(dir);
+	return n;
+}
+
+#define CHECK(call)                                                                   \
+	do {                                                                          \
+		int rc_ = (call);                                                     \
+		if (rc_) {                                                            \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+				fi_strerror(rc_ < 0 ? -rc_ : rc_));                   \
+			exit(1);                                                      \
+		}                                                                     \
+	} while (0)
+
+/* Binds a CQ to the endpoint if the provider has CQs. */
+static struct fid_cq *maybe_bind_cq(struct fid_ep *ep)
+{
+	struct fi_cq_attr attr = { .format = FI_CQ_FORMAT_CONTEXT, .size = 16 };
+	struct fid_cq *cq = NULL;
+	if (fi_cq_open(domain, &attr, &cq, NULL))
+		return NULL;
+	CHECK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+	return cq;
+}
+
+static struct fid_ep *open_ep(struct fi_info *from, struct fid_cq **cq)
+{
+	struct fid_ep *ep;
+	CHECK(fi_endpoint(domain, from, &ep, NULL));
+	CHECK(fi_ep_bind(ep, &eq->fid, 0));
+	*cq = maybe_bind_cq(ep);
+	CHECK(fi_enable(ep));
+	return ep;
+}
+
+static struct conn *conn_of(fid_t fid, int n, int *is_client)
+{
+	for (int i = 0; i < n; i++) {
+		if (conns[i].client && &conns[i].client->fid == fid) {
+			*is_client = 1;
+			return &conns[i];
+		}
+		if (conns[i].server && &conns[i].server->fid == fid) {
+			*is_client = 0;
+			return &conns[i];
+		}
+	}
+	return NULL;
+}
+
+static void read_event(uint32_t *type, struct fi_eq_cm_entry *entry, size_t size)
+{
+	ssize_t rc;
+	for (;;) {
+		rc = fi_eq_sread(eq, type, entry, size, 30000, 0);
+		if (rc >= 0)
+			return;
+		if (rc == -FI_EAVAIL) {
+			struct fi_eq_err_entry err = { 0 };
+			fi_eq_readerr(eq, &err, 0);
+			fprintf(stderr, "EQ error: %s (provider %d)\n", fi_strerror(err.err),
+				err.prov_errno);
+			exit(1);
+		}
+		if (rc != -FI_EAGAIN) {
+			fprintf(stderr, "fi_eq_sread: %s\n", fi_strerror((int)-rc));
+			exit(1);
+		}
+		fprintf(stderr, "no EQ event for 30 s\n");
+		exit(1);
+	}
+}
+
+/* One round; returns connections per second. */
+static double round_of(int n, double *connect_us, double *accept_us)
+{
+	struct sockaddr_storage addr;
+	size_t addrlen = sizeof(addr);
+	CHECK(fi_getname(&pep->fid, &addr, &addrlen));
+	memset(conns, 0, sizeof(conns));
+
+	/* The clock runs from before each client endpoint is opened: a
+	 * provider may resolve the address there (verbs does, blocking). */
+	double start = now_us();
+	for (int i = 0; i < n; i++) {
+		conns[i].started = now_us();
+		conns[i].client = open_ep(client_info, &conns[i].client_cq);
+		CHECK(fi_connect(conns[i].client, &addr, &i, sizeof(i)));
+	}
+	int up = 0;
+	double last = start;
+	struct {
+		struct fi_eq_cm_entry entry;
+		uint8_t data[256];
+	} buf;
+	while (up < 2 * n) {
+		uint32_t type;
+		read_event(&type, &buf.entry, sizeof(buf));
+		double t = now_us();
+		if (type == FI_CONNREQ) {
+			int who;
+			memcpy(&who, buf.entry.data, sizeof(who));
+			if (who < 0 || who >= n) {
+				fprintf(stderr, "request with bad data\n");
+				exit(1);
+			}
+			conns[who].request_seen = t;
+			conns[who].server = open_ep(buf.entry.info, &conns[who].server_cq);
+			fi_freeinfo(buf.entry.info);
+			CHECK(fi_accept(conns[who].server, NULL, 0));
+		} else if (type == FI_CONNECTED) {
+			int is_client;
+			struct conn *c = conn_of(buf.entry.fid, n, &is_client);
+			if (!c) {
+				fprintf(stderr, "FI_CONNECTED for an unknown endpoint\n");
+				exit(1);
+			}
+			if (is_client)
+				c->client_up = t;
+			else
+				c->server_up = t;
+			up++;
+			last = t;
+		} else {
+			fprintf(stderr, "unexpected event %u\n", type);
+			exit(1);
+		}
+	}
+	double sum_connect = 0, sum_accept = 0;
+	for (int i = 0; i < n; i++) {
+		sum_connect += conns[i].client_up - conns[i].started;
+		sum_accept += conns[i].server_up - conns[i].request_seen;
+	}
+	*connect_us = sum_connect / n;
+	*accept_us = sum_accept / n;
+
+	for (int i = 0; i < n; i++) {
+		fi_shutdown(conns[i].client, 0);
+		fi_close(&conns[i].client->fid);
+		fi_close(&conns[i].server->fid);
+		if (conns[i].client_cq)
+			fi_close(&conns[i].client_cq->fid);
+		if (conns[i].server_cq)
+			fi_close(&conns[i].server_cq->fid);
+	}
+	/* Events of closed endpoints never arrive; drain what may be queued. */
+	for (;;) {
+		uint32_t type;
+		ssize_t rc = fi_eq_read(eq, &type, &buf, sizeof(buf), 0);
+		if (rc == -FI_EAVAIL) {
+			struct fi_eq_err_entry err = { 0 };
+			fi_eq_readerr(eq, &err, 0);
+		} else if (rc < 0) {
+			break;
+		}
+	}
+	return n / ((last - start) / 1e6);
+}
+
+static int compare(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, n, sizeof(*v), compare);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int main(int argc, char **argv)
+{
+	const char *prov = "nd", *address = getenv("ND_GUEST_IP");
+	int n = 16, rounds = 5, opt;
+	if (!address)
+		address = "10.0.2.15";
+	while ((opt = getopt(argc, argv, "p:a:n:r:q")) != -1) {
+		switch (opt) {
+		case 'p': prov = optarg; break;
+		case 'a': address = optarg; break;
+		case 'n': n = atoi(optarg); break;
+		case 'r': rounds = atoi(optarg); break;
+		case 'q': quiet = 1; break;
+		default:
+			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-q]\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	if (n < 1 || n > MAX_CONN || rounds < 1 || rounds > 1000) {
+		fprintf(stderr, "1 <= connections <= %d, 1 <= rounds <= 1000\n", MAX_CONN);
+		return 2;
+	}
+
+	struct fi_info *hints = fi_allocinfo();
+	hints->fabric_attr->prov_name = strdup(prov);
+	hints->ep_attr->type = FI_EP_MSG;
+	hints->caps = FI_MSG;
+	hints->mode = ~0ULL;
+	hints->addr_format = FI_SOCKADDR_IN;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				      FI_MR_PROV_KEY;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), address, "0", FI_SOURCE, hints, &info));
+	fi_freeinfo(hints);
+	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	CHECK(fi_domain(fabric, info, &domain, NULL));
+	struct fi_eq_attr eq_attr = { .wait_obj = FI_WAIT_FD, .size = 4 * MAX_CONN };
+	CHECK(fi_eq_open(fabric, &eq_attr, &eq, NULL));
+	CHECK(fi_passive_ep(fabric, info, &pep, NULL));
+	CHECK(fi_pep_bind(pep, &eq->fid, 0));
+	int backlog = MAX_CONN;
+	fi_control(&pep->fid, FI_BACKLOG, &backlog);
+	CHECK(fi_listen(pep));
+
+	/* Clients use an info that names the listener as destination, the
+	 * way applications get one (fi_getinfo with node and service). */
+	struct sockaddr_in listen_addr;
+	size_t listen_len = sizeof(listen_addr);
+	CHECK(fi_getname(&pep->fid, &listen_addr, &listen_len));
+	char service[16];
+	snprintf(service, sizeof(service), "%u", ntohs(listen_addr.sin_port));
+	hints = fi_allocinfo();
+	hints->fabric_attr->prov_name = strdup(prov);
+	hints->ep_attr->type = FI_EP_MSG;
+	hints->caps = FI_MSG;
+	hints->mode = ~0ULL;
+	hints->addr_format = FI_SOCKADDR_IN;
+	hints->domain_attr->mr_mode = info->domain_attr->mr_mode;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), address, service, 0, hints, &client_info));
+	fi_freeinfo(hints);
+
+	double rate[1000], connect_us[1000], accept_us[1000];
+	round_of(1, &connect_us[0], &accept_us[0]); /* warm-up */
+	int fds_before = count_fds();
+	for (int r = 0; r < rounds; r++) {
+		rate[r] = round_of(n, &connect_us[r], &accept_us[r]);
+		if (!quiet)
+			printf("round %d: %d connections, %.0f conn/s, connect %.0f us, accept %.0f us\n",
+			       r, n, rate[r], connect_us[r], accept_us[r]);
+	}
+	int fds_after = count_fds();
+	printf("%s n=%d rounds=%d: %.0f conn/s, connect %.0f us, accept %.0f us (medians); fds %d -> %d\n",
+	       prov, n, rounds, median(rate, rounds), median(connect_us, rounds),
+	       median(accept_us, rounds), fds_before, fds_after);
+
+	fi_close(&pep->fid);
+	fi_close(&eq->fid);
+	fi_close(&domain->fid);
+	fi_close(&fabric->fid);
+	fi_freeinfo(client_info);
+	fi_freeinfo(info);
+	return fds_after == fds_before ? 0 : 1;
+}
