@@ -393,11 +393,9 @@ int pep_listen(fid_pep *fpep) noexcept
 		}
 		if (!pep->bound) {
 			SockAddr address;
-			if (pep->info->src_addr &&
-			    sockaddr_copy(pep->info->src_addr, pep->info->src_addrlen, &address) == 0) {
-			} else {
+			if (!pep->info->src_addr ||
+			    sockaddr_copy(pep->info->src_addr, pep->info->src_addrlen, &address) != 0)
 				address.in.sin_family = AF_INET; /* any address, any port */
-			}
 			int ret = bind_address(pep, address);
 			if (ret)
 				return ret;

@@ -18,11 +18,6 @@ constexpr const char *kLater = "not implemented yet";
 
 } // namespace
 
-int passive_ep(fid_fabric *, fi_info *, fid_pep **, void *) noexcept
-{
-	return not_implemented("fi_passive_ep", kLater);
-}
-
 int wait_open(fid_fabric *, fi_wait_attr *, fid_wait **) noexcept
 {
 	return not_implemented("fi_wait_open", "wait sets are not supported; use FI_WAIT_FD and epoll");
@@ -36,16 +31,6 @@ int av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept
 int cq_open(fid_domain *, fi_cq_attr *, fid_cq **, void *) noexcept
 {
 	return not_implemented("fi_cq_open", kLater);
-}
-
-int endpoint(fid_domain *, fi_info *, fid_ep **, void *) noexcept
-{
-	return not_implemented("fi_endpoint", kLater);
-}
-
-int endpoint2(fid_domain *, fi_info *, fid_ep **, uint64_t, void *) noexcept
-{
-	return not_implemented("fi_endpoint2", kLater);
 }
 
 int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept

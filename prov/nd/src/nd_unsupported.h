@@ -17,13 +17,10 @@
 
 namespace nd::unsupported {
 
-int passive_ep(fid_fabric *, fi_info *, fid_pep **, void *) noexcept;
 int wait_open(fid_fabric *, fi_wait_attr *, fid_wait **) noexcept;
 
 int av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept;
 int cq_open(fid_domain *, fi_cq_attr *, fid_cq **, void *) noexcept;
-int endpoint(fid_domain *, fi_info *, fid_ep **, void *) noexcept;
-int endpoint2(fid_domain *, fi_info *, fid_ep **, uint64_t, void *) noexcept;
 int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept;
 int cntr_open(fid_domain *, fi_cntr_attr *, fid_cntr **, void *) noexcept;
 int poll_open(fid_domain *, fi_poll_attr *, fid_poll **) noexcept;
