@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <memory>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -94,6 +95,12 @@ public:
 private:
 	std::atomic<int> count_{0};
 };
+
+/* An fi_info owned until released (fi_freeinfo otherwise). */
+struct InfoDeleter {
+	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
+};
+using UniqueInfo = std::unique_ptr<fi_info, InfoDeleter>;
 
 /* Converts a libfabric return value or an errno to a printable string. */
 const char *strerror_fi(int ret) noexcept;

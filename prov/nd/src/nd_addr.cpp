@@ -6,7 +6,9 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace nd {
 
@@ -82,6 +84,15 @@ std::string SockAddr::to_string() const
 	if (family() == AF_INET)
 		return ip_string() + ":" + std::to_string(port());
 	return ip_string();
+}
+
+void *malloc_copy(const SockAddr &addr)
+{
+	void *copy = std::malloc(addr.length());
+	if (!copy)
+		throw std::bad_alloc();
+	std::memcpy(copy, &addr.storage, addr.length());
+	return copy;
 }
 
 int sockaddr_copy(const void *addr, size_t len, SockAddr *out) noexcept

@@ -40,6 +40,10 @@ union SockAddr {
 	std::string ip_string() const;
 };
 
+/* A malloc'd copy of the address, as fi_info's src_addr/dest_addr are
+ * (fi_freeinfo frees them). Throws std::bad_alloc. */
+void *malloc_copy(const SockAddr &addr);
+
 /* Copies a sockaddr of `len` bytes after validating it: the family must be
  * AF_INET or AF_INET6 and `len` at least the family's size. Returns 0,
  * -FI_EINVAL for a short or null buffer, -FI_EINVAL for another family too. */

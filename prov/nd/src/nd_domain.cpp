@@ -70,10 +70,6 @@ fi_ops_mr domain_mr_ops = {
 	.regattr = unsupported::mr_regattr,
 };
 
-struct InfoDeleter {
-	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
-};
-
 int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *context)
 {
 	if (!f || !info || !out) {
@@ -130,7 +126,7 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->iwarp = domain->context->device->transport_type == IBV_TRANSPORT_IWARP;
 	domain->cm_limits = user_cm_limits(domain->iwarp);
 
-	std::unique_ptr<fi_info, InfoDeleter> copy(fi_dupinfo(info));
+	UniqueInfo copy(fi_dupinfo(info));
 	if (!copy)
 		return -FI_ENOMEM;
 

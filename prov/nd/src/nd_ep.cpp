@@ -410,10 +410,6 @@ fi_ops_cm ep_cm_ops = {
 	.join = unsupported::join,
 };
 
-struct InfoDeleter {
-	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
-};
-
 int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *context)
 {
 	if (!fdomain || !info || !out) {
@@ -429,7 +425,7 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 		return -FI_EINVAL;
 	}
 	Domain *domain = from_fid<Domain>(fdomain);
-	std::unique_ptr<fi_info, InfoDeleter> copy(fi_dupinfo(info));
+	UniqueInfo copy(fi_dupinfo(info));
 	if (!copy)
 		return -FI_ENOMEM;
 

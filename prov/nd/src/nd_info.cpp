@@ -193,19 +193,6 @@ char *dup_or_throw(const std::string &text)
 	return copy;
 }
 
-void *dup_addr(const SockAddr &addr)
-{
-	void *copy = std::malloc(addr.length());
-	if (!copy)
-		throw std::bad_alloc();
-	std::memcpy(copy, &addr.storage, addr.length());
-	return copy;
-}
-
-struct InfoDeleter {
-	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
-};
-
 } // namespace
 
 int address_request(const char *node, const char *service, uint64_t flags,
@@ -352,7 +339,7 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 		    const PortAddress &address, const AddressRequest &request,
 		    const Params &params)
 {
-	std::unique_ptr<fi_info, InfoDeleter> info(fi_allocinfo());
+	UniqueInfo info(fi_allocinfo());
 	if (!info)
 		throw std::bad_alloc();
 	const DeviceLimits &l = a.limits;
@@ -377,10 +364,10 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 
 	SockAddr src = address.addr;
 	src.set_port(request.has_src ? request.src.port() : 0);
-	info->src_addr = dup_addr(src);
+	info->src_addr = malloc_copy(src);
 	info->src_addrlen = src.length();
 	if (request.has_dest) {
-		info->dest_addr = dup_addr(request.dest);
+		info->dest_addr = malloc_copy(request.dest);
 		info->dest_addrlen = request.dest.length();
 	}
 

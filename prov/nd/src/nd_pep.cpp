@@ -86,35 +86,22 @@ PassiveEndpoint *pep_of(fid *fid) { return reinterpret_cast<PassiveEndpoint *>(f
 
 /* ---- events ---- */
 
-struct InfoDeleter {
-	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
-};
-
-void *dup_address(const SockAddr &addr)
-{
-	void *copy = std::malloc(addr.length());
-	if (!copy)
-		throw std::bad_alloc();
-	std::memcpy(copy, &addr.storage, addr.length());
-	return copy;
-}
-
 /* The info of a request: the listener's, with the request's addresses and
  * the handle. */
 fi_info *request_info(PassiveEndpoint *pep, ConnRequest *request)
 {
-	std::unique_ptr<fi_info, InfoDeleter> info(fi_dupinfo(pep->info));
+	UniqueInfo info(fi_dupinfo(pep->info));
 	if (!info)
 		throw std::bad_alloc();
 	SockAddr local = local_address(request->id);
 	SockAddr peer = peer_address(request->id);
+	void *src = malloc_copy(local);
 	std::free(info->src_addr);
-	info->src_addr = nullptr;
+	info->src_addr = src;
+	info->src_addrlen = local.length();
 	std::free(info->dest_addr);
 	info->dest_addr = nullptr;
-	info->src_addr = dup_address(local);
-	info->src_addrlen = local.length();
-	info->dest_addr = dup_address(peer);
+	info->dest_addr = malloc_copy(peer);
 	info->dest_addrlen = peer.length();
 	info->addr_format = format_of(local);
 	info->handle = &request->handle;
@@ -570,7 +557,7 @@ int open_passive_ep(fid_fabric *f, fi_info *info, fid_pep **out, void *context) 
 			ND_WARN(FI_LOG_EP_CTRL, "fi_passive_ep: FI_EP_MSG only\n");
 			return -FI_EINVAL;
 		}
-		std::unique_ptr<fi_info, InfoDeleter> copy(fi_dupinfo(info));
+		UniqueInfo copy(fi_dupinfo(info));
 		if (!copy)
 			return -FI_ENOMEM;
 		auto pep = std::make_unique<PassiveEndpoint>();

@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 
 #include "fixtures.h"
+#include "nd.h"
 #include "nd_info.h"
 
 #include <rdma/fi_endpoint.h>
@@ -19,10 +20,7 @@ namespace {
 
 constexpr uint32_t kVersion = FI_VERSION(1, 17);
 
-struct InfoDeleter {
-	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
-};
-using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
+using InfoPtr = UniqueInfo;
 
 /* Hints as a typical application fills them for a verbs-class provider. */
 InfoPtr app_hints()
