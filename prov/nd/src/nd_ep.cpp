@@ -32,34 +32,13 @@ namespace {
 Endpoint *ep_of(fid *fid) { return reinterpret_cast<Endpoint *>(fid); }
 Endpoint *ep_of(fid_ep *ep) { return reinterpret_cast<Endpoint *>(ep); }
 
-int ensure_id(Endpoint *ep)
-{
-	rdma_event_channel *channel = nullptr;
-	if (ep->eq) {
-		int ret = ep->eq->cm_channel(&channel);
-		if (ret)
-			return ret;
-	}
-	return ep->cm.ensure(channel, &ep->target);
-}
-
 int bind_eq(Endpoint *ep, EventQueue *eq)
 {
 	if (ep->eq) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: the endpoint already has an EQ\n");
 		return -FI_EINVAL;
 	}
-	rdma_event_channel *channel;
-	int ret = eq->cm_channel(&channel);
-	if (ret)
-		return ret;
-	std::lock_guard<std::mutex> guard(eq->progress_lock());
-	ret = ep->cm.migrate(channel);
-	if (ret)
-		return ret;
-	ep->eq = eq;
-	eq->bound.acquire();
-	return 0;
+	return bind_cm_to_eq(eq, ep->cm, &ep->eq);
 }
 
 int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags) noexcept
@@ -296,7 +275,7 @@ int ep_setname(struct fid *fid, void *addr, size_t addrlen) noexcept
 				ND_WARN(FI_LOG_EP_CTRL, "fi_setname: the endpoint already has an address\n");
 				return -FI_EOPBADSTATE;
 			}
-			int ret = ensure_id(ep);
+			int ret = ensure_cm_id(ep->eq, ep->cm, &ep->target);
 			if (ret)
 				return ret;
 			if (ep->shared_addr) {

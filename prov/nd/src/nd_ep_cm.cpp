@@ -173,12 +173,9 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 		ND_WARN(FI_LOG_EP_CTRL, "fi_connect: call fi_enable first\n");
 		return -FI_EOPBADSTATE;
 	}
-	rdma_event_channel *channel;
-	int ret = eq->cm_channel(&channel);
-	if (ret)
-		return ret;
+	int ret;
 	if (fsm.state() == EpState::idle && fsm.side() == cm::Side::active) {
-		ret = cm.ensure(channel, &target);
+		ret = ensure_cm_id(eq, cm, &target);
 		if (ret)
 			return ret;
 		if (shared_addr && bound) {

@@ -374,6 +374,32 @@ void EventQueue::progress()
 	}
 }
 
+int ensure_cm_id(EventQueue *eq, CmIdHolder &cm, CmTarget *target)
+{
+	rdma_event_channel *channel = nullptr;
+	if (eq) {
+		int ret = eq->cm_channel(&channel);
+		if (ret)
+			return ret;
+	}
+	return cm.ensure(channel, target);
+}
+
+int bind_cm_to_eq(EventQueue *eq, CmIdHolder &cm, EventQueue **slot)
+{
+	rdma_event_channel *channel;
+	int ret = eq->cm_channel(&channel);
+	if (ret)
+		return ret;
+	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	ret = cm.migrate(channel);
+	if (ret)
+		return ret;
+	*slot = eq;
+	eq->bound.acquire();
+	return 0;
+}
+
 ssize_t EventQueue::read(uint32_t *event, void *buf, size_t len, uint64_t flags)
 {
 	ssize_t ret = check_read_args(event, buf, len);

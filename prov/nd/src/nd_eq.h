@@ -16,6 +16,7 @@
 #define ND_EQ_H
 
 #include "nd.h"
+#include "nd_cm.h"
 #include "nd_verbs.h"
 
 #include <rdma/fi_eq.h>
@@ -122,6 +123,15 @@ void teardown_and_unbind(EventQueue *eq, Fn &&teardown)
 	if (eq)
 		eq->bound.release();
 }
+
+/* Creates the rdma_cm id of an object whose EQ is `eq` (none yet: a channel
+ * of the id's own) if it has none. */
+int ensure_cm_id(EventQueue *eq, CmIdHolder &cm, CmTarget *target);
+
+/* Binds an object to `eq`: its id (if any) moves onto the EQ's channel
+ * under the progress lock, *slot becomes eq and the EQ counts the
+ * binding. The caller has checked that the object has no EQ yet. */
+int bind_cm_to_eq(EventQueue *eq, CmIdHolder &cm, EventQueue **slot);
 
 /* Default number of entries when the application asks for none. */
 constexpr size_t kDefaultEqSize = 1024;

@@ -292,36 +292,14 @@ int pep_bind(struct fid *fid, struct fid *bfid, uint64_t flags) noexcept
 		return -FI_EINVAL;
 	}
 	return guarded("fi_pep_bind", [&] {
-		auto *eq = from_fid<EventQueue>(bfid);
-		rdma_event_channel *channel;
-		int ret = eq->cm_channel(&channel);
-		if (ret)
-			return ret;
-		std::lock_guard<std::mutex> guard(eq->progress_lock());
-		ret = pep->cm.migrate(channel);
-		if (ret)
-			return ret;
-		pep->eq = eq;
-		eq->bound.acquire();
-		return 0;
+		return bind_cm_to_eq(from_fid<EventQueue>(bfid), pep->cm, &pep->eq);
 	});
-}
-
-/* The id exists from the first call that needs one (setname or listen). */
-int ensure_id(PassiveEndpoint *pep)
-{
-	rdma_event_channel *channel = nullptr;
-	if (pep->eq) {
-		int ret = pep->eq->cm_channel(&channel);
-		if (ret)
-			return ret;
-	}
-	return pep->cm.ensure(channel, &pep->target);
 }
 
 int bind_address(PassiveEndpoint *pep, const SockAddr &address)
 {
-	int ret = ensure_id(pep);
+	/* The id exists from the first call that needs one (setname or listen). */
+	int ret = ensure_cm_id(pep->eq, pep->cm, &pep->target);
 	if (ret)
 		return ret;
 	SockAddr bind_to = address;
