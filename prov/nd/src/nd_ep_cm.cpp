@@ -22,14 +22,6 @@ namespace {
 constexpr uint8_t kRetryCount = 7;
 constexpr uint8_t kRnrRetryCount = 7;
 
-int resolve_timeout_ms()
-{
-	int value = 0;
-	if (fi_param_get_int(&nd_prov, "resolve_timeout_ms", &value) == 0 && value > 0)
-		return value;
-	return 2000;
-}
-
 /* The EQ entry of a connection event: fi_eq_cm_entry, then private data. */
 EqEntry cm_entry(Endpoint *ep, uint32_t event, const std::vector<uint8_t> &data)
 {
@@ -206,7 +198,7 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 	}
 	peer = dest;
 	connect_wire = std::move(wire);
-	if (rdma_resolve_addr(cm.id, source_arg, &dest.sa, resolve_timeout_ms())) {
+	if (rdma_resolve_addr(cm.id, source_arg, &dest.sa, read_params().resolve_timeout_ms)) {
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_connect to %s: %s\n", dest.to_string().c_str(),
 			std::strerror(err));
@@ -377,7 +369,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			report_error(this, FI_EHOSTUNREACH, 0);
 			return;
 		}
-		if (rdma_resolve_route(cm.id, resolve_timeout_ms())) {
+		if (rdma_resolve_route(cm.id, read_params().resolve_timeout_ms)) {
 			int err = errno;
 			fsm.fail();
 			report_error(this, -fi_error_of_errno(err), -err);

@@ -49,6 +49,9 @@ Params read_params()
 	char *str_value = nullptr;
 	if (fi_param_get_str(&nd_prov, "iface", &str_value) == 0 && str_value)
 		p.iface = str_value;
+	int int_value;
+	if (fi_param_get_int(&nd_prov, "resolve_timeout_ms", &int_value) == 0 && int_value > 0)
+		p.resolve_timeout_ms = int_value;
 	int bool_value;
 	if (fi_param_get_bool(&nd_prov, "ipv6", &bool_value) == 0)
 		p.ipv6 = bool_value != 0;

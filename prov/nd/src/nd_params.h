@@ -24,6 +24,8 @@ struct Params {
 	std::string iface;
 	/* Offer IPv6 addresses as well as IPv4. */
 	bool ipv6 = true;
+	/* Time for address resolution and for route resolution each. */
+	int resolve_timeout_ms = 2000;
 	/* Order devices nearest-first to the calling thread with hwloc. */
 	bool topology = true;
 };
