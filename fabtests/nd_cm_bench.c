@@ -18,12 +18,13 @@
  * requires them to enable an endpoint; nd does not need them to connect).
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "nd_fds.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -53,17 +54,6 @@ static double now_us(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int count_fds(void)
-{
-	DIR *dir = opendir("/proc/self/fd");
-	int n = 0;
-	while (dir && readdir(dir))
-		n++;
-	if (dir)
-		closedir(dir);
-	return n;
 }
 
 #define CHECK(call)                                                                   \
@@ -296,14 +286,14 @@ int main(int argc, char **argv)
 
 	double rate[1000], connect_us[1000], accept_us[1000];
 	round_of(1, &connect_us[0], &accept_us[0]); /* warm-up */
-	int fds_before = count_fds();
+	int fds_before = nd_count_fds();
 	for (int r = 0; r < rounds; r++) {
 		rate[r] = round_of(n, &connect_us[r], &accept_us[r]);
 		if (!quiet)
 			printf("round %d: %d connections, %.0f conn/s, connect %.0f us, accept %.0f us\n",
 			       r, n, rate[r], connect_us[r], accept_us[r]);
 	}
-	int fds_after = count_fds();
+	int fds_after = nd_count_fds();
 	printf("%s n=%d rounds=%d: %.0f conn/s, connect %.0f us, accept %.0f us (medians); fds %d -> %d\n",
 	       prov, n, rounds, median(rate, rounds), median(connect_us, rounds),
 	       median(accept_us, rounds), fds_before, fds_after);

@@ -11,11 +11,12 @@
  * are open (must be -FI_EBUSY), then every close in order, fi_freeinfo.
  * Prints one line per check that failed and a closing count line.
  */
-#include <dirent.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "nd_fds.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
@@ -35,18 +36,6 @@ static int checks;
 			fputc('\n', stderr);                               \
 		}                                                          \
 	} while (0)
-
-static int count_fds(void)
-{
-	DIR *dir = opendir("/proc/self/fd");
-	int n = 0;
-	if (!dir)
-		return -1;
-	while (readdir(dir))
-		n++;
-	closedir(dir);
-	return n;
-}
 
 static int one_cycle(const char *prov, const char *domain_name)
 {
@@ -118,10 +107,10 @@ int main(int argc, char **argv)
 	 * the life of the process; count from after it. */
 	if (one_cycle(prov, domain_name))
 		return 1;
-	int before = count_fds();
+	int before = nd_count_fds();
 	for (long i = 1; i < iterations && !failures; i++)
 		one_cycle(prov, domain_name);
-	int after = count_fds();
+	int after = nd_count_fds();
 	CHECK(after == before, "file descriptors: %d before, %d after %ld cycles", before, after,
 	      iterations - 1);
 	printf("nd_open_close: %ld cycles of %s, fds %d -> %d\n", iterations, prov, before, after);

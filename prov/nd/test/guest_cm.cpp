@@ -4,9 +4,9 @@
  * and the read limits the queue pairs were given.
  */
 #include "cm_fixture.h"
+#include "nd_fds.h"
 
 #include <chrono>
-#include <dirent.h>
 
 using namespace nd::test;
 
@@ -37,17 +37,6 @@ sockaddr_in ipv4_addr(const char *ip, uint16_t port)
 	sin.sin_port = htons(port);
 	inet_pton(AF_INET, ip, &sin.sin_addr);
 	return sin;
-}
-
-int count_fds()
-{
-	DIR *dir = opendir("/proc/self/fd");
-	int n = 0;
-	while (dir && readdir(dir))
-		n++;
-	if (dir)
-		closedir(dir);
-	return n;
 }
 
 } // namespace
@@ -521,7 +510,7 @@ Test(cm, sequential_cycles_leave_nothing_behind, .timeout = 600)
 	/* Warm up: the first connection loads what stays for the process. */
 	auto [c0, s0] = f.connect_pair();
 	f.close_pair(c0, s0);
-	const int fds_before = count_fds();
+	const int fds_before = nd_count_fds();
 	for (int i = 0; i < cycles; i++) {
 		auto [c, s] = f.connect_pair(pattern(8, (uint8_t)i));
 		cr_assert_eq(fi_shutdown(c, 0), 0);
@@ -530,7 +519,7 @@ Test(cm, sequential_cycles_leave_nothing_behind, .timeout = 600)
 		f.close_pair(c, s);
 	}
 	expect_quiet(f.eq, 300);
-	cr_assert_eq(count_fds(), fds_before, "file descriptors after %d cycles", cycles);
+	cr_assert_eq(nd_count_fds(), fds_before, "file descriptors after %d cycles", cycles);
 	f.close();
 }
 
