@@ -1,5 +1,9 @@
 /* nd_domain.cpp: the domain object (fid_domain). */
 #include "nd_domain.h"
+#include "nd_cntr.h"
+#include "nd_cq.h"
+#include "nd_mr.h"
+#include "nd_srx.h"
 #include "nd_ep.h"
 #include "nd_fabric.h"
 #include "nd_info.h"
@@ -43,13 +47,13 @@ fi_ops domain_fid_ops = {
 fi_ops_domain domain_ops = {
 	.size = sizeof(fi_ops_domain),
 	.av_open = unsupported::av_open,
-	.cq_open = unsupported::cq_open,
+	.cq_open = cq_open,
 	.endpoint = open_endpoint,
 	.scalable_ep = unsupported::scalable_ep,
-	.cntr_open = unsupported::cntr_open,
+	.cntr_open = cntr_open,
 	.poll_open = unsupported::poll_open,
 	.stx_ctx = unsupported::stx_ctx,
-	.srx_ctx = unsupported::srx_ctx,
+	.srx_ctx = srx_open,
 	.query_atomic = unsupported::query_atomic,
 	.query_collective = unsupported::query_collective,
 	.endpoint2 = [](fid_domain *domain, fi_info *info, fid_ep **ep, uint64_t flags,
@@ -65,9 +69,9 @@ fi_ops_domain domain_ops = {
 
 fi_ops_mr domain_mr_ops = {
 	.size = sizeof(fi_ops_mr),
-	.reg = unsupported::mr_reg,
-	.regv = unsupported::mr_regv,
-	.regattr = unsupported::mr_regattr,
+	.reg = mr_reg,
+	.regv = mr_regv,
+	.regattr = mr_regattr,
 };
 
 int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *context)
@@ -124,6 +128,11 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->adapter_read_limits = {static_cast<uint32_t>(attr.max_qp_rd_atom),
 				       static_cast<uint32_t>(attr.max_qp_init_rd_atom)};
 	domain->iwarp = domain->context->device->transport_type == IBV_TRANSPORT_IWARP;
+	domain->max_cqe = attr.max_cqe;
+	domain->max_srq_wr = attr.max_srq_wr;
+	domain->threading = info->domain_attr->threading == FI_THREAD_UNSPEC
+				    ? FI_THREAD_SAFE
+				    : info->domain_attr->threading;
 	domain->cm_limits = user_cm_limits(domain->iwarp);
 
 	UniqueInfo copy(fi_dupinfo(info));

@@ -30,6 +30,10 @@ struct Domain {
 	/* What the application may send with connect, accept and reject. */
 	CmDataLimits cm_limits;
 	bool iwarp;
+	/* What the data path sizes and locks by. */
+	int max_cqe;
+	int max_srq_wr;
+	fi_threading threading;
 
 	int close();
 };

@@ -1,5 +1,8 @@
 /* nd_ep.cpp: the active endpoint object: open, bind, enable, options, names, close. */
 #include "nd_ep.h"
+#include "nd_cntr.h"
+#include "nd_cq.h"
+#include "nd_srx.h"
 #include "nd_domain.h"
 #include "nd_eq.h"
 #include "nd_info.h"
@@ -17,8 +20,13 @@ namespace nd {
 Endpoint::Endpoint(Domain *d, fi_info *i, cm::Side side)
 	: ep{}, domain(d), info(i), eq(nullptr), target{CmTargetKind::endpoint, this}, cm{},
 	  fsm(side, false), wanted(d->adapter_read_limits), manual_complete(false),
-	  shared_addr(false), bound(false), enabled(false), tuple_claimed(false), negotiated(false),
-	  has_request(false), request_peer_gone(false)
+	  shared_addr(false), bound(false), enabled(false), tx_cq(nullptr), rx_cq(nullptr),
+	  user_tx_cq(nullptr), user_rx_cq(nullptr), own_cq(nullptr), tx_selective(false),
+	  rx_selective(false), send_cntr(nullptr), recv_cntr(nullptr), read_cntr(nullptr),
+	  write_cntr(nullptr), srx(nullptr), link(LinkState::idle), recv_ready(false),
+	  signal_interval(1), max_inline(0), max_msg(0), tx_iov_limit(1), rx_iov_limit(1),
+	  tx_op_flags(0), rx_op_flags(0), tx_reserved(0), rx_reserved(0), tuple_claimed(false),
+	  negotiated(false), has_request(false), request_peer_gone(false)
 {
 }
 
@@ -53,11 +61,23 @@ int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags) noexcept
 		return guarded("fi_ep_bind(eq)",
 			       [&] { return bind_eq(ep, from_fid<EventQueue>(bfid)); });
 	case FI_CLASS_CQ:
+		return guarded("fi_ep_bind(cq)", [&] {
+			return under_progress_lock(ep->eq, [&] {
+				return ep->bind_cq(from_fid<CompletionQueue>(bfid), flags);
+			});
+		});
 	case FI_CLASS_CNTR:
+		return guarded("fi_ep_bind(cntr)", [&] {
+			return under_progress_lock(ep->eq, [&] {
+				return ep->bind_cntr(from_fid<Counter>(bfid), flags);
+			});
+		});
 	case FI_CLASS_SRX_CTX:
-		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: completion queues, counters and shared receive "
-			"contexts are not implemented yet\n");
-		return -FI_ENOSYS;
+		return guarded("fi_ep_bind(srx)", [&] {
+			return under_progress_lock(ep->eq, [&] {
+				return ep->bind_srx(from_fid<SharedRx>(bfid));
+			});
+		});
 	default:
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind a fid of class %zu\n", bfid->fclass);
 		return -FI_EINVAL;
@@ -432,8 +452,8 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 	ep->ep.fid.ops = &ep_fid_ops;
 	ep->ep.ops = &ep_ops;
 	ep->ep.cm = &ep_cm_ops;
-	ep->ep.msg = &unsupported::msg_ops;
-	ep->ep.rma = &unsupported::rma_ops;
+	ep->ep.msg = &ep_msg_ops;
+	ep->ep.rma = &ep_rma_ops;
 	ep->ep.tagged = &unsupported::tagged_ops;
 	ep->ep.atomic = &unsupported::atomic_ops;
 	if (request) {
@@ -460,13 +480,14 @@ int Endpoint::close()
 			rdma_disconnect(cm.id); /* the peer learns at once, not at a timeout */
 		if (tuple_claimed)
 			release_tuple(tuple_local, peer);
-		qp.reset();
-		cq.reset();
+		/* Everything outstanding completes with FI_ECANCELED. */
+		flush_queue_pair();
 		/* Events of this id not yet read die with it: no FI_SHUTDOWN
 		 * is ever reported after a local close. */
 		cm.reset();
 	};
 	teardown_and_unbind(eq, teardown);
+	release_data_path();
 	domain->children.release();
 	fi_freeinfo(info);
 	delete this;

@@ -21,15 +21,52 @@
 #include "nd_cm_data.h"
 #include "nd_ep_state.h"
 #include "nd_verbs.h"
+#include "nd_wq.h"
 
 #include <rdma/fi_endpoint.h>
 
+#include <atomic>
+#include <memory>
 #include <vector>
 
 namespace nd {
 
+struct CompletionQueue;
+struct Counter;
 struct Domain;
 struct EventQueue;
+struct SharedRx;
+
+/* Whether the queue pair carries data: set by connection management, read
+ * by every post. */
+enum class LinkState : uint8_t {
+	idle,		/* not connected yet: receives may be posted, nothing sent */
+	up,		/* the queue pair is ready to send */
+	down,		/* shut down or disconnected: flushed */
+	broken,		/* a transfer failed; the queue pair is in error */
+};
+
+/* A receive posted before the queue pair could take it (before INIT). */
+struct PendingRecv {
+	ibv_recv_wr wr;
+	std::vector<ibv_sge> sge;
+};
+
+/* One send-queue request as the msg and rma calls describe it. */
+struct TxRequest {
+	ibv_wr_opcode opcode;
+	const iovec *iov;
+	void **desc;
+	size_t count;
+	uint64_t remote_addr;
+	uint64_t remote_key;
+	uint32_t imm_data;		/* network order; for the _WITH_IMM opcodes */
+	void *context;
+	uint64_t flags;			/* FI_INJECT, FI_COMPLETION, FI_MORE, ... */
+	uint64_t cq_flags;		/* FI_SEND | FI_MSG, FI_RMA | FI_WRITE, ... */
+	bool report;			/* a CQ entry is wanted */
+	const char *call;		/* for the log */
+};
 
 struct Endpoint {
 	fid_ep ep;				/* first: from_fid<Endpoint> */
@@ -49,8 +86,39 @@ struct Endpoint {
 	bool bound;				/* fi_setname done */
 	bool enabled;
 
-	/* Resources: created at fi_enable; destroyed QP first. */
-	UniqueCq cq;
+	/* Completion: what the application bound, else internal CQs. */
+	CompletionQueue *tx_cq;
+	CompletionQueue *rx_cq;
+	CompletionQueue *user_tx_cq;
+	CompletionQueue *user_rx_cq;
+	CompletionQueue *own_cq;		/* internal; closed with the endpoint */
+	bool tx_selective;
+	bool rx_selective;
+	Counter *send_cntr;
+	Counter *recv_cntr;
+	Counter *read_cntr;
+	Counter *write_cntr;
+	SharedRx *srx;
+
+	/* Data path, fixed at fi_enable. */
+	std::unique_ptr<WorkQueue> sq;
+	std::unique_ptr<WorkQueue> rq;
+	OptionalLock tx_lock;
+	OptionalLock rx_lock;
+	std::atomic<LinkState> link;
+	bool recv_ready;			/* the QP takes receives (INIT or later) */
+	std::vector<PendingRecv> pending_recvs;	/* under rx_lock */
+	uint32_t signal_interval;
+	uint32_t max_inline;
+	size_t max_msg;
+	uint32_t tx_iov_limit;
+	uint32_t rx_iov_limit;
+	uint64_t tx_op_flags;
+	uint64_t rx_op_flags;
+	uint32_t tx_reserved;			/* entries reserved on tx_cq / rx_cq */
+	uint32_t rx_reserved;
+
+	/* Resources: created at fi_enable; the QP is destroyed first. */
 	UniqueQp qp;
 
 	/* The connection. */
@@ -82,7 +150,22 @@ struct Endpoint {
 	int create_queue_pair();
 	int move_queue_pair(ibv_qp_state state);
 	void flush_queue_pair() noexcept;
+
+	/* Data path (nd_ep_data.cpp). */
+	int bind_cq(CompletionQueue *cq, uint64_t flags);
+	int bind_cntr(Counter *cntr, uint64_t flags);
+	int bind_srx(SharedRx *rx);
+	int setup_data_path();
+	void release_data_path() noexcept;
+	ssize_t post_tx(const TxRequest &request);
+	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
+	void post_pending_receives() noexcept;
+	ssize_t link_error(const char *call) const;
 };
+
+/* Data transfer tables of a connected endpoint (nd_ep_data.cpp, nd_ep_rma.cpp). */
+extern fi_ops_msg ep_msg_ops;
+extern fi_ops_rma ep_rma_ops;
 
 /* fi_endpoint / fi_endpoint2 */
 int open_endpoint(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;

@@ -3,10 +3,12 @@
  * CompleteConnect, Accept, Reject (connecting side), Disconnect and
  * NotifyDisconnect on rdma_cm, and the queue pair's state transitions.
  */
+#include "nd_cq.h"
 #include "nd_domain.h"
 #include "nd_ep.h"
 #include "nd_eq.h"
 #include "nd_params.h"
+#include "nd_srx.h"
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_ext_nd.h>
@@ -68,31 +70,28 @@ std::vector<uint8_t> unframed_copy(const CmEventCopy &event, const char *what)
 
 int Endpoint::create_queue_pair()
 {
-	const size_t tx = info->tx_attr->size ? info->tx_attr->size : 1;
-	const size_t rx = info->rx_attr->size ? info->rx_attr->size : 1;
-	/* Until completion queues are offered, the endpoint keeps its own. */
-	cq.reset(ibv_create_cq(domain->context, static_cast<int>(tx + rx), nullptr, nullptr, 0));
-	if (!cq) {
-		int err = errno;
-		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: ibv_create_cq(%zu): %s\n", tx + rx, std::strerror(err));
-		return fi_error_of_errno(err);
+	int ret = setup_data_path();
+	if (ret) {
+		release_data_path();
+		return ret;
 	}
 	ibv_qp_init_attr attr{};
-	attr.send_cq = cq.get();
-	attr.recv_cq = cq.get();
+	attr.send_cq = tx_cq->verbs_cq.get();
+	attr.recv_cq = rx_cq->verbs_cq.get();
+	attr.srq = srx ? srx->srq.get() : nullptr;
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 0;
-	attr.cap.max_send_wr = static_cast<uint32_t>(tx);
-	attr.cap.max_recv_wr = static_cast<uint32_t>(rx);
-	attr.cap.max_send_sge = static_cast<uint32_t>(info->tx_attr->iov_limit ? info->tx_attr->iov_limit : 1);
-	attr.cap.max_recv_sge = static_cast<uint32_t>(info->rx_attr->iov_limit ? info->rx_attr->iov_limit : 1);
-	attr.cap.max_inline_data = static_cast<uint32_t>(info->tx_attr->inject_size);
+	attr.cap.max_send_wr = sq->depth;
+	attr.cap.max_recv_wr = rq ? rq->depth : 0;
+	attr.cap.max_send_sge = tx_iov_limit;
+	attr.cap.max_recv_sge = rq ? rx_iov_limit : 0;
+	attr.cap.max_inline_data = max_inline;
 	qp.reset(ibv_create_qp(domain->pd.get(), &attr));
 	if (!qp) {
 		int err = errno;
-		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: ibv_create_qp (tx %zu, rx %zu, inline %zu): %s\n",
-			tx, rx, info->tx_attr->inject_size, std::strerror(err));
-		cq.reset();
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: ibv_create_qp (tx %u, rx %u, inline %u): %s\n",
+			sq->depth, rq ? rq->depth : 0, max_inline, std::strerror(err));
+		release_data_path();
 		return fi_error_of_errno(err);
 	}
 	return 0;
@@ -121,6 +120,10 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 		ND_WARN(FI_LOG_EP_CTRL, "ibv_modify_qp(state %d): %s\n", state, std::strerror(rc));
 		return fi_error_of_errno(rc);
 	}
+	if (state == IBV_QPS_INIT)
+		post_pending_receives();
+	else if (state == IBV_QPS_RTS)
+		link.store(LinkState::up, std::memory_order_release);
 	return 0;
 }
 
@@ -130,9 +133,17 @@ void Endpoint::flush_queue_pair() noexcept
 {
 	if (!qp)
 		return;
+	LinkState expected = LinkState::up;
+	if (!link.compare_exchange_strong(expected, LinkState::down)) {
+		expected = LinkState::idle;
+		link.compare_exchange_strong(expected, LinkState::down);
+	}
 	ibv_qp_attr attr{};
 	attr.qp_state = IBV_QPS_ERR;
 	ibv_modify_qp(qp.get(), &attr, IBV_QP_STATE);
+	/* Receives still waiting for INIT go to the error state's flush. */
+	if (!recv_ready && rq)
+		post_pending_receives();
 }
 
 /* ---- application calls ---- */

@@ -1,5 +1,6 @@
 /* nd_fabric.cpp: the fabric object (fid_fabric). */
 #include "nd_fabric.h"
+#include "nd_cq.h"
 #include "nd_domain.h"
 #include "nd_eq.h"
 #include "nd_pep.h"
@@ -31,13 +32,21 @@ int fabric_trywait(fid_fabric *, fid **fids, int count) noexcept
 	for (int i = 0; i < count; i++) {
 		if (!fids[i])
 			return -FI_EINVAL;
-		if (fids[i]->fclass != FI_CLASS_EQ) {
-			ND_WARN(FI_LOG_FABRIC, "fi_trywait: fid class %zu not supported\n",
+		int ret;
+		switch (fids[i]->fclass) {
+		case FI_CLASS_EQ:
+			ret = guarded("fi_trywait",
+				      [&] { return from_fid<EventQueue>(fids[i])->trywait(); });
+			break;
+		case FI_CLASS_CQ:
+			ret = guarded("fi_trywait",
+				      [&] { return from_fid<CompletionQueue>(fids[i])->trywait(); });
+			break;
+		default:
+			ND_WARN(FI_LOG_FABRIC, "fi_trywait: fid class %zu has no wait object\n",
 				fids[i]->fclass);
 			return -FI_EINVAL;
 		}
-		int ret = guarded("fi_trywait",
-				  [&] { return from_fid<EventQueue>(fids[i])->trywait(); });
 		if (ret)
 			return ret;
 	}

@@ -173,8 +173,10 @@ std::string check_domain(uint32_t version, const fi_info *hints, const Adapter &
 	    d->rx_ctx_cnt > l.max_qp || d->mr_cnt > l.max_mr)
 		return "domain_attr object counts exceed the device's";
 	if (d->max_ep_tx_ctx > 1 || d->max_ep_rx_ctx > 1 || d->max_ep_stx_ctx > 0 ||
-	    d->max_ep_srx_ctx > 0)
-		return "domain_attr: several or shared contexts per endpoint not supported";
+	    d->max_ep_srx_ctx > 1)
+		return "domain_attr: several contexts or shared transmit contexts per endpoint not supported";
+	if (d->cntr_cnt > l.max_qp)
+		return format("domain_attr->cntr_cnt %zu > %u", d->cntr_cnt, l.max_qp);
 	if (d->mr_iov_limit > 1)
 		return format("domain_attr->mr_iov_limit %zu > 1", d->mr_iov_limit);
 	if (d->auth_key_size || d->auth_key)
@@ -433,8 +435,8 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	d->max_ep_tx_ctx = 1;
 	d->max_ep_rx_ctx = 1;
 	d->max_ep_stx_ctx = 0;
-	d->max_ep_srx_ctx = 0;
-	d->cntr_cnt = 0;
+	d->max_ep_srx_ctx = 1;			/* fi_srx_context on an ibv_srq */
+	d->cntr_cnt = l.max_qp;			/* software counters; one per endpoint event is plenty */
 	d->mr_iov_limit = 1;
 	d->caps = kDomainCaps;
 	d->mode = 0;

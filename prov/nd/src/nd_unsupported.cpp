@@ -28,19 +28,9 @@ int av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept
 	return not_implemented("fi_av_open", "FI_EP_MSG endpoints address peers by connection");
 }
 
-int cq_open(fid_domain *, fi_cq_attr *, fid_cq **, void *) noexcept
-{
-	return not_implemented("fi_cq_open", kLater);
-}
-
 int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept
 {
 	return not_implemented("fi_scalable_ep", "FI_EP_MSG endpoints have one context each");
-}
-
-int cntr_open(fid_domain *, fi_cntr_attr *, fid_cntr **, void *) noexcept
-{
-	return not_implemented("fi_cntr_open", kLater);
 }
 
 int poll_open(fid_domain *, fi_poll_attr *, fid_poll **) noexcept
@@ -53,11 +43,6 @@ int stx_ctx(fid_domain *, fi_tx_attr *, fid_stx **, void *) noexcept
 	return not_implemented("fi_stx_context", "shared transmit contexts are not supported");
 }
 
-int srx_ctx(fid_domain *, fi_rx_attr *, fid_ep **, void *) noexcept
-{
-	return not_implemented("fi_srx_context", kLater);
-}
-
 int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) noexcept
 {
 	return not_implemented("fi_query_atomic", "atomics are not offered (no FI_ATOMIC cap)");
@@ -66,23 +51,6 @@ int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) n
 int query_collective(fid_domain *, fi_collective_op, fi_collective_attr *, uint64_t) noexcept
 {
 	return not_implemented("fi_query_collective", "collectives are not offered");
-}
-
-int mr_reg(fid *, const void *, size_t, uint64_t, uint64_t, uint64_t, uint64_t, fid_mr **,
-	   void *) noexcept
-{
-	return not_implemented("fi_mr_reg", kLater);
-}
-
-int mr_regv(fid *, const iovec *, size_t, uint64_t, uint64_t, uint64_t, uint64_t, fid_mr **,
-	    void *) noexcept
-{
-	return not_implemented("fi_mr_regv", kLater);
-}
-
-int mr_regattr(fid *, const fi_mr_attr *, uint64_t, fid_mr **) noexcept
-{
-	return not_implemented("fi_mr_regattr", kLater);
 }
 
 int ops_open(fid *, const char *name, uint64_t, void **, void *) noexcept

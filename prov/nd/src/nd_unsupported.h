@@ -20,20 +20,11 @@ namespace nd::unsupported {
 int wait_open(fid_fabric *, fi_wait_attr *, fid_wait **) noexcept;
 
 int av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept;
-int cq_open(fid_domain *, fi_cq_attr *, fid_cq **, void *) noexcept;
 int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept;
-int cntr_open(fid_domain *, fi_cntr_attr *, fid_cntr **, void *) noexcept;
 int poll_open(fid_domain *, fi_poll_attr *, fid_poll **) noexcept;
 int stx_ctx(fid_domain *, fi_tx_attr *, fid_stx **, void *) noexcept;
-int srx_ctx(fid_domain *, fi_rx_attr *, fid_ep **, void *) noexcept;
 int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) noexcept;
 int query_collective(fid_domain *, fi_collective_op, fi_collective_attr *, uint64_t) noexcept;
-
-int mr_reg(fid *, const void *, size_t, uint64_t, uint64_t, uint64_t, uint64_t, fid_mr **,
-	   void *) noexcept;
-int mr_regv(fid *, const iovec *, size_t, uint64_t, uint64_t, uint64_t, uint64_t, fid_mr **,
-	    void *) noexcept;
-int mr_regattr(fid *, const fi_mr_attr *, uint64_t, fid_mr **) noexcept;
 
 int ops_open(fid *, const char *, uint64_t, void **, void *) noexcept;
 

@@ -1,0 +1,673 @@
+/* nd_cq.cpp: completion queues: open, read in every format, errors, waiting. */
+#include "nd_cq.h"
+#include "nd_cm.h"
+#include "nd_cntr.h"
+#include "nd_domain.h"
+#include "nd_ep.h"
+#include "nd_fabric.h"
+#include "nd_srx.h"
+#include "nd_unsupported.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <thread>
+
+namespace nd {
+
+WorkQueue::WorkQueue(QueueKind k, Endpoint *owner_ep, uint32_t wanted_depth)
+	: kind(k), ep(owner_ep), srx(nullptr), depth(std::max<uint32_t>(wanted_depth, 1))
+{
+	uint32_t size = 1;
+	while (size < depth)
+		size <<= 1;
+	mask = size - 1;
+	records = std::make_unique<OpRecord[]>(size);
+	for (uint32_t i = 0; i < size; i++)
+		records[i].owner = this;
+}
+
+int fi_error_of_wc_status(ibv_wc_status status) noexcept
+{
+	switch (status) {
+	case IBV_WC_SUCCESS: return 0;
+	case IBV_WC_WR_FLUSH_ERR: return FI_ECANCELED;
+	case IBV_WC_LOC_LEN_ERR: return FI_ETRUNC;	/* message longer than the receive */
+	case IBV_WC_LOC_PROT_ERR:
+	case IBV_WC_LOC_ACCESS_ERR:
+	case IBV_WC_REM_ACCESS_ERR:
+	case IBV_WC_MW_BIND_ERR: return FI_EACCES;
+	case IBV_WC_RETRY_EXC_ERR: return FI_ETIMEDOUT;
+	case IBV_WC_RNR_RETRY_EXC_ERR: return FI_ENORX;
+	case IBV_WC_REM_ABORT_ERR: return FI_ECONNABORTED;
+	case IBV_WC_REM_INV_REQ_ERR:	/* e.g. the peer's receive was too short */
+	case IBV_WC_REM_OP_ERR:
+	case IBV_WC_LOC_QP_OP_ERR:
+	case IBV_WC_LOC_EEC_OP_ERR:
+	case IBV_WC_BAD_RESP_ERR:
+	default: return FI_EIO;
+	}
+}
+
+namespace {
+
+Counter *counter_for(const Endpoint *ep, uint64_t flags) noexcept
+{
+	if (flags & FI_SEND)
+		return ep->send_cntr;
+	if (flags & FI_RECV)
+		return ep->recv_cntr;
+	if (flags & FI_READ)
+		return ep->read_cntr;
+	if (flags & FI_WRITE)
+		return ep->write_cntr;
+	return nullptr;
+}
+
+/* A request is done: counters, and the read limit's budget. */
+void account(WorkQueue *queue, const OpRecord &record, bool ok) noexcept
+{
+	if (record.is_read)
+		queue->reads_in_flight.fetch_sub(1, std::memory_order_relaxed);
+	if (queue->ep)
+		if (Counter *counter = counter_for(queue->ep, record.flags))
+			counter->count(ok);
+}
+
+/* Writes one entry in the CQ's format. */
+template <fi_cq_format Format>
+void store(void *buf, size_t index, const CqEntry &entry) noexcept
+{
+	if constexpr (Format == FI_CQ_FORMAT_CONTEXT) {
+		static_cast<fi_cq_entry *>(buf)[index].op_context = entry.op_context;
+	} else if constexpr (Format == FI_CQ_FORMAT_MSG) {
+		fi_cq_msg_entry &out = static_cast<fi_cq_msg_entry *>(buf)[index];
+		out.op_context = entry.op_context;
+		out.flags = entry.flags;
+		out.len = entry.len;
+	} else {
+		static_cast<fi_cq_data_entry *>(buf)[index] = entry;
+	}
+}
+
+CompletionQueue *cq_of(fid_cq *cq) { return from_fid<CompletionQueue>(cq); }
+
+template <fi_cq_format Format>
+ssize_t cq_read(fid_cq *cq, void *buf, size_t count) noexcept
+{
+	return cq_of(cq)->read<Format>(buf, count);
+}
+
+template <fi_cq_format Format>
+ssize_t cq_readfrom(fid_cq *cq, void *buf, size_t count, fi_addr_t *src_addr) noexcept
+{
+	ssize_t n = cq_of(cq)->read<Format>(buf, count);
+	/* Connected endpoints have no address vector to name the source. */
+	if (n > 0 && src_addr)
+		std::fill(src_addr, src_addr + n, FI_ADDR_NOTAVAIL);
+	return n;
+}
+
+ssize_t cq_readerr(fid_cq *cq, fi_cq_err_entry *buf, uint64_t flags) noexcept
+{
+	return guarded("fi_cq_readerr", [&] { return cq_of(cq)->readerr(buf, flags); });
+}
+
+ssize_t cq_sread(fid_cq *cq, void *buf, size_t count, const void *cond, int timeout) noexcept
+{
+	return guarded("fi_cq_sread",
+		       [&] { return cq_of(cq)->sread(buf, count, cond, timeout, false, nullptr); });
+}
+
+ssize_t cq_sreadfrom(fid_cq *cq, void *buf, size_t count, fi_addr_t *src_addr, const void *cond,
+		     int timeout) noexcept
+{
+	return guarded("fi_cq_sreadfrom",
+		       [&] { return cq_of(cq)->sread(buf, count, cond, timeout, true, src_addr); });
+}
+
+int cq_signal(fid_cq *cq) noexcept
+{
+	return cq_of(cq)->signal();
+}
+
+const char *cq_strerror(fid_cq *, int prov_errno, const void *, char *buf, size_t len) noexcept
+{
+	const char *text = ibv_wc_status_str(static_cast<ibv_wc_status>(prov_errno));
+	if (buf && len) {
+		std::strncpy(buf, text, len - 1);
+		buf[len - 1] = '\0';
+		return buf;
+	}
+	return text;
+}
+
+template <fi_cq_format Format>
+constexpr fi_ops_cq make_cq_ops()
+{
+	return fi_ops_cq{
+		.size = sizeof(fi_ops_cq),
+		.read = cq_read<Format>,
+		.readfrom = cq_readfrom<Format>,
+		.readerr = cq_readerr,
+		.sread = cq_sread,
+		.sreadfrom = cq_sreadfrom,
+		.signal = cq_signal,
+		.strerror = cq_strerror,
+	};
+}
+
+fi_ops_cq cq_ops_context = make_cq_ops<FI_CQ_FORMAT_CONTEXT>();
+fi_ops_cq cq_ops_msg = make_cq_ops<FI_CQ_FORMAT_MSG>();
+fi_ops_cq cq_ops_data = make_cq_ops<FI_CQ_FORMAT_DATA>();
+
+int cq_close(fid *fid) noexcept
+{
+	return guarded("fi_close(cq)", [&] { return from_fid<CompletionQueue>(fid)->close(); });
+}
+
+int cq_control(fid *fid, int command, void *arg) noexcept
+{
+	return guarded("fi_control(cq)",
+		       [&] { return from_fid<CompletionQueue>(fid)->control(command, arg); });
+}
+
+int cq_bind(fid *, fid *, uint64_t) noexcept
+{
+	ND_WARN(FI_LOG_CQ, "fi_cq_bind: nothing binds to a CQ (wait sets are not supported)\n");
+	return -FI_ENOSYS;
+}
+
+fi_ops cq_fid_ops = {
+	.size = sizeof(fi_ops),
+	.close = cq_close,
+	.bind = cq_bind,
+	.control = cq_control,
+	.ops_open = unsupported::ops_open,
+	.tostr = nullptr,
+	.ops_set = nullptr,
+};
+
+/* The default number of entries of a CQ opened with size 0. */
+constexpr int kDefaultCqSize = 1024;
+/* Work completions taken per ibv_poll_cq. */
+constexpr int kPollBatch = 16;
+
+int set_nonblocking(int fd)
+{
+	int flags = fcntl(fd, F_GETFL);
+	return flags < 0 ? -1 : fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+} // namespace
+
+/* ---- open and close ---- */
+
+int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context, bool internal,
+			  CompletionQueue **out)
+{
+	fi_cq_format format = attr->format == FI_CQ_FORMAT_UNSPEC ? FI_CQ_FORMAT_CONTEXT : attr->format;
+	if (format == FI_CQ_FORMAT_TAGGED) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_open: FI_CQ_FORMAT_TAGGED: the provider offers no FI_TAGGED\n");
+		return -FI_ENOSYS;
+	}
+	if (format != FI_CQ_FORMAT_CONTEXT && format != FI_CQ_FORMAT_MSG &&
+	    format != FI_CQ_FORMAT_DATA) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_open: unknown format %d\n", attr->format);
+		return -FI_EINVAL;
+	}
+	bool waitable;
+	switch (attr->wait_obj) {
+	case FI_WAIT_NONE: waitable = false; break;
+	case FI_WAIT_UNSPEC:
+	case FI_WAIT_FD: waitable = true; break;
+	default:
+		ND_WARN(FI_LOG_CQ, "fi_cq_open: wait object %d not supported (FI_WAIT_NONE, FI_WAIT_FD, FI_WAIT_UNSPEC)\n",
+			attr->wait_obj);
+		return -FI_ENOSYS;
+	}
+	if (attr->wait_set) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_open: wait sets are not supported\n");
+		return -FI_ENOSYS;
+	}
+	if (attr->flags & ~static_cast<uint64_t>(FI_AFFINITY)) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_open: flags 0x%llx not supported\n",
+			static_cast<unsigned long long>(attr->flags));
+		return -FI_EBADFLAGS;
+	}
+	if (attr->wait_cond != FI_CQ_COND_NONE && attr->wait_cond != FI_CQ_COND_THRESHOLD) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_open: wait condition %d not supported\n", attr->wait_cond);
+		return -FI_ENOSYS;
+	}
+	if (attr->size > static_cast<size_t>(domain->max_cqe)) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_open: size %zu > the device's %d entries\n", attr->size,
+			domain->max_cqe);
+		return -FI_EINVAL;
+	}
+	int size = attr->size ? static_cast<int>(attr->size) : std::min(kDefaultCqSize, domain->max_cqe);
+	int vector = (attr->flags & FI_AFFINITY) ? attr->signaling_vector : 0;
+	if (vector < 0 || vector >= domain->context->num_comp_vectors) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_open: signaling vector %d; the device has %d\n", vector,
+			domain->context->num_comp_vectors);
+		return -FI_EINVAL;
+	}
+
+	auto cq = std::make_unique<CompletionQueue>();
+	cq->domain = domain;
+	cq->format = format;
+	cq->internal = internal;
+	cq->waitable = waitable;
+	cq->epoll_fd = -1;
+	cq->signal_fd = -1;
+	cq->reserved = 0;
+	cq->lock.enable(domain->threading == FI_THREAD_SAFE || domain->threading == FI_THREAD_ENDPOINT);
+	if (waitable) {
+		cq->channel.reset(ibv_create_comp_channel(domain->context));
+		if (!cq->channel) {
+			int err = errno;
+			ND_WARN(FI_LOG_CQ, "fi_cq_open: ibv_create_comp_channel: %s\n", std::strerror(err));
+			return fi_error_of_errno(err);
+		}
+		cq->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+		cq->signal_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (cq->epoll_fd < 0 || cq->signal_fd < 0 || set_nonblocking(cq->channel->fd)) {
+			int err = errno;
+			ND_WARN(FI_LOG_CQ, "fi_cq_open: wait fd: %s\n", std::strerror(err));
+			return fi_error_of_errno(err);
+		}
+		for (int fd : {cq->channel->fd, cq->signal_fd}) {
+			epoll_event ev{};
+			ev.events = EPOLLIN;
+			ev.data.fd = fd;
+			if (epoll_ctl(cq->epoll_fd, EPOLL_CTL_ADD, fd, &ev)) {
+				int err = errno;
+				ND_WARN(FI_LOG_CQ, "fi_cq_open: epoll_ctl: %s\n", std::strerror(err));
+				return fi_error_of_errno(err);
+			}
+		}
+	}
+	cq->verbs_cq.reset(ibv_create_cq(domain->context, size, cq.get(), cq->channel.get(), vector));
+	if (!cq->verbs_cq) {
+		int err = errno;
+		ND_WARN(FI_LOG_CQ, "fi_cq_open: ibv_create_cq(%d): %s\n", size, std::strerror(err));
+		return fi_error_of_errno(err);
+	}
+	cq->capacity = cq->verbs_cq->cqe;
+	cq->cq.fid.fclass = FI_CLASS_CQ;
+	cq->cq.fid.context = context;
+	cq->cq.fid.ops = &cq_fid_ops;
+	cq->cq.ops = format == FI_CQ_FORMAT_CONTEXT ? &cq_ops_context
+		     : format == FI_CQ_FORMAT_MSG   ? &cq_ops_msg
+						    : &cq_ops_data;
+	domain->children.acquire();
+	*out = cq.release();
+	return 0;
+}
+
+CompletionQueue::~CompletionQueue()
+{
+	if (epoll_fd >= 0)
+		::close(epoll_fd);
+	if (signal_fd >= 0)
+		::close(signal_fd);
+	/* verbs_cq is destroyed before channel (declared after it): every
+	 * channel event was acknowledged when it was read. */
+}
+
+int CompletionQueue::close()
+{
+	if (bound.busy()) {
+		ND_WARN(FI_LOG_CQ, "fi_close(cq): %d endpoint(s) still bound\n", bound.value());
+		return -FI_EBUSY;
+	}
+	Domain *d = domain;
+	delete this;
+	d->children.release();
+	return 0;
+}
+
+int CompletionQueue::reserve(int count)
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	const int needed = reserved + count;
+	if (needed > capacity) {
+		if (needed > domain->max_cqe) {
+			ND_WARN(FI_LOG_CQ, "CQ %p: %d outstanding requests would complete here; the device's CQs hold %d\n",
+				static_cast<void *>(this), needed, domain->max_cqe);
+			return -FI_ENOSPC;
+		}
+		const int grown = std::min(std::max(needed, capacity * 2), domain->max_cqe);
+		int rc = ibv_resize_cq(verbs_cq.get(), grown);
+		if (rc) {
+			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_resize_cq(%d) for %d outstanding requests: %s\n",
+				static_cast<void *>(this), grown, needed, std::strerror(rc));
+			return -FI_ENOSPC;
+		}
+		capacity = verbs_cq->cqe;
+	}
+	reserved = needed;
+	return 0;
+}
+
+void CompletionQueue::unreserve(int count) noexcept
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	reserved -= count;
+}
+
+/* ---- completions ---- */
+
+bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
+{
+	OpRecord *record = record_of(wc.wr_id);
+	WorkQueue *queue = record->owner;
+	const OpRecord done = *record; /* the slot may be reused once retired */
+	const bool ok = wc.status == IBV_WC_SUCCESS;
+	if (queue->kind == QueueKind::shared_recv) {
+		queue->srx->release(record);
+	} else {
+		queue->retire_through(record, [&](const OpRecord &earlier) {
+			account(queue, earlier, true);
+		});
+		account(queue, done, ok);
+	}
+	if (!ok) {
+		const bool flushed = wc.status == IBV_WC_WR_FLUSH_ERR;
+		if (!flushed) {
+			ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", done.context,
+				ibv_wc_status_str(wc.status), wc.vendor_err);
+			if (queue->ep)
+				queue->ep->link.store(LinkState::broken, std::memory_order_relaxed);
+		}
+		/* A flushed request the application asked no completion for
+		 * stays silent; a real failure is always reported. */
+		if (internal || (!done.report && flushed))
+			return false;
+		CqError error;
+		error.entry.op_context = done.context;
+		error.entry.flags = done.flags;
+		error.entry.len = 0;
+		error.entry.err = fi_error_of_wc_status(wc.status);
+		error.entry.prov_errno = wc.status;
+		errors.push_back(error);
+		return false;
+	}
+	if (internal || !done.report)
+		return false;
+	out->op_context = done.context;
+	out->buf = nullptr;
+	out->data = 0;
+	switch (wc.opcode) {
+	case IBV_WC_RECV:
+		out->flags = FI_RECV | FI_MSG;
+		out->len = wc.byte_len;
+		break;
+	case IBV_WC_RECV_RDMA_WITH_IMM:
+		/* A remote fi_writedata consumed this receive. */
+		out->flags = FI_RMA | FI_REMOTE_WRITE;
+		out->len = wc.byte_len;
+		break;
+	default:
+		out->flags = done.flags;
+		out->len = 0;
+		break;
+	}
+	if ((wc.opcode & IBV_WC_RECV) && (wc.wc_flags & IBV_WC_WITH_IMM)) {
+		out->flags |= FI_REMOTE_CQ_DATA;
+		out->data = ntohl(wc.imm_data);
+	}
+	return true;
+}
+
+void CompletionQueue::progress_locked()
+{
+	ibv_wc wc[kPollBatch];
+	for (;;) {
+		/* The software queue holds at most what the CQ was sized for;
+		 * the rest waits in the verbs CQ for the application to read. */
+		const size_t room = ready.size() < static_cast<size_t>(capacity)
+					    ? static_cast<size_t>(capacity) - ready.size()
+					    : 0;
+		if (!internal && room == 0)
+			return;
+		const int want = internal ? kPollBatch : static_cast<int>(std::min<size_t>(room, kPollBatch));
+		int n = ibv_poll_cq(verbs_cq.get(), want, wc);
+		if (n <= 0)
+			return;
+		for (int i = 0; i < n; i++) {
+			CqEntry entry;
+			if (complete(wc[i], &entry))
+				ready.push_back(entry);
+		}
+		if (n < want)
+			return;
+	}
+}
+
+int CompletionQueue::progress()
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	size_t before = ready.size() + errors.size();
+	progress_locked();
+	return static_cast<int>(ready.size() + errors.size() - before);
+}
+
+bool CompletionQueue::drain(const WorkQueue &queue, int timeout_ms)
+{
+	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+	for (;;) {
+		progress();
+		if (queue.outstanding() == 0)
+			return true;
+		if (std::chrono::steady_clock::now() >= deadline)
+			return false;
+		std::this_thread::sleep_for(std::chrono::microseconds(200));
+	}
+}
+
+template <fi_cq_format Format>
+ssize_t CompletionQueue::read(void *buf, size_t count)
+{
+	if (!buf && count) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_read: buf is NULL\n");
+		return -FI_EINVAL;
+	}
+	std::lock_guard<OptionalLock> guard(lock);
+	size_t n = 0;
+	while (n < count && !ready.empty()) {
+		store<Format>(buf, n++, ready.front());
+		ready.pop_front();
+	}
+	ibv_wc wc[kPollBatch];
+	while (n < count) {
+		const int want = static_cast<int>(std::min<size_t>(count - n, kPollBatch));
+		const int got = ibv_poll_cq(verbs_cq.get(), want, wc);
+		for (int i = 0; i < got; i++) {
+			CqEntry entry;
+			if (complete(wc[i], &entry))
+				store<Format>(buf, n++, entry);
+		}
+		if (got < want)
+			break;
+	}
+	if (n)
+		return static_cast<ssize_t>(n);
+	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
+}
+
+template ssize_t CompletionQueue::read<FI_CQ_FORMAT_CONTEXT>(void *, size_t);
+template ssize_t CompletionQueue::read<FI_CQ_FORMAT_MSG>(void *, size_t);
+template ssize_t CompletionQueue::read<FI_CQ_FORMAT_DATA>(void *, size_t);
+
+ssize_t CompletionQueue::read_any(void *buf, size_t count)
+{
+	switch (format) {
+	case FI_CQ_FORMAT_MSG: return read<FI_CQ_FORMAT_MSG>(buf, count);
+	case FI_CQ_FORMAT_DATA: return read<FI_CQ_FORMAT_DATA>(buf, count);
+	default: return read<FI_CQ_FORMAT_CONTEXT>(buf, count);
+	}
+}
+
+ssize_t CompletionQueue::readerr(fi_cq_err_entry *buf, uint64_t flags)
+{
+	if (!buf) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_readerr: buf is NULL\n");
+		return -FI_EINVAL;
+	}
+	std::lock_guard<OptionalLock> guard(lock);
+	if (errors.empty()) {
+		progress_locked();
+		if (errors.empty())
+			return -FI_EAGAIN;
+	}
+	fi_cq_err_entry entry = errors.front().entry;
+	if (!(flags & FI_PEEK))
+		errors.pop_front();
+	/* Before API 1.5 the structure ended at err_data; no error data is
+	 * carried, so a caller's own err_data buffer is left untouched. */
+	if (FI_VERSION_LT(domain->fabric->api_version, FI_VERSION(1, 5))) {
+		std::memcpy(buf, &entry, offsetof(fi_cq_err_entry, err_data_size));
+		buf->err_data = nullptr;
+	} else {
+		entry.err_data = buf->err_data_size ? buf->err_data : nullptr;
+		entry.err_data_size = 0;
+		*buf = entry;
+	}
+	return 1;
+}
+
+/* ---- waiting ---- */
+
+namespace {
+
+/* Acknowledges every event the completion channel holds. */
+void drain_channel(ibv_comp_channel *channel)
+{
+	ibv_cq *cq;
+	void *context;
+	while (ibv_get_cq_event(channel, &cq, &context) == 0)
+		ibv_ack_cq_events(cq, 1);
+}
+
+} // namespace
+
+ssize_t CompletionQueue::sread(void *buf, size_t count, const void *, int timeout, bool with_src,
+			       fi_addr_t *src_addr)
+{
+	if (!waitable) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_sread: the CQ was opened with FI_WAIT_NONE\n");
+		return -FI_EINVAL;
+	}
+	const auto start = std::chrono::steady_clock::now();
+	auto read_now = [&] {
+		ssize_t n = read_any(buf, count);
+		if (n > 0 && with_src && src_addr)
+			std::fill(src_addr, src_addr + n, FI_ADDR_NOTAVAIL);
+		return n;
+	};
+	for (;;) {
+		ssize_t n = read_now();
+		if (n != -FI_EAGAIN)
+			return n;
+		/* Arm, then look again: a completion that arrived before the
+		 * arm would otherwise raise no event. */
+		if (int rc = ibv_req_notify_cq(verbs_cq.get(), 0))
+			return fi_error_of_errno(rc);
+		n = read_now();
+		if (n != -FI_EAGAIN)
+			return n;
+		int wait_ms = -1;
+		if (timeout >= 0) {
+			auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+					     std::chrono::steady_clock::now() - start).count();
+			if (spent >= timeout)
+				return -FI_EAGAIN;
+			wait_ms = static_cast<int>(timeout - spent);
+		}
+		epoll_event events[2];
+		int ready_fds = epoll_wait(epoll_fd, events, 2, wait_ms);
+		if (ready_fds < 0 && errno != EINTR)
+			return fi_error_of_errno(errno);
+		drain_channel(channel.get());
+		uint64_t signals;
+		if (::read(signal_fd, &signals, sizeof(signals)) == sizeof(signals))
+			return -FI_EAGAIN; /* fi_cq_signal: wake the waiter */
+	}
+}
+
+int CompletionQueue::signal()
+{
+	if (!waitable) {
+		ND_WARN(FI_LOG_CQ, "fi_cq_signal: the CQ was opened with FI_WAIT_NONE\n");
+		return -FI_EINVAL;
+	}
+	uint64_t one = 1;
+	return ::write(signal_fd, &one, sizeof(one)) == sizeof(one) ? 0 : -FI_EIO;
+}
+
+int CompletionQueue::control(int command, void *arg)
+{
+	switch (command) {
+	case FI_GETWAIT:
+		if (!arg)
+			return -FI_EINVAL;
+		if (!waitable) {
+			ND_WARN(FI_LOG_CQ, "fi_control(FI_GETWAIT): the CQ was opened with FI_WAIT_NONE\n");
+			return -FI_ENODATA;
+		}
+		*static_cast<int *>(arg) = epoll_fd;
+		return 0;
+	case FI_GETWAITOBJ:
+		if (!arg)
+			return -FI_EINVAL;
+		*static_cast<fi_wait_obj *>(arg) = waitable ? FI_WAIT_FD : FI_WAIT_NONE;
+		return 0;
+	default:
+		ND_WARN(FI_LOG_CQ, "fi_control(cq): command %d not supported\n", command);
+		return -FI_ENOSYS;
+	}
+}
+
+int CompletionQueue::trywait()
+{
+	if (!waitable) {
+		ND_WARN(FI_LOG_CQ, "fi_trywait: the CQ was opened with FI_WAIT_NONE\n");
+		return -FI_EINVAL;
+	}
+	std::lock_guard<OptionalLock> guard(lock);
+	progress_locked();
+	if (!ready.empty() || !errors.empty())
+		return -FI_EAGAIN;
+	drain_channel(channel.get());
+	uint64_t signals;
+	(void)!::read(signal_fd, &signals, sizeof(signals));
+	if (int rc = ibv_req_notify_cq(verbs_cq.get(), 0))
+		return fi_error_of_errno(rc);
+	progress_locked();
+	return ready.empty() && errors.empty() ? 0 : -FI_EAGAIN;
+}
+
+int cq_open(fid_domain *fdomain, fi_cq_attr *attr, fid_cq **out, void *context) noexcept
+{
+	return guarded("fi_cq_open", [&] {
+		if (!fdomain || !attr || !out) {
+			ND_WARN(FI_LOG_CQ, "fi_cq_open: domain, attr and cq must not be NULL\n");
+			return -FI_EINVAL;
+		}
+		CompletionQueue *cq = nullptr;
+		int ret = CompletionQueue::open(from_fid<Domain>(fdomain), attr, context, false, &cq);
+		if (ret)
+			return ret;
+		*out = &cq->cq;
+		return 0;
+	});
+}
+
+} // namespace nd

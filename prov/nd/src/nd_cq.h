@@ -1,0 +1,116 @@
+/*
+ * nd_cq.h: completion queues (fid_cq) on verbs CQs.
+ *
+ * Reading polls the verbs CQ in batches and writes each completion straight
+ * into the application's buffer in the CQ's format (one ops table per
+ * format, chosen at open, so the loop has no format switch). A work
+ * completion leads to its OpRecord (nd_wq.h), which says whose it is and
+ * what to report. Completions found by someone other than fi_cq_read (a
+ * counter's progress, fi_trywait, an endpoint's close) wait in a software
+ * queue, and errors in an error queue that fi_cq_readerr drains: fi_cq_read
+ * returns -FI_EAVAIL once no success entry is ahead of them.
+ *
+ * No completion is ever lost: the verbs CQ is resized, before a queue pair
+ * can post to it, to hold every request that may be outstanding on the
+ * queues that complete into it (fi_enable reserves, fi_close releases).
+ *
+ * Waiting (FI_WAIT_FD, FI_WAIT_UNSPEC): a completion channel and an eventfd
+ * (fi_cq_signal) inside one epoll set; FI_GETWAIT returns the epoll fd and
+ * fi_trywait arms the CQ.
+ *
+ * An endpoint with no CQ bound for a direction still needs a verbs CQ: it
+ * gets an internal CompletionQueue whose entries only feed counters.
+ */
+#ifndef ND_CQ_H
+#define ND_CQ_H
+
+#include "nd.h"
+#include "nd_verbs.h"
+#include "nd_wq.h"
+
+#include <rdma/fi_eq.h>
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+namespace nd {
+
+struct Domain;
+
+using UniqueCompChannel = VerbsHandle<ibv_comp_channel, ibv_destroy_comp_channel>;
+
+/* What a completion reports: fi_cq_data_entry holds every field of the
+ * context, msg and data formats. */
+using CqEntry = fi_cq_data_entry;
+
+struct CqError {
+	fi_cq_err_entry entry{};
+};
+
+struct CompletionQueue {
+	fid_cq cq;				/* first: from_fid<CompletionQueue> */
+	Domain *domain;
+	fi_cq_format format;
+	bool internal;				/* an endpoint's own; no application reads it */
+	bool waitable;
+	UniqueCompChannel channel;
+	UniqueCq verbs_cq;			/* after channel: destroyed first */
+	int capacity;				/* entries the verbs CQ holds */
+	int reserved;				/* requests that may complete into it */
+	int epoll_fd;
+	int signal_fd;
+	OptionalLock lock;
+	std::deque<CqEntry> ready;		/* found but not yet read */
+	std::deque<CqError> errors;
+	/* Queues of endpoints closed while requests were still outstanding:
+	 * their records must outlive any completion still to come. */
+	std::vector<std::unique_ptr<WorkQueue>> orphans;
+	ChildCount bound;			/* endpoints completing here */
+
+	/* Opens an application CQ (fi_cq_open) or an internal one. */
+	static int open(Domain *domain, const fi_cq_attr *attr, void *context, bool internal,
+			CompletionQueue **out);
+	int close();
+
+	/* Makes room for `count` more outstanding requests (fi_enable). */
+	int reserve(int count);
+	void unreserve(int count) noexcept;
+
+	/* Polls the verbs CQ into the software queues (counters, trywait,
+	 * close). Takes the lock. Returns the number of work completions. */
+	int progress();
+	/* Polls until no record of `queue` is outstanding or `timeout_ms`
+	 * passes; true when the queue drained. */
+	bool drain(const WorkQueue &queue, int timeout_ms);
+
+	ssize_t readerr(fi_cq_err_entry *buf, uint64_t flags);
+	ssize_t sread(void *buf, size_t count, const void *cond, int timeout, bool with_src,
+		      fi_addr_t *src_addr);
+	int control(int command, void *arg);
+	int trywait();
+	int signal();
+
+	/* Read path, instantiated per format (nd_cq.cpp). */
+	template <fi_cq_format Format>
+	ssize_t read(void *buf, size_t count);
+	ssize_t read_any(void *buf, size_t count);
+
+	/* Handles one work completion: retires its records and returns true
+	 * (with *out filled) when it is a success the application sees;
+	 * errors go to the error queue. Called under the lock. */
+	bool complete(const ibv_wc &wc, CqEntry *out);
+	void progress_locked();
+
+	~CompletionQueue();
+};
+
+/* Maps a verbs work completion status to a libfabric error code
+ * (positive, as fi_cq_err_entry.err carries it). */
+int fi_error_of_wc_status(ibv_wc_status status) noexcept;
+
+int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq, void *context) noexcept;
+
+} // namespace nd
+
+#endif /* ND_CQ_H */

@@ -1,0 +1,561 @@
+/*
+ * nd_ep_data.cpp: an endpoint's data path: binding CQs, counters and a
+ * shared receive context; the send and receive queues; posting; and the
+ * message operations (fi_send ... fi_recvmsg). RMA is in nd_ep_rma.cpp.
+ *
+ * The fast path takes no lock unless the domain is FI_THREAD_SAFE and
+ * allocates nothing: records come from the rings fixed at fi_enable and
+ * scatter/gather lists live on the stack.
+ */
+#include "nd_cntr.h"
+#include "nd_cq.h"
+#include "nd_domain.h"
+#include "nd_ep.h"
+#include "nd_mr.h"
+#include "nd_srx.h"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+
+namespace nd {
+
+/* ---- binding ---- */
+
+int Endpoint::bind_cq(CompletionQueue *cq, uint64_t flags)
+{
+	if (enabled) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): bind before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	if (cq->domain != domain) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): the CQ belongs to another domain\n");
+		return -FI_EINVAL;
+	}
+	if (!(flags & (FI_TRANSMIT | FI_RECV)) ||
+	    (flags & ~(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION))) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): flags 0x%llx; FI_TRANSMIT and/or FI_RECV, "
+			"optionally FI_SELECTIVE_COMPLETION\n", static_cast<unsigned long long>(flags));
+		return -FI_EBADFLAGS;
+	}
+	if (((flags & FI_TRANSMIT) && user_tx_cq) || ((flags & FI_RECV) && user_rx_cq)) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): a CQ is already bound for that direction\n");
+		return -FI_EINVAL;
+	}
+	const bool selective = flags & FI_SELECTIVE_COMPLETION;
+	if (flags & FI_TRANSMIT) {
+		user_tx_cq = cq;
+		tx_selective = selective;
+		cq->bound.acquire();
+	}
+	if (flags & FI_RECV) {
+		user_rx_cq = cq;
+		rx_selective = selective;
+		cq->bound.acquire();
+	}
+	return 0;
+}
+
+int Endpoint::bind_cntr(Counter *cntr, uint64_t flags)
+{
+	if (enabled) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): bind before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	if (cntr->domain != domain) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): the counter belongs to another domain\n");
+		return -FI_EINVAL;
+	}
+	if (flags & (FI_REMOTE_READ | FI_REMOTE_WRITE)) {
+		/* The target's NIC places RDMA data without a completion. */
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): FI_REMOTE_READ/FI_REMOTE_WRITE counters are not "
+			"supported: RDMA reads and writes complete at the target without a completion\n");
+		return -FI_ENOSYS;
+	}
+	if (!(flags & (FI_SEND | FI_RECV | FI_READ | FI_WRITE)) ||
+	    (flags & ~(FI_SEND | FI_RECV | FI_READ | FI_WRITE))) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): flags 0x%llx; FI_SEND, FI_RECV, FI_READ, FI_WRITE\n",
+			static_cast<unsigned long long>(flags));
+		return -FI_EBADFLAGS;
+	}
+	if ((flags & FI_RECV) && srx) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): receive counters with a shared receive context are not supported\n");
+		return -FI_ENOSYS;
+	}
+	Counter **slots[] = {&send_cntr, &recv_cntr, &read_cntr, &write_cntr};
+	const uint64_t bits[] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE};
+	for (int i = 0; i < 4; i++) {
+		if ((flags & bits[i]) && *slots[i]) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): a counter is already bound for those events\n");
+			return -FI_EINVAL;
+		}
+	}
+	for (int i = 0; i < 4; i++)
+		if (flags & bits[i])
+			*slots[i] = cntr;
+	cntr->attach(this);
+	return 0;
+}
+
+int Endpoint::bind_srx(SharedRx *rx)
+{
+	if (enabled) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): bind before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	if (rx->domain != domain || srx) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): %s\n",
+			srx ? "the endpoint already has one" : "the context belongs to another domain");
+		return -FI_EINVAL;
+	}
+	if (recv_cntr) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): receive counters with a shared receive context are not supported\n");
+		return -FI_ENOSYS;
+	}
+	srx = rx;
+	rx->bound.acquire();
+	return 0;
+}
+
+/* ---- queues ---- */
+
+int Endpoint::setup_data_path()
+{
+	const uint32_t tx = static_cast<uint32_t>(info->tx_attr->size ? info->tx_attr->size : 1);
+	const uint32_t rx = static_cast<uint32_t>(info->rx_attr->size ? info->rx_attr->size : 1);
+	tx_iov_limit = static_cast<uint32_t>(info->tx_attr->iov_limit ? info->tx_attr->iov_limit : 1);
+	rx_iov_limit = static_cast<uint32_t>(info->rx_attr->iov_limit ? info->rx_attr->iov_limit : 1);
+	if (tx_iov_limit > kMaxSge || rx_iov_limit > kMaxSge) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: iov_limit %u/%u > %zu\n", tx_iov_limit, rx_iov_limit,
+			kMaxSge);
+		return -FI_EINVAL;
+	}
+	if (!user_tx_cq || !user_rx_cq) {
+		fi_cq_attr attr{};
+		attr.size = (user_tx_cq ? 0 : tx) + (user_rx_cq ? 0 : rx);
+		attr.format = FI_CQ_FORMAT_CONTEXT;
+		attr.wait_obj = FI_WAIT_NONE;
+		int ret = CompletionQueue::open(domain, &attr, nullptr, true, &own_cq);
+		if (ret)
+			return ret;
+	}
+	tx_cq = user_tx_cq ? user_tx_cq : own_cq;
+	rx_cq = user_rx_cq ? user_rx_cq : own_cq;
+	const uint32_t rx_completions = srx ? srx->queue.depth : rx;
+	int ret = tx_cq->reserve(static_cast<int>(tx));
+	if (ret)
+		return ret;
+	tx_reserved = tx;
+	ret = rx_cq->reserve(static_cast<int>(rx_completions));
+	if (ret)
+		return ret;
+	rx_reserved = rx_completions;
+
+	sq = std::make_unique<WorkQueue>(QueueKind::send, this, tx);
+	if (!srx)
+		rq = std::make_unique<WorkQueue>(QueueKind::recv, this, rx);
+	signal_interval = std::max<uint32_t>(sq->depth / 2, 1);
+	max_inline = static_cast<uint32_t>(info->tx_attr->inject_size);
+	max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
+	tx_op_flags = info->tx_attr->op_flags;
+	rx_op_flags = info->rx_attr->op_flags;
+	const bool locked = domain->threading == FI_THREAD_SAFE;
+	tx_lock.enable(locked);
+	rx_lock.enable(locked);
+	return 0;
+}
+
+/* At close, after the queue pair was flushed: every request still
+ * outstanding completes (FI_ECANCELED) into its CQ before the records go. */
+void Endpoint::release_data_path() noexcept
+{
+	constexpr int kDrainMs = 2000;
+	struct Direction {
+		std::unique_ptr<WorkQueue> &queue;
+		CompletionQueue *cq;
+	};
+	for (Direction d : {Direction{sq, tx_cq}, Direction{rq, rx_cq}}) {
+		if (!d.queue || !d.cq)
+			continue;
+		if (!d.cq->drain(*d.queue, kDrainMs) && d.cq != own_cq) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) not flushed yet; the CQ keeps their records\n",
+				static_cast<unsigned long long>(d.queue->outstanding()));
+			std::lock_guard<OptionalLock> guard(d.cq->lock);
+			d.cq->orphans.push_back(std::move(d.queue));
+		}
+	}
+	qp.reset();
+	if (tx_cq && tx_reserved)
+		tx_cq->unreserve(static_cast<int>(tx_reserved));
+	if (rx_cq && rx_reserved)
+		rx_cq->unreserve(static_cast<int>(rx_reserved));
+	for (Counter *c : {send_cntr, recv_cntr, read_cntr, write_cntr})
+		if (c)
+			c->detach(this);
+	if (user_tx_cq)
+		user_tx_cq->bound.release();
+	if (user_rx_cq)
+		user_rx_cq->bound.release();
+	if (srx)
+		srx->bound.release();
+	sq.reset();
+	rq.reset();
+	if (own_cq)
+		own_cq->close();
+	own_cq = tx_cq = rx_cq = nullptr;
+}
+
+ssize_t Endpoint::link_error(const char *call) const
+{
+	switch (link.load(std::memory_order_relaxed)) {
+	case LinkState::broken:
+		ND_INFO(FI_LOG_EP_DATA, "%s: a transfer on this connection failed; it carries no more data\n", call);
+		return -FI_ECONNABORTED;
+	case LinkState::down:
+		ND_INFO(FI_LOG_EP_DATA, "%s: the connection was shut down\n", call);
+		return -FI_ENOTCONN;
+	default:
+		ND_INFO(FI_LOG_EP_DATA, "%s: the endpoint is not connected\n", call);
+		return -FI_ENOTCONN;
+	}
+}
+
+namespace {
+
+/* Builds the scatter/gather list; checks buffers, lengths, descriptors. */
+ssize_t gather(const char *call, const iovec *iov, void **desc, size_t count, uint32_t limit,
+	       bool needs_keys, ibv_sge *sge, uint64_t *total)
+{
+	if (count > limit) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: %zu iovs; the limit is %u\n", call, count, limit);
+		return -FI_EINVAL;
+	}
+	if (count && !iov) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: iov is NULL\n", call);
+		return -FI_EINVAL;
+	}
+	uint64_t sum = 0;
+	for (size_t i = 0; i < count; i++) {
+		const size_t len = iov[i].iov_len;
+		if (!iov[i].iov_base && len) {
+			ND_WARN(FI_LOG_EP_DATA, "%s: buffer %zu is NULL with length %zu\n", call, i, len);
+			return -FI_EINVAL;
+		}
+		if (len > UINT32_MAX) {
+			ND_WARN(FI_LOG_EP_DATA, "%s: buffer %zu is %zu bytes\n", call, i, len);
+			return -FI_EMSGSIZE;
+		}
+		void *d = desc ? desc[i] : nullptr;
+		if (needs_keys && len && !d) {
+			ND_WARN(FI_LOG_EP_DATA, "%s: buffer %zu has no descriptor (FI_MR_LOCAL: pass fi_mr_desc)\n",
+				call, i);
+			return -FI_EINVAL;
+		}
+		sge[i].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
+		sge[i].length = static_cast<uint32_t>(len);
+		sge[i].lkey = d ? lkey_of(d) : 0;
+		sum += len;
+	}
+	*total = sum;
+	return 0;
+}
+
+} // namespace
+
+ssize_t Endpoint::post_tx(const TxRequest &r)
+{
+	if (link.load(std::memory_order_relaxed) != LinkState::up)
+		return link_error(r.call);
+	const bool is_read = r.opcode == IBV_WR_RDMA_READ;
+	/* Whether the data may go inline: it must fit the probed limit; a
+	 * descriptor is then not needed. */
+	uint64_t total = 0;
+	for (size_t i = 0; i < r.count && r.iov; i++)
+		total += r.iov[i].iov_len;
+	const bool inline_data = !is_read && total <= max_inline;
+	if ((r.flags & FI_INJECT) && !inline_data) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: %llu bytes to inject; inject_size is %u\n", r.call,
+			static_cast<unsigned long long>(total), max_inline);
+		return -FI_EMSGSIZE;
+	}
+	ibv_sge sge[kMaxSge];
+	ssize_t ret = gather(r.call, r.iov, r.desc, r.count, tx_iov_limit, !inline_data, sge, &total);
+	if (ret)
+		return ret;
+	if (total > max_msg) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: %llu bytes; max_msg_size is %zu\n", r.call,
+			static_cast<unsigned long long>(total), max_msg);
+		return -FI_EMSGSIZE;
+	}
+	if (is_read && effective.outbound == 0) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: the connection allows no RDMA reads (negotiated outbound read limit 0)\n",
+			r.call);
+		return -FI_EACCES;
+	}
+	Counter *counter = r.opcode == IBV_WR_RDMA_READ ? read_cntr
+			   : (r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM) ? send_cntr
+											     : write_cntr;
+	if (r.report && tx_cq == own_cq) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: a completion is wanted but no CQ is bound with FI_TRANSMIT\n", r.call);
+		return -FI_ENOCQ;
+	}
+
+	std::lock_guard<OptionalLock> guard(tx_lock);
+	if (sq->full() || (is_read && sq->reads_in_flight.load(std::memory_order_relaxed) >= effective.outbound)) {
+		/* Retire what has completed, then look again. */
+		tx_cq->progress();
+		if (sq->full())
+			return -FI_EAGAIN;
+		if (is_read && sq->reads_in_flight.load(std::memory_order_relaxed) >= effective.outbound)
+			return -FI_EAGAIN; /* never more reads in flight than negotiated */
+	}
+	/* Reads are always signaled so that their budget returns promptly;
+	 * otherwise every signal_interval-th request is, to retire the ring. */
+	bool signaled = r.report || counter || is_read || ++sq->unsignaled_run >= signal_interval;
+	if (signaled)
+		sq->unsignaled_run = 0;
+	OpRecord &record = sq->next();
+	record.context = r.context;
+	record.flags = r.cq_flags;
+	record.len = static_cast<uint32_t>(total);
+	record.report = r.report;
+	record.is_read = is_read;
+
+	ibv_send_wr wr;
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.next = nullptr;
+	wr.sg_list = sge;
+	wr.num_sge = static_cast<int>(r.count);
+	wr.opcode = r.opcode;
+	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (inline_data && total ? IBV_SEND_INLINE : 0);
+	wr.imm_data = r.imm_data;
+	wr.wr.rdma.remote_addr = r.remote_addr;
+	wr.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
+	if (is_read)
+		sq->reads_in_flight.fetch_add(1, std::memory_order_relaxed);
+	/* Published before posting: the completion may be reaped at once. */
+	sq->commit();
+	ibv_send_wr *bad = nullptr;
+	int rc = ibv_post_send(qp.get(), &wr, &bad);
+	if (rc) {
+		sq->head.store(sq->head.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+		if (is_read)
+			sq->reads_in_flight.fetch_sub(1, std::memory_order_relaxed);
+		ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", r.call, std::strerror(rc));
+		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+	}
+	return 0;
+}
+
+ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
+{
+	if (srx) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: the endpoint takes its receives from its shared receive context\n");
+		return -FI_EOPNOTSUPP;
+	}
+	if (!rq) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: call fi_enable first\n");
+		return -FI_EOPBADSTATE;
+	}
+	const LinkState state = link.load(std::memory_order_relaxed);
+	if (state == LinkState::down || state == LinkState::broken)
+		return link_error("fi_recv");
+	const bool report = !rx_selective || (flags & FI_COMPLETION);
+	if (report && rx_cq == own_cq) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: no CQ is bound with FI_RECV\n");
+		return -FI_ENOCQ;
+	}
+	ibv_sge sge[kMaxSge];
+	uint64_t total = 0;
+	ssize_t ret = gather("fi_recv", iov, desc, count, rx_iov_limit, true, sge, &total);
+	if (ret)
+		return ret;
+	if (total > max_msg) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: %llu bytes; max_msg_size is %zu\n",
+			static_cast<unsigned long long>(total), max_msg);
+		return -FI_EMSGSIZE;
+	}
+
+	std::lock_guard<OptionalLock> guard(rx_lock);
+	if (rq->full()) {
+		rx_cq->progress();
+		if (rq->full())
+			return -FI_EAGAIN;
+	}
+	OpRecord &record = rq->next();
+	record.context = context;
+	record.flags = FI_RECV | FI_MSG;
+	record.len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
+	record.report = report;
+	record.is_read = false;
+	ibv_recv_wr wr;
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.next = nullptr;
+	wr.sg_list = sge;
+	wr.num_sge = static_cast<int>(count);
+	if (!recv_ready) {
+		/* Before INIT the queue pair takes no receives: keep it for then. */
+		try {
+			PendingRecv pending{wr, std::vector<ibv_sge>(sge, sge + count)};
+			pending_recvs.push_back(std::move(pending));
+		} catch (const std::bad_alloc &) {
+			return -FI_ENOMEM;
+		}
+		rq->commit();
+		return 0;
+	}
+	rq->commit();
+	ibv_recv_wr *bad = nullptr;
+	int rc = ibv_post_recv(qp.get(), &wr, &bad);
+	if (rc) {
+		rq->head.store(rq->head.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
+		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+	}
+	return 0;
+}
+
+/* The queue pair reached INIT (or ERR, where verbs flushes them): post the
+ * receives that waited for it, in order. */
+void Endpoint::post_pending_receives() noexcept
+{
+	std::lock_guard<OptionalLock> guard(rx_lock);
+	recv_ready = true;
+	for (PendingRecv &pending : pending_recvs) {
+		pending.wr.sg_list = pending.sge.data();
+		ibv_recv_wr *bad = nullptr;
+		int rc = ibv_post_recv(qp.get(), &pending.wr, &bad);
+		if (rc)
+			ND_WARN(FI_LOG_EP_DATA, "posting a receive made before the connection: %s\n",
+				std::strerror(rc));
+	}
+	pending_recvs.clear();
+}
+
+/* ---- fi_ops_msg ---- */
+
+namespace {
+
+Endpoint *ep_of(fid_ep *ep) { return reinterpret_cast<Endpoint *>(ep); }
+
+uint32_t imm_of(uint64_t data) { return htonl(static_cast<uint32_t>(data)); }
+
+bool wants_completion(const Endpoint *ep, uint64_t flags)
+{
+	return !ep->tx_selective || (flags & FI_COMPLETION);
+}
+
+ssize_t send_common(Endpoint *ep, const iovec *iov, void **desc, size_t count, void *context,
+		    uint64_t flags, bool with_data, uint64_t data, bool report, const char *call)
+{
+	TxRequest r;
+	r.opcode = with_data ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+	r.iov = iov;
+	r.desc = desc;
+	r.count = count;
+	r.remote_addr = 0;
+	r.remote_key = 0;
+	r.imm_data = with_data ? imm_of(data) : 0;
+	r.context = context;
+	r.flags = flags;
+	r.cq_flags = FI_SEND | FI_MSG;
+	r.report = report;
+	r.call = call;
+	return ep->post_tx(r);
+}
+
+ssize_t ep_recv(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
+{
+	Endpoint *ep = ep_of(fep);
+	iovec iov{buf, len};
+	return ep->post_rx(&iov, &desc, 1, context, ep->rx_op_flags);
+}
+
+ssize_t ep_recvv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
+		 void *context) noexcept
+{
+	Endpoint *ep = ep_of(fep);
+	return ep->post_rx(iov, desc, count, context, ep->rx_op_flags);
+}
+
+ssize_t ep_recvmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
+{
+	if (!msg) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recvmsg: msg is NULL\n");
+		return -FI_EINVAL;
+	}
+	if (flags & FI_MULTI_RECV) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recvmsg: FI_MULTI_RECV is not supported\n");
+		return -FI_EBADFLAGS;
+	}
+	return ep_of(fep)->post_rx(msg->msg_iov, msg->desc, msg->iov_count, msg->context, flags);
+}
+
+ssize_t ep_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t,
+		void *context) noexcept
+{
+	Endpoint *ep = ep_of(fep);
+	iovec iov{const_cast<void *>(buf), len};
+	return send_common(ep, &iov, &desc, 1, context, ep->tx_op_flags, false, 0,
+			   wants_completion(ep, ep->tx_op_flags), "fi_send");
+}
+
+ssize_t ep_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
+		 void *context) noexcept
+{
+	Endpoint *ep = ep_of(fep);
+	return send_common(ep, iov, desc, count, context, ep->tx_op_flags, false, 0,
+			   wants_completion(ep, ep->tx_op_flags), "fi_sendv");
+}
+
+ssize_t ep_sendmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
+{
+	if (!msg) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_sendmsg: msg is NULL\n");
+		return -FI_EINVAL;
+	}
+	Endpoint *ep = ep_of(fep);
+	return send_common(ep, msg->msg_iov, msg->desc, msg->iov_count, msg->context, flags,
+			   flags & FI_REMOTE_CQ_DATA, msg->data, wants_completion(ep, flags),
+			   "fi_sendmsg");
+}
+
+ssize_t ep_inject(fid_ep *fep, const void *buf, size_t len, fi_addr_t) noexcept
+{
+	iovec iov{const_cast<void *>(buf), len};
+	return send_common(ep_of(fep), &iov, nullptr, 1, nullptr, FI_INJECT, false, 0, false,
+			   "fi_inject");
+}
+
+ssize_t ep_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64_t data,
+		    fi_addr_t, void *context) noexcept
+{
+	Endpoint *ep = ep_of(fep);
+	iovec iov{const_cast<void *>(buf), len};
+	return send_common(ep, &iov, &desc, 1, context, ep->tx_op_flags, true, data,
+			   wants_completion(ep, ep->tx_op_flags), "fi_senddata");
+}
+
+ssize_t ep_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t data, fi_addr_t) noexcept
+{
+	iovec iov{const_cast<void *>(buf), len};
+	return send_common(ep_of(fep), &iov, nullptr, 1, nullptr, FI_INJECT, true, data, false,
+			   "fi_injectdata");
+}
+
+} // namespace
+
+fi_ops_msg ep_msg_ops = {
+	.size = sizeof(fi_ops_msg),
+	.recv = ep_recv,
+	.recvv = ep_recvv,
+	.recvmsg = ep_recvmsg,
+	.send = ep_send,
+	.sendv = ep_sendv,
+	.sendmsg = ep_sendmsg,
+	.inject = ep_inject,
+	.senddata = ep_senddata,
+	.injectdata = ep_injectdata,
+};
+
+} // namespace nd

@@ -1,0 +1,163 @@
+/* nd_mr.cpp: memory regions (fi_mr_reg, fi_mr_regv, fi_mr_regattr). */
+#include "nd_mr.h"
+#include "nd_domain.h"
+#include "nd_unsupported.h"
+
+#include <cstring>
+#include <memory>
+
+namespace nd {
+
+int verbs_access_of(uint64_t access) noexcept
+{
+	if (!access)
+		access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	/* Local write is needed to receive into the region and to land read
+	 * results there; verbs requires it beside remote write as well. */
+	int flags = 0;
+	if (access & (FI_RECV | FI_READ | FI_REMOTE_WRITE))
+		flags |= IBV_ACCESS_LOCAL_WRITE;
+	if (access & FI_REMOTE_WRITE)
+		flags |= IBV_ACCESS_REMOTE_WRITE;
+	if (access & FI_REMOTE_READ)
+		flags |= IBV_ACCESS_REMOTE_READ;
+	return flags;
+}
+
+namespace {
+
+int mr_close(fid *fid) noexcept
+{
+	return guarded("fi_close(mr)", [&] { return from_fid<MemoryRegion>(fid)->close(); });
+}
+
+int mr_bind(fid *, fid *, uint64_t) noexcept
+{
+	ND_WARN(FI_LOG_MR, "fi_mr_bind: not needed: mr_mode has no FI_MR_ENDPOINT, a region serves every endpoint of its domain\n");
+	return -FI_ENOSYS;
+}
+
+int mr_control(fid *, int command, void *) noexcept
+{
+	ND_WARN(FI_LOG_MR, "fi_control(mr): command %d not supported\n", command);
+	return -FI_ENOSYS;
+}
+
+fi_ops mr_fid_ops = {
+	.size = sizeof(fi_ops),
+	.close = mr_close,
+	.bind = mr_bind,
+	.control = mr_control,
+	.ops_open = unsupported::ops_open,
+	.tostr = nullptr,
+	.ops_set = nullptr,
+};
+
+constexpr uint64_t kAccessFlags = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ |
+				  FI_REMOTE_WRITE;
+
+int register_region(Domain *domain, const void *buf, size_t len, uint64_t access,
+		    uint64_t offset, uint64_t flags, void *context, fid_mr **out)
+{
+	if (!out) {
+		ND_WARN(FI_LOG_MR, "fi_mr_reg: mr is NULL\n");
+		return -FI_EINVAL;
+	}
+	if (!buf && len) {
+		ND_WARN(FI_LOG_MR, "fi_mr_reg: buf is NULL with len %zu\n", len);
+		return -FI_EINVAL;
+	}
+	if (access & ~kAccessFlags) {
+		ND_WARN(FI_LOG_MR, "fi_mr_reg: access 0x%llx has flags the provider does not know\n",
+			static_cast<unsigned long long>(access));
+		return -FI_EINVAL;
+	}
+	if (flags) {
+		ND_WARN(FI_LOG_MR, "fi_mr_reg: flags 0x%llx not supported\n",
+			static_cast<unsigned long long>(flags));
+		return -FI_EBADFLAGS;
+	}
+	if (offset) {
+		/* FI_MR_VIRT_ADDR: the remote side addresses by virtual address. */
+		ND_WARN(FI_LOG_MR, "fi_mr_reg: offset must be 0 under FI_MR_VIRT_ADDR\n");
+		return -FI_EINVAL;
+	}
+	auto region = std::make_unique<MemoryRegion>();
+	/* A zero-length region still gets keys: register one byte of it. */
+	region->handle.reset(ibv_reg_mr(domain->pd.get(), const_cast<void *>(buf), len ? len : 1,
+					verbs_access_of(access)));
+	if (!region->handle) {
+		int err = errno;
+		ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
+		return err == ENOMEM ? -FI_ENOMEM : err == EFAULT ? -FI_EFAULT : -FI_EINVAL;
+	}
+	region->lkey = region->handle->lkey;
+	region->domain = domain;
+	region->mr.fid.fclass = FI_CLASS_MR;
+	region->mr.fid.context = context;
+	region->mr.fid.ops = &mr_fid_ops;
+	region->mr.key = region->handle->rkey;
+	region->mr.mem_desc = region.get();
+	domain->children.acquire();
+	*out = &region.release()->mr;
+	return 0;
+}
+
+Domain *domain_of(fid *fid)
+{
+	if (!fid || fid->fclass != FI_CLASS_DOMAIN) {
+		ND_WARN(FI_LOG_MR, "fi_mr_reg: registration is on a domain\n");
+		return nullptr;
+	}
+	return from_fid<Domain>(fid);
+}
+
+} // namespace
+
+int MemoryRegion::close()
+{
+	handle.reset();
+	domain->children.release();
+	delete this;
+	return 0;
+}
+
+int mr_reg(fid *fid, const void *buf, size_t len, uint64_t access, uint64_t offset, uint64_t,
+	   uint64_t flags, fid_mr **mr, void *context) noexcept
+{
+	/* requested_key is ignored: FI_MR_PROV_KEY, the device chooses. */
+	return guarded("fi_mr_reg", [&] {
+		Domain *domain = domain_of(fid);
+		if (!domain)
+			return -FI_EINVAL;
+		return register_region(domain, buf, len, access, offset, flags, context, mr);
+	});
+}
+
+int mr_regv(fid *fid, const iovec *iov, size_t count, uint64_t access, uint64_t offset,
+	    uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept
+{
+	if (count != 1 || !iov) {
+		ND_WARN(FI_LOG_MR, "fi_mr_regv: %zu iovs; the device registers one range "
+			"(domain_attr->mr_iov_limit is 1)\n", count);
+		return -FI_EINVAL;
+	}
+	return mr_reg(fid, iov[0].iov_base, iov[0].iov_len, access, offset, requested_key, flags,
+		      mr, context);
+}
+
+int mr_regattr(fid *fid, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr) noexcept
+{
+	if (!attr) {
+		ND_WARN(FI_LOG_MR, "fi_mr_regattr: attr is NULL\n");
+		return -FI_EINVAL;
+	}
+	if (attr->iface != FI_HMEM_SYSTEM) {
+		ND_WARN(FI_LOG_MR, "fi_mr_regattr: only host memory (FI_HMEM_SYSTEM)\n");
+		return -FI_ENOSYS;
+	}
+	return mr_regv(fid, attr->mr_iov, attr->iov_count, attr->access, attr->offset,
+		       attr->requested_key, flags, mr, attr->context);
+}
+
+} // namespace nd

@@ -1,0 +1,245 @@
+/* nd_srx.cpp: shared receive contexts (fi_srx_context) on ibv_srq. */
+#include "nd_srx.h"
+#include "nd_cm.h"
+#include "nd_domain.h"
+#include "nd_mr.h"
+#include "nd_unsupported.h"
+
+#include <rdma/fi_cm.h>
+
+#include <cstring>
+#include <memory>
+
+namespace nd {
+
+SharedRx::SharedRx(Domain *d, uint32_t depth)
+	: ep{}, domain(d), queue(QueueKind::shared_recv, nullptr, depth), iov_limit(1), op_flags(0)
+{
+	queue.srx = this;
+	free_slots.reserve(queue.depth);
+	for (uint32_t i = queue.depth; i > 0; i--)
+		free_slots.push_back(i - 1);
+	lock.enable(d->threading != FI_THREAD_DOMAIN && d->threading != FI_THREAD_COMPLETION);
+}
+
+void SharedRx::release(OpRecord *record) noexcept
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	free_slots.push_back(static_cast<uint32_t>(record - queue.records.get()));
+}
+
+ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
+{
+	if (count > iov_limit || (count && !iov)) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): %zu iovs; the limit is %u\n", count, iov_limit);
+		return -FI_EINVAL;
+	}
+	ibv_sge sge[kMaxSge];
+	uint64_t total = 0;
+	for (size_t i = 0; i < count; i++) {
+		if (!iov[i].iov_base && iov[i].iov_len) {
+			ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): iov %zu has no buffer\n", i);
+			return -FI_EINVAL;
+		}
+		if (iov[i].iov_len && (!desc || !desc[i])) {
+			ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): iov %zu has no descriptor (FI_MR_LOCAL)\n", i);
+			return -FI_EINVAL;
+		}
+		sge[i].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
+		sge[i].length = static_cast<uint32_t>(iov[i].iov_len);
+		sge[i].lkey = iov[i].iov_len ? lkey_of(desc[i]) : 0;
+		total += iov[i].iov_len;
+	}
+	std::lock_guard<OptionalLock> guard(lock);
+	if (free_slots.empty())
+		return -FI_EAGAIN;
+	uint32_t slot = free_slots.back();
+	OpRecord &record = queue.records[slot];
+	record.context = context;
+	record.flags = FI_RECV | FI_MSG;
+	record.len = static_cast<uint32_t>(total);
+	record.report = true;
+	record.is_read = false;
+	ibv_recv_wr wr{};
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.sg_list = sge;
+	wr.num_sge = static_cast<int>(count);
+	ibv_recv_wr *bad = nullptr;
+	int rc = ibv_post_srq_recv(srq.get(), &wr, &bad);
+	if (rc) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
+		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+	}
+	free_slots.pop_back();
+	(void)flags;
+	return 0;
+}
+
+int SharedRx::close()
+{
+	if (bound.busy()) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_close(srx): %d endpoint(s) still use it\n", bound.value());
+		return -FI_EBUSY;
+	}
+	Domain *d = domain;
+	delete this; /* receives still posted go with the SRQ, unreported */
+	d->children.release();
+	return 0;
+}
+
+namespace {
+
+SharedRx *srx_of(fid_ep *ep) { return from_fid<SharedRx>(ep); }
+
+ssize_t srx_recv(fid_ep *ep, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
+{
+	iovec iov{buf, len};
+	return srx_of(ep)->post(&iov, &desc, 1, context, 0);
+}
+
+ssize_t srx_recvv(fid_ep *ep, const iovec *iov, void **desc, size_t count, fi_addr_t,
+		  void *context) noexcept
+{
+	return srx_of(ep)->post(iov, desc, count, context, 0);
+}
+
+ssize_t srx_recvmsg(fid_ep *ep, const fi_msg *msg, uint64_t flags) noexcept
+{
+	if (!msg)
+		return -FI_EINVAL;
+	return srx_of(ep)->post(msg->msg_iov, msg->desc, msg->iov_count, msg->context, flags);
+}
+
+ssize_t srx_no_send(const char *what)
+{
+	ND_WARN(FI_LOG_EP_DATA, "%s on a shared receive context: it only receives\n", what);
+	return -FI_ENOSYS;
+}
+
+fi_ops_msg srx_msg_ops = {
+	.size = sizeof(fi_ops_msg),
+	.recv = srx_recv,
+	.recvv = srx_recvv,
+	.recvmsg = srx_recvmsg,
+	.send = [](fid_ep *, const void *, size_t, void *, fi_addr_t, void *) noexcept {
+		return srx_no_send("fi_send");
+	},
+	.sendv = [](fid_ep *, const iovec *, void **, size_t, fi_addr_t, void *) noexcept {
+		return srx_no_send("fi_sendv");
+	},
+	.sendmsg = [](fid_ep *, const fi_msg *, uint64_t) noexcept {
+		return srx_no_send("fi_sendmsg");
+	},
+	.inject = [](fid_ep *, const void *, size_t, fi_addr_t) noexcept {
+		return srx_no_send("fi_inject");
+	},
+	.senddata = [](fid_ep *, const void *, size_t, void *, uint64_t, fi_addr_t, void *) noexcept {
+		return srx_no_send("fi_senddata");
+	},
+	.injectdata = [](fid_ep *, const void *, size_t, uint64_t, fi_addr_t) noexcept {
+		return srx_no_send("fi_injectdata");
+	},
+};
+
+int srx_close(fid *fid) noexcept
+{
+	return guarded("fi_close(srx)", [&] { return from_fid<SharedRx>(fid)->close(); });
+}
+
+int srx_bind(fid *, fid *, uint64_t) noexcept
+{
+	ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): bind the endpoints to the context, not the context to a CQ\n");
+	return -FI_ENOSYS;
+}
+
+int srx_control(fid *, int command, void *) noexcept
+{
+	ND_WARN(FI_LOG_EP_CTRL, "fi_control(srx): command %d not supported\n", command);
+	return -FI_ENOSYS;
+}
+
+fi_ops srx_fid_ops = {
+	.size = sizeof(fi_ops),
+	.close = srx_close,
+	.bind = srx_bind,
+	.control = srx_control,
+	.ops_open = unsupported::ops_open,
+	.tostr = nullptr,
+	.ops_set = nullptr,
+};
+
+fi_ops_ep srx_ep_ops = {
+	.size = sizeof(fi_ops_ep),
+	.cancel = unsupported::cancel,
+	.getopt = [](fid *, int, int, void *, size_t *) noexcept { return -FI_ENOPROTOOPT; },
+	.setopt = unsupported::setopt,
+	.tx_ctx = unsupported::tx_ctx,
+	.rx_ctx = unsupported::rx_ctx,
+	.rx_size_left = unsupported::rx_size_left,
+	.tx_size_left = unsupported::tx_size_left,
+};
+
+fi_ops_cm srx_cm_ops = {
+	.size = sizeof(fi_ops_cm),
+	.setname = [](fid *, void *, size_t) noexcept { return -FI_ENOSYS; },
+	.getname = [](fid *, void *, size_t *) noexcept { return -FI_ENOSYS; },
+	.getpeer = unsupported::getpeer,
+	.connect = unsupported::connect,
+	.listen = unsupported::listen,
+	.accept = unsupported::accept,
+	.reject = unsupported::reject,
+	.shutdown = unsupported::shutdown,
+	.join = unsupported::join,
+};
+
+} // namespace
+
+int srx_open(fid_domain *fdomain, fi_rx_attr *attr, fid_ep **out, void *context) noexcept
+{
+	return guarded("fi_srx_context", [&] {
+		if (!fdomain || !out) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_srx_context: domain and rx_ep must not be NULL\n");
+			return -FI_EINVAL;
+		}
+		Domain *domain = from_fid<Domain>(fdomain);
+		const fi_rx_attr *rx = attr ? attr : domain->info->rx_attr;
+		size_t depth = rx && rx->size ? rx->size : 1024;
+		size_t iov_limit = rx && rx->iov_limit ? rx->iov_limit : 1;
+		if (depth > static_cast<size_t>(domain->max_srq_wr)) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_srx_context: size %zu > the device's %d\n", depth,
+				domain->max_srq_wr);
+			return -FI_EINVAL;
+		}
+		if (iov_limit > kMaxSge) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_srx_context: iov_limit %zu > %zu\n", iov_limit, kMaxSge);
+			return -FI_EINVAL;
+		}
+		auto srx = std::make_unique<SharedRx>(domain, static_cast<uint32_t>(depth));
+		ibv_srq_init_attr init{};
+		init.attr.max_wr = static_cast<uint32_t>(depth);
+		init.attr.max_sge = static_cast<uint32_t>(iov_limit);
+		srx->srq.reset(ibv_create_srq(domain->pd.get(), &init));
+		if (!srx->srq) {
+			int err = errno;
+			ND_WARN(FI_LOG_EP_CTRL, "fi_srx_context: ibv_create_srq(%zu, %zu): %s\n", depth,
+				iov_limit, std::strerror(err));
+			return fi_error_of_errno(err);
+		}
+		srx->iov_limit = static_cast<uint32_t>(iov_limit);
+		srx->op_flags = rx ? rx->op_flags : 0;
+		srx->ep.fid.fclass = FI_CLASS_SRX_CTX;
+		srx->ep.fid.context = context;
+		srx->ep.fid.ops = &srx_fid_ops;
+		srx->ep.ops = &srx_ep_ops;
+		srx->ep.cm = &srx_cm_ops;
+		srx->ep.msg = &srx_msg_ops;
+		srx->ep.rma = &unsupported::rma_ops;
+		srx->ep.tagged = &unsupported::tagged_ops;
+		srx->ep.atomic = &unsupported::atomic_ops;
+		domain->children.acquire();
+		*out = &srx.release()->ep;
+		return 0;
+	});
+}
+
+} // namespace nd

@@ -1,0 +1,51 @@
+/*
+ * nd_srx.h: shared receive contexts (fi_srx_context) on ibv_srq.
+ *
+ * Many endpoints take their receives from one pool of posted buffers, which
+ * is how ofi_rxm scales to many connections. Receives complete on the CQ of
+ * whichever endpoint a message arrived on and in no particular order, so
+ * their records live in a pool with a free list rather than a ring.
+ * The context is an fid_ep of class FI_CLASS_SRX_CTX whose message ops
+ * post receives; endpoints bind it before fi_enable.
+ */
+#ifndef ND_SRX_H
+#define ND_SRX_H
+
+#include "nd.h"
+#include "nd_verbs.h"
+#include "nd_wq.h"
+
+#include <rdma/fi_endpoint.h>
+
+#include <memory>
+#include <vector>
+
+namespace nd {
+
+struct Domain;
+
+using UniqueSrq = VerbsHandle<ibv_srq, ibv_destroy_srq>;
+
+struct SharedRx {
+	fid_ep ep;				/* first: from_fid<SharedRx> */
+	Domain *domain;
+	UniqueSrq srq;
+	WorkQueue queue;			/* records only; the ring is not used */
+	OptionalLock lock;
+	std::vector<uint32_t> free_slots;
+	uint32_t iov_limit;
+	uint64_t op_flags;
+	ChildCount bound;
+
+	SharedRx(Domain *d, uint32_t depth);
+	/* A completed receive's record goes back to the pool. */
+	void release(OpRecord *record) noexcept;
+	ssize_t post(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
+	int close();
+};
+
+int srx_open(fid_domain *domain, fi_rx_attr *attr, fid_ep **rx_ep, void *context) noexcept;
+
+} // namespace nd
+
+#endif /* ND_SRX_H */

@@ -1,0 +1,114 @@
+/*
+ * nd_wq.h: what the provider remembers about each posted work request, so
+ * that its completion can be reported with the application's context and
+ * flags, exactly once, and so that the send queue can run unsignaled.
+ *
+ * Every posted work request carries, as its wr_id, the address of an
+ * OpRecord. Records of one endpoint's send or receive queue sit in a ring
+ * (WorkQueue) whose slots are taken in posting order; an RC queue pair
+ * completes each queue in that order, so a completion for slot s also
+ * retires every earlier unsignaled slot (they succeeded: a failure would
+ * have completed on its own, in order, first). A shared receive context
+ * completes out of order and keeps its records in a pool with a free list
+ * instead (nd_srx.h).
+ *
+ * Threading: one thread posts (under the endpoint's lock if the domain is
+ * FI_THREAD_SAFE) and one thread retires (under the CQ's lock), so the ring
+ * needs only an acquire/release pair on its two counters.
+ */
+#ifndef ND_WQ_H
+#define ND_WQ_H
+
+#include <rdma/fabric.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+namespace nd {
+
+struct Endpoint;
+struct SharedRx;
+
+/* The most scatter/gather entries one request may carry (stack arrays on
+ * the data path are this size). */
+constexpr size_t kMaxSge = 32;
+
+enum class QueueKind : uint8_t { send, recv, shared_recv };
+
+struct WorkQueue;
+
+struct OpRecord {
+	void *context;		/* the application's, for the CQ entry */
+	uint64_t flags;		/* the CQ entry's flags (FI_SEND | FI_MSG, ...) */
+	WorkQueue *owner;
+	uint32_t len;		/* bytes posted (receives: buffer size) */
+	bool report;		/* the application asked for a CQ entry */
+	bool is_read;		/* counts against the outbound read limit */
+};
+
+/* A mutex that locks only when the threading model needs it; chosen when
+ * the object is opened, never per call. */
+class OptionalLock {
+public:
+	void enable(bool on) noexcept { enabled_ = on; }
+	void lock() { if (enabled_) mutex_.lock(); }
+	void unlock() { if (enabled_) mutex_.unlock(); }
+
+private:
+	std::mutex mutex_;
+	bool enabled_ = false;
+};
+
+struct WorkQueue {
+	QueueKind kind;
+	Endpoint *ep;			/* send/recv: the endpoint */
+	SharedRx *srx;			/* shared_recv: the context */
+	std::unique_ptr<OpRecord[]> records;
+	uint32_t depth;			/* most requests outstanding at once */
+	uint32_t mask;			/* ring size - 1 (a power of two >= depth) */
+	std::atomic<uint64_t> head{0};	/* posted: written by the poster */
+	std::atomic<uint64_t> tail{0};	/* retired: written by the reaper */
+	uint32_t unsignaled_run = 0;	/* poster only: unsignaled since the last signal */
+	std::atomic<uint32_t> reads_in_flight{0};
+
+	WorkQueue(QueueKind k, Endpoint *owner_ep, uint32_t wanted_depth);
+
+	uint64_t outstanding() const noexcept
+	{
+		return head.load(std::memory_order_relaxed) - tail.load(std::memory_order_acquire);
+	}
+	bool full() const noexcept { return outstanding() >= depth; }
+
+	/* The next free slot, filled by the poster and published by commit. */
+	OpRecord &next() noexcept { return records[head.load(std::memory_order_relaxed) & mask]; }
+	void commit() noexcept { head.store(head.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+
+	/* Retires every slot up to and including `last`, calling
+	 * silent(record) for each earlier one. A `last` that is not
+	 * outstanding (it cannot be, short of a device bug) retires all. */
+	template <typename Silent>
+	void retire_through(const OpRecord *last, Silent &&silent) noexcept
+	{
+		uint64_t t = tail.load(std::memory_order_relaxed);
+		const uint64_t h = head.load(std::memory_order_acquire);
+		while (t != h) {
+			OpRecord &rec = records[t & mask];
+			++t;
+			if (&rec == last)
+				break;
+			silent(rec);
+		}
+		tail.store(t, std::memory_order_release);
+	}
+};
+
+inline OpRecord *record_of(uint64_t wr_id) noexcept
+{
+	return reinterpret_cast<OpRecord *>(static_cast<uintptr_t>(wr_id));
+}
+
+} // namespace nd
+
+#endif /* ND_WQ_H */
