@@ -26,7 +26,7 @@ WorkQueue::WorkQueue(QueueKind k, Endpoint *owner_ep, uint32_t wanted_depth)
 	: kind(k), ep(owner_ep), srx(nullptr), depth(std::max<uint32_t>(wanted_depth, 1))
 {
 	uint32_t size = 1;
-	while (size < depth)
+	while (size <= depth)
 		size <<= 1;
 	mask = size - 1;
 	records = std::make_unique<OpRecord[]>(size);

@@ -272,7 +272,7 @@ int ep_setopt(struct fid *fid, int level, int optname, const void *optval, size_
 				return 0;
 			}
 			default:
-				ND_WARN(FI_LOG_EP_CTRL, "fi_setopt: option %d cannot be set\n", optname);
+				ND_INFO(FI_LOG_EP_CTRL, "fi_setopt: option %d is not one of the provider's\n", optname);
 				return -FI_ENOPROTOOPT;
 			}
 		});

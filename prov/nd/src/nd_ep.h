@@ -160,6 +160,7 @@ struct Endpoint {
 	ssize_t post_tx(const TxRequest &request);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
 	void post_pending_receives() noexcept;
+	void post_drain_marker() noexcept;
 	ssize_t link_error(const char *call) const;
 };
 

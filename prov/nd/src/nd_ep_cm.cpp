@@ -81,7 +81,7 @@ int Endpoint::create_queue_pair()
 	attr.srq = srx ? srx->srq.get() : nullptr;
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 0;
-	attr.cap.max_send_wr = sq->depth;
+	attr.cap.max_send_wr = sq->depth + 1; /* + the close marker */
 	attr.cap.max_recv_wr = rq ? rq->depth : 0;
 	attr.cap.max_send_sge = tx_iov_limit;
 	attr.cap.max_recv_sge = rq ? rx_iov_limit : 0;
@@ -106,6 +106,16 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "rdma_init_qp_attr(state %d): %s\n", state, std::strerror(err));
 		return fi_error_of_errno(err);
+	}
+	/* rdma_cm computes an active id's INIT attributes before its IB CM id
+	 * exists, and then grants no remote access at all (librdmacm, which
+	 * owns its QPs, repeats INIT at RTR for this reason). Remote access is
+	 * the registration's business; reads are bounded by the negotiated
+	 * max_dest_rd_atomic below. */
+	if (state == IBV_QPS_INIT) {
+		attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				       IBV_ACCESS_REMOTE_READ;
+		mask |= IBV_QP_ACCESS_FLAGS;
 	}
 	/* The queue pair gets exactly the negotiated read limits. */
 	if (state == IBV_QPS_RTR) {

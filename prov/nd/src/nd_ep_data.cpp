@@ -142,10 +142,10 @@ int Endpoint::setup_data_path()
 	tx_cq = user_tx_cq ? user_tx_cq : own_cq;
 	rx_cq = user_rx_cq ? user_rx_cq : own_cq;
 	const uint32_t rx_completions = srx ? srx->queue.depth : rx;
-	int ret = tx_cq->reserve(static_cast<int>(tx));
+	int ret = tx_cq->reserve(static_cast<int>(tx + 1)); /* + the close marker */
 	if (ret)
 		return ret;
-	tx_reserved = tx;
+	tx_reserved = tx + 1;
 	ret = rx_cq->reserve(static_cast<int>(rx_completions));
 	if (ret)
 		return ret;
@@ -174,6 +174,7 @@ void Endpoint::release_data_path() noexcept
 		std::unique_ptr<WorkQueue> &queue;
 		CompletionQueue *cq;
 	};
+	post_drain_marker();
 	for (Direction d : {Direction{sq, tx_cq}, Direction{rq, rx_cq}}) {
 		if (!d.queue || !d.cq)
 			continue;
@@ -203,6 +204,35 @@ void Endpoint::release_data_path() noexcept
 	if (own_cq)
 		own_cq->close();
 	own_cq = tx_cq = rx_cq = nullptr;
+}
+
+/*
+ * Unsignaled sends that succeeded never complete, so after the flush the
+ * send ring may still count them. A signaled request posted to the queue
+ * pair in the error state completes (flushed) after all of them, and its
+ * completion retires the whole ring: the way the kernel drains a QP.
+ */
+void Endpoint::post_drain_marker() noexcept
+{
+	if (!sq || !qp || sq->outstanding() == 0)
+		return;
+	std::lock_guard<OptionalLock> guard(tx_lock);
+	OpRecord &record = sq->next(); /* the ring keeps one slot for this */
+	record.context = nullptr;
+	record.flags = 0;
+	record.len = 0;
+	record.report = false;
+	record.is_read = false;
+	ibv_send_wr wr{};
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	sq->commit();
+	ibv_send_wr *bad = nullptr;
+	if (int rc = ibv_post_send(qp.get(), &wr, &bad)) {
+		sq->head.store(sq->head.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+		ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): drain marker: %s\n", std::strerror(rc));
+	}
 }
 
 ssize_t Endpoint::link_error(const char *call) const

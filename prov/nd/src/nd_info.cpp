@@ -120,8 +120,8 @@ std::string check_ep(const fi_ep_attr *ep, const Adapter &a)
 	if (ep->max_msg_size > a.max_msg_sz)
 		return format("ep_attr->max_msg_size %zu > port max_msg_sz %u", ep->max_msg_size,
 			      a.max_msg_sz);
-	if (ep->tx_ctx_cnt > 1 || ep->rx_ctx_cnt > 1)
-		return "ep_attr: more than one transmit/receive context, or shared contexts, not supported";
+	if (ep->tx_ctx_cnt > 1 || (ep->rx_ctx_cnt > 1 && ep->rx_ctx_cnt != FI_SHARED_CONTEXT))
+		return "ep_attr: more than one transmit/receive context, or a shared transmit context, not supported";
 	if (ep->auth_key_size || ep->auth_key)
 		return "ep_attr->auth_key not supported";
 	if (ep->max_order_raw_size > a.max_msg_sz || ep->max_order_war_size > a.max_msg_sz ||
@@ -412,7 +412,10 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	ep->max_order_war_size = a.max_msg_sz;
 	ep->max_order_waw_size = a.max_msg_sz;
 	ep->tx_ctx_cnt = 1;
-	ep->rx_ctx_cnt = 1;
+	/* A shared receive context (fi_srx_context) when the hints ask for one. */
+	ep->rx_ctx_cnt = hints && hints->ep_attr && hints->ep_attr->rx_ctx_cnt == FI_SHARED_CONTEXT
+				 ? FI_SHARED_CONTEXT
+				 : 1;
 
 	fi_domain_attr *d = info->domain_attr;
 	d->name = dup_or_throw(a.name);

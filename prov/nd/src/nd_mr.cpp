@@ -53,6 +53,11 @@ fi_ops mr_fid_ops = {
 	.ops_set = nullptr,
 };
 
+/* libfabric's internal OFI_MR_NOCACHE: its utility providers (ofi_rxm)
+ * pass it to the core provider. nd keeps no registration cache, so every
+ * registration already is uncached. */
+constexpr uint64_t kOfiMrNoCache = 1ULL << 60;
+
 constexpr uint64_t kAccessFlags = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ |
 				  FI_REMOTE_WRITE;
 
@@ -72,7 +77,7 @@ int register_region(Domain *domain, const void *buf, size_t len, uint64_t access
 			static_cast<unsigned long long>(access));
 		return -FI_EINVAL;
 	}
-	if (flags) {
+	if (flags & ~kOfiMrNoCache) {
 		ND_WARN(FI_LOG_MR, "fi_mr_reg: flags 0x%llx not supported\n",
 			static_cast<unsigned long long>(flags));
 		return -FI_EBADFLAGS;

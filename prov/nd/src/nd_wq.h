@@ -67,7 +67,8 @@ struct WorkQueue {
 	SharedRx *srx;			/* shared_recv: the context */
 	std::unique_ptr<OpRecord[]> records;
 	uint32_t depth;			/* most requests outstanding at once */
-	uint32_t mask;			/* ring size - 1 (a power of two >= depth) */
+	uint32_t mask;			/* ring size - 1 (a power of two > depth: one
+					 * slot always free for the close marker) */
 	std::atomic<uint64_t> head{0};	/* posted: written by the poster */
 	std::atomic<uint64_t> tail{0};	/* retired: written by the reaper */
 	uint32_t unsignaled_run = 0;	/* poster only: unsignaled since the last signal */
