@@ -1,0 +1,194 @@
+/*
+ * data_fixture.h: data-path test helpers for the device tests: registered
+ * buffers, connected endpoint pairs with CQs (and optionally counters or a
+ * shared receive context) bound before fi_enable, and bounded CQ waits.
+ */
+#ifndef ND_TEST_DATA_FIXTURE_H
+#define ND_TEST_DATA_FIXTURE_H
+
+#include "cm_fixture.h"
+
+#include <rdma/fi_rma.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+namespace nd::test {
+
+/* A buffer registered with the domain. */
+struct Buffer {
+	std::vector<uint8_t> bytes;
+	fid_mr *mr = nullptr;
+
+	Buffer(fid_domain *domain, size_t len, uint8_t fill = 0, uint64_t access = 0) : bytes(len, fill)
+	{
+		cr_assert_eq(fi_mr_reg(domain, bytes.data(), len, access, 0, 0, 0, &mr, nullptr), 0);
+	}
+	~Buffer()
+	{
+		if (mr)
+			fi_close(&mr->fid);
+	}
+	Buffer(const Buffer &) = delete;
+	Buffer &operator=(const Buffer &) = delete;
+	void *desc() const { return fi_mr_desc(mr); }
+	uint64_t key() const { return fi_mr_key(mr); }
+	uint64_t addr(size_t offset = 0) const
+	{
+		return reinterpret_cast<uintptr_t>(bytes.data()) + offset;
+	}
+	uint8_t *data() { return bytes.data(); }
+	void fill(const std::vector<uint8_t> &v) { std::copy(v.begin(), v.end(), bytes.begin()); }
+	bool holds(const std::vector<uint8_t> &v, size_t offset = 0) const
+	{
+		return std::equal(v.begin(), v.end(), bytes.begin() + offset);
+	}
+};
+
+struct Side {
+	fid_ep *ep = nullptr;
+	fid_cq *cq = nullptr;
+};
+
+struct DataOptions {
+	size_t tx_size = 0;
+	size_t rx_size = 0;
+	size_t cq_size = 0;
+	bool selective = false;
+	bool bind_cq = true;
+	fid_ep *srx = nullptr;				/* bound on both sides */
+	std::function<void(fid_ep *)> before_connect;	/* after fi_enable */
+};
+
+/* Reads one completion within `timeout_ms`; an error entry fails the test. */
+inline fi_cq_data_entry wait_cq(fid_cq *cq, int timeout_ms = 10000)
+{
+	fi_cq_data_entry entry{};
+	const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+	for (;;) {
+		ssize_t rc = fi_cq_read(cq, &entry, 1);
+		if (rc == 1)
+			return entry;
+		if (rc == -FI_EAVAIL) {
+			fi_cq_err_entry err{};
+			fi_cq_readerr(cq, &err, 0);
+			cr_assert_fail("error completion: %s (%s), context %p", fi_strerror(err.err),
+				       fi_cq_strerror(cq, err.prov_errno, nullptr, nullptr, 0),
+				       err.op_context);
+		}
+		cr_assert_eq(rc, -FI_EAGAIN, "fi_cq_read: %zd", rc);
+		cr_assert(std::chrono::steady_clock::now() < end, "no completion in %d ms", timeout_ms);
+		std::this_thread::yield();
+	}
+}
+
+/* Reads one error completion within `timeout_ms`. */
+inline fi_cq_err_entry wait_cq_error(fid_cq *cq, int timeout_ms = 10000)
+{
+	const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+	for (;;) {
+		fi_cq_data_entry entry{};
+		ssize_t rc = fi_cq_read(cq, &entry, 1);
+		if (rc == -FI_EAVAIL) {
+			fi_cq_err_entry err{};
+			cr_assert_eq(fi_cq_readerr(cq, &err, 0), 1);
+			return err;
+		}
+		cr_assert_eq(rc, -FI_EAGAIN, "expected an error completion, got rc %zd (context %p)", rc,
+			     rc == 1 ? entry.op_context : nullptr);
+		cr_assert(std::chrono::steady_clock::now() < end, "no error completion in %d ms",
+			  timeout_ms);
+		std::this_thread::yield();
+	}
+}
+
+/* Nothing completes on `cq` within `ms`. */
+inline void expect_cq_empty(fid_cq *cq, int ms = 200)
+{
+	const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+	do {
+		fi_cq_data_entry entry{};
+		ssize_t rc = fi_cq_read(cq, &entry, 1);
+		cr_assert_eq(rc, -FI_EAGAIN, "unexpected completion: rc %zd, context %p", rc,
+			     rc == 1 ? entry.op_context : nullptr);
+		std::this_thread::yield();
+	} while (std::chrono::steady_clock::now() < end);
+}
+
+struct DataFixture : CmFixture {
+	std::vector<fid_cq *> cqs;
+	std::vector<std::unique_ptr<Buffer>> buffers;	/* closed before the domain */
+
+	Buffer &buffer(size_t len, uint8_t fill = 0, uint64_t access = 0)
+	{
+		buffers.push_back(std::make_unique<Buffer>(domain, len, fill, access));
+		return *buffers.back();
+	}
+
+	fid_cq *open_cq(size_t size = 0, fi_wait_obj wait = FI_WAIT_NONE)
+	{
+		fi_cq_attr attr{};
+		attr.format = FI_CQ_FORMAT_DATA;
+		attr.size = size;
+		attr.wait_obj = wait;
+		fid_cq *cq = nullptr;
+		cr_assert_eq(fi_cq_open(domain, &attr, &cq, nullptr), 0);
+		cqs.push_back(cq);
+		return cq;
+	}
+
+	fid_ep *make_ep(fi_info *from, const DataOptions &o, fid_cq **cq_out)
+	{
+		InfoPtr copy(fi_dupinfo(from));
+		if (o.tx_size)
+			copy->tx_attr->size = o.tx_size;
+		if (o.rx_size)
+			copy->rx_attr->size = o.rx_size;
+		fid_ep *ep = nullptr;
+		cr_assert_eq(fi_endpoint(domain, copy.get(), &ep, nullptr), 0);
+		cr_assert_eq(fi_ep_bind(ep, &eq->fid, 0), 0);
+		if (o.bind_cq) {
+			*cq_out = open_cq(o.cq_size);
+			uint64_t flags = FI_TRANSMIT | FI_RECV | (o.selective ? FI_SELECTIVE_COMPLETION : 0);
+			cr_assert_eq(fi_ep_bind(ep, &(*cq_out)->fid, flags), 0);
+		}
+		if (o.srx)
+			cr_assert_eq(fi_ep_bind(ep, &o.srx->fid, 0), 0);
+		return ep;
+	}
+
+	/* A connected pair with its CQs: {client, server}. */
+	std::pair<Side, Side> connect_data(const DataOptions &o = {})
+	{
+		Side c, s;
+		c.ep = make_ep(info.get(), o, &c.cq);
+		cr_assert_eq(fi_enable(c.ep), 0);
+		if (o.before_connect)
+			o.before_connect(c.ep);
+		cr_assert_eq(fi_connect(c.ep, &listen_addr, nullptr, 0), 0);
+		Event req = expect_event(eq, FI_CONNREQ, &pep->fid);
+		s.ep = make_ep(req.info, o, &s.cq);
+		fi_freeinfo(req.info);
+		cr_assert_eq(fi_enable(s.ep), 0);
+		if (o.before_connect)
+			o.before_connect(s.ep);
+		cr_assert_eq(fi_accept(s.ep, nullptr, 0), 0);
+		for (int i = 0; i < 2; i++)
+			expect_event(eq, FI_CONNECTED, nullptr);
+		return {c, s};
+	}
+
+	void close_data()
+	{
+		buffers.clear();
+		for (fid_cq *cq : cqs)
+			cr_assert_eq(fi_close(&cq->fid), 0);
+		cqs.clear();
+		close();
+	}
+};
+
+} // namespace nd::test
+
+#endif /* ND_TEST_DATA_FIXTURE_H */

@@ -1,0 +1,800 @@
+/*
+ * guest_data.cpp: the data path on a real device: memory registration,
+ * CQs, counters, messages, RMA, shared receive contexts, flush on
+ * shutdown/close, remote errors and bad input. Every test checks the bytes
+ * that arrived and the completions that were (and were not) seen.
+ */
+#include <criterion/criterion.h>
+
+#include "data_fixture.h"
+
+#include <rdma/fi_ext_nd.h>
+
+#include <sys/epoll.h>
+
+#include <set>
+
+using namespace nd::test;
+
+TestSuite(data, .timeout = 120);
+
+namespace {
+
+void close_side(Side s) { cr_assert_eq(fi_close(&s.ep->fid), 0); }
+
+/* Sends `len` bytes client → server and checks both completions. */
+void send_and_check(DataFixture &f, Side from, Side to, size_t len, uint8_t seed)
+{
+	Buffer &src = f.buffer(len ? len : 1);
+	Buffer &dst = f.buffer(len + 16, 0xee);
+	auto want = pattern(len, seed);
+	src.fill(want);
+	int recv_ctx, send_ctx;
+	cr_assert_eq(fi_recv(to.ep, dst.data(), len + 16, dst.desc(), 0, &recv_ctx), 0);
+	cr_assert_eq(fi_send(from.ep, src.data(), len, src.desc(), 0, &send_ctx), 0);
+	fi_cq_data_entry r = wait_cq(to.cq);
+	cr_assert_eq(r.op_context, &recv_ctx);
+	cr_assert_eq(r.flags, FI_RECV | FI_MSG, "recv flags 0x%llx", (unsigned long long)r.flags);
+	cr_assert_eq(r.len, len, "received %zu bytes, sent %zu", r.len, len);
+	cr_assert(dst.holds(want), "%zu bytes arrived intact", len);
+	cr_assert_eq(dst.bytes[len], 0xee, "nothing written past the message");
+	fi_cq_data_entry s = wait_cq(from.cq);
+	cr_assert_eq(s.op_context, &send_ctx);
+	cr_assert_eq(s.flags, FI_SEND | FI_MSG);
+}
+
+/* fi_recvmsg with FI_COMPLETION into dst[offset, offset + len). */
+ssize_t recv_with_completion(fid_ep *ep, Buffer &dst, size_t offset, size_t len, void *context)
+{
+	iovec iov{dst.data() + offset, len};
+	void *desc = dst.desc();
+	fi_msg msg{};
+	msg.msg_iov = &iov;
+	msg.desc = &desc;
+	msg.iov_count = 1;
+	msg.context = context;
+	return fi_recvmsg(ep, &msg, FI_COMPLETION);
+}
+
+} // namespace
+
+Test(data, memory_registration_checks_arguments)
+{
+	DataFixture f;
+	f.open();
+	char buf[64];
+	fid_mr *mr = nullptr;
+	cr_assert_eq(fi_mr_reg(f.domain, nullptr, 64, 0, 0, 0, 0, &mr, nullptr), -FI_EINVAL);
+	cr_assert_eq(fi_mr_reg(f.domain, buf, sizeof(buf), 1ULL << 60, 0, 0, 0, &mr, nullptr), -FI_EINVAL);
+	cr_assert_eq(fi_mr_reg(f.domain, buf, sizeof(buf), 0, 0, 0, 0, nullptr, nullptr), -FI_EINVAL);
+	iovec two[2] = {{buf, 32}, {buf + 32, 32}};
+	cr_assert_eq(fi_mr_regv(f.domain, two, 2, 0, 0, 0, 0, &mr, nullptr), -FI_EINVAL,
+		     "mr_iov_limit is 1");
+	cr_assert_null(mr);
+	cr_assert_eq(fi_mr_regv(f.domain, two, 1, FI_SEND, 0, 0, 0, &mr, nullptr), 0);
+	cr_assert_neq(fi_mr_desc(mr), nullptr);
+	cr_assert_eq(fi_close(&f.domain->fid), -FI_EBUSY, "a region is open");
+	cr_assert_eq(fi_close(&mr->fid), 0);
+	fi_mr_attr attr{};
+	attr.mr_iov = two;
+	attr.iov_count = 1;
+	attr.access = FI_REMOTE_READ | FI_REMOTE_WRITE;
+	attr.context = buf;
+	cr_assert_eq(fi_mr_regattr(f.domain, &attr, 0, &mr), 0);
+	cr_assert_eq(mr->fid.context, buf);
+	cr_assert_eq(fi_close(&mr->fid), 0);
+	f.close_data();
+}
+
+Test(data, cq_checks_arguments)
+{
+	DataFixture f;
+	f.open();
+	fid_cq *cq = nullptr;
+	cr_assert_eq(fi_cq_open(f.domain, nullptr, &cq, nullptr), -FI_EINVAL);
+	fi_cq_attr attr{};
+	attr.wait_obj = FI_WAIT_MUTEX_COND;
+	cr_assert_eq(fi_cq_open(f.domain, &attr, &cq, nullptr), -FI_ENOSYS);
+	attr.wait_obj = FI_WAIT_NONE;
+	attr.size = 1u << 30;
+	cr_assert_eq(fi_cq_open(f.domain, &attr, &cq, nullptr), -FI_EINVAL, "beyond the device");
+	cr_assert_null(cq);
+	attr.size = 0;
+	cr_assert_eq(fi_cq_open(f.domain, &attr, &cq, nullptr), 0);
+	int fd = -1;
+	cr_assert_eq(fi_control(&cq->fid, FI_GETWAIT, &fd), -FI_ENODATA, "FI_WAIT_NONE has no fd");
+	cr_assert_eq(fi_cq_sread(cq, nullptr, 0, nullptr, 0), -FI_EINVAL);
+	fi_cq_err_entry err{};
+	cr_assert_eq(fi_cq_readerr(cq, &err, 0), -FI_EAGAIN);
+	fi_cq_entry entry;
+	cr_assert_eq(fi_cq_read(cq, &entry, 1), -FI_EAGAIN);
+	cr_assert_eq(fi_close(&cq->fid), 0);
+	f.close_data();
+}
+
+Test(data, send_recv_every_size_class)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	size_t inject = f.info->tx_attr->inject_size;
+	for (size_t len : {size_t(0), size_t(1), size_t(63), inject, inject + 1, size_t(4096),
+			   size_t(65536), size_t(1) << 20}) {
+		send_and_check(f, c, s, len, static_cast<uint8_t>(len));
+		send_and_check(f, s, c, len, static_cast<uint8_t>(len + 7));
+	}
+	expect_cq_empty(c.cq);
+	expect_cq_empty(s.cq);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, receives_posted_before_the_connection_are_kept)
+{
+	DataFixture f;
+	f.open();
+	std::vector<Buffer *> bufs;
+	int contexts[4];
+	int next = 0;
+	DataOptions o;
+	o.before_connect = [&](fid_ep *ep) {
+		bufs.push_back(&f.buffer(256));
+		bufs.push_back(&f.buffer(256));
+		for (int i = 0; i < 2; i++, next++)
+			cr_assert_eq(fi_recv(ep, bufs[next]->data(), 256, bufs[next]->desc(), 0,
+					     &contexts[next]), 0);
+	};
+	auto [c, s] = f.connect_data(o);
+	Buffer &src = f.buffer(256);
+	for (int i = 0; i < 2; i++) {
+		auto want = pattern(100 + i, static_cast<uint8_t>(i));
+		src.fill(want);
+		cr_assert_eq(fi_send(c.ep, src.data(), want.size(), src.desc(), 0, nullptr), 0);
+		wait_cq(c.cq);
+		fi_cq_data_entry r = wait_cq(s.cq);
+		cr_assert_eq(r.op_context, &contexts[2 + i], "server receives in posting order");
+		cr_assert_eq(r.len, want.size());
+		cr_assert(bufs[2 + i]->holds(want));
+	}
+	cr_assert_eq(fi_send(s.ep, src.data(), 8, src.desc(), 0, nullptr), 0);
+	fi_cq_data_entry r = wait_cq(c.cq);
+	if (r.op_context == nullptr) /* the send completion may come first */
+		r = wait_cq(c.cq);
+	cr_assert_eq(r.op_context, &contexts[0]);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, scatter_gather_up_to_the_iov_limit)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const size_t limit = f.info->tx_attr->iov_limit;
+	cr_assert_geq(limit, 2u);
+	std::vector<Buffer *> pieces, slots;
+	std::vector<iovec> src_iov, dst_iov;
+	std::vector<void *> src_desc, dst_desc;
+	std::vector<uint8_t> whole;
+	for (size_t i = 0; i < limit; i++) {
+		auto part = pattern(37 + i * 11, static_cast<uint8_t>(i * 3));
+		whole.insert(whole.end(), part.begin(), part.end());
+		pieces.push_back(&f.buffer(part.size()));
+		pieces.back()->fill(part);
+		src_iov.push_back({pieces.back()->data(), part.size()});
+		src_desc.push_back(pieces.back()->desc());
+		slots.push_back(&f.buffer(80));
+		dst_iov.push_back({slots.back()->data(), 80});
+		dst_desc.push_back(slots.back()->desc());
+	}
+	cr_assert_eq(fi_recvv(s.ep, dst_iov.data(), dst_desc.data(), limit, 0, nullptr), 0);
+	cr_assert_eq(fi_sendv(c.ep, src_iov.data(), src_desc.data(), limit, 0, nullptr), 0);
+	fi_cq_data_entry r = wait_cq(s.cq);
+	cr_assert_eq(r.len, whole.size());
+	std::vector<uint8_t> got;
+	size_t left = whole.size();
+	for (auto &slot : slots) {
+		size_t take = std::min<size_t>(left, 80);
+		got.insert(got.end(), slot->bytes.begin(), slot->bytes.begin() + take);
+		left -= take;
+	}
+	cr_assert(got == whole, "the gathered message scattered intact");
+	wait_cq(c.cq);
+	/* One over the limit: refused at the call, nothing posted. */
+	src_iov.push_back(src_iov[0]);
+	src_desc.push_back(src_desc[0]);
+	cr_assert_eq(fi_sendv(c.ep, src_iov.data(), src_desc.data(), limit + 1, 0, nullptr), -FI_EINVAL);
+	cr_assert_eq(fi_recvv(s.ep, src_iov.data(), src_desc.data(), limit + 1, 0, nullptr), -FI_EINVAL);
+	expect_cq_empty(c.cq);
+	expect_cq_empty(s.cq);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, remote_cq_data_on_send_and_write)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	Buffer &src = f.buffer(64);
+	Buffer &dst = f.buffer(64);
+	Buffer &target = f.buffer(128, 0, FI_REMOTE_WRITE);
+	auto want = pattern(64, 9);
+	src.fill(want);
+	int r1, r2, w;
+	cr_assert_eq(fi_recv(s.ep, dst.data(), 64, dst.desc(), 0, &r1), 0);
+	cr_assert_eq(fi_senddata(c.ep, src.data(), 64, src.desc(), 0xabcd1234, 0, nullptr), 0);
+	fi_cq_data_entry e = wait_cq(s.cq);
+	cr_assert_eq(e.op_context, &r1);
+	cr_assert_eq(e.flags, FI_RECV | FI_MSG | FI_REMOTE_CQ_DATA);
+	cr_assert_eq(e.data, 0xabcd1234u);
+	cr_assert(dst.holds(want));
+	wait_cq(c.cq);
+	/* fi_writedata consumes a posted receive and reports the data there. */
+	cr_assert_eq(fi_recv(s.ep, dst.data(), 64, dst.desc(), 0, &r2), 0);
+	cr_assert_eq(fi_writedata(c.ep, src.data(), 64, src.desc(), 0x55667788, 0, target.addr(32),
+				  target.key(), &w), 0);
+	e = wait_cq(s.cq);
+	cr_assert_eq(e.op_context, &r2);
+	cr_assert_eq(e.flags, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+	cr_assert_eq(e.data, 0x55667788u);
+	cr_assert(target.holds(want, 32));
+	e = wait_cq(c.cq);
+	cr_assert_eq(e.op_context, &w);
+	cr_assert_eq(e.flags, FI_RMA | FI_WRITE);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, rma_write_and_read_move_the_bytes)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const size_t big = 1 << 20;
+	Buffer &local = f.buffer(big);
+	Buffer &remote = f.buffer(big, 0, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	for (size_t len : {size_t(1), size_t(100), size_t(4096), big}) {
+		auto want = pattern(len, static_cast<uint8_t>(len));
+		local.fill(want);
+		int ctx;
+		cr_assert_eq(fi_write(c.ep, local.data(), len, local.desc(), 0, remote.addr(),
+				      remote.key(), &ctx), 0);
+		fi_cq_data_entry e = wait_cq(c.cq);
+		cr_assert_eq(e.op_context, &ctx);
+		cr_assert_eq(e.flags, FI_RMA | FI_WRITE);
+		cr_assert(remote.holds(want), "write of %zu bytes", len);
+		auto back = pattern(len, static_cast<uint8_t>(len + 1));
+		std::copy(back.begin(), back.end(), remote.bytes.begin());
+		cr_assert_eq(fi_read(c.ep, local.data(), len, local.desc(), 0, remote.addr(),
+				     remote.key(), &ctx), 0);
+		e = wait_cq(c.cq);
+		cr_assert_eq(e.flags, FI_RMA | FI_READ);
+		cr_assert(local.holds(back), "read of %zu bytes", len);
+	}
+	/* Inject write: no completion, the buffer is free at once. */
+	std::vector<uint8_t> small = pattern(f.info->tx_attr->inject_size, 3);
+	cr_assert_eq(fi_inject_write(c.ep, small.data(), small.size(), 0, remote.addr(8), remote.key()), 0);
+	std::fill(small.begin(), small.end(), 0);
+	auto expect = pattern(f.info->tx_attr->inject_size, 3);
+	/* A signaled read after it completes after it (RC order). */
+	cr_assert_eq(fi_read(c.ep, local.data(), expect.size(), local.desc(), 0, remote.addr(8),
+			     remote.key(), nullptr), 0);
+	wait_cq(c.cq);
+	cr_assert(local.holds(expect));
+	cr_assert(remote.holds(expect, 8));
+	expect_cq_empty(c.cq);
+	expect_cq_empty(s.cq, 50);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, inject_generates_no_completion_and_checks_its_size)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const size_t inject = f.info->tx_attr->inject_size;
+	Buffer &dst = f.buffer(inject + 64);
+	std::vector<uint8_t> msg = pattern(inject, 5);
+	cr_assert_eq(fi_recv(s.ep, dst.data(), dst.bytes.size(), dst.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_inject(c.ep, msg.data(), msg.size(), 0), 0);
+	auto want = msg;
+	std::fill(msg.begin(), msg.end(), 0); /* the provider copied it */
+	fi_cq_data_entry e = wait_cq(s.cq);
+	cr_assert_eq(e.len, inject);
+	cr_assert(dst.holds(want));
+	cr_assert_eq(fi_recv(s.ep, dst.data(), dst.bytes.size(), dst.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_injectdata(c.ep, msg.data(), 4, 77, 0), 0);
+	e = wait_cq(s.cq);
+	cr_assert_eq(e.data, 77u);
+	std::vector<uint8_t> too_big(inject + 1);
+	cr_assert_eq(fi_inject(c.ep, too_big.data(), too_big.size(), 0), -FI_EMSGSIZE);
+	expect_cq_empty(c.cq);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, selective_completion_reports_only_what_was_asked)
+{
+	DataFixture f;
+	f.open();
+	DataOptions o;
+	o.selective = true;
+	o.tx_size = 16;
+	auto [c, s] = f.connect_data(o);
+	Buffer &src = f.buffer(64);
+	Buffer &dst = f.buffer(64 * 100);
+	const int n = 100; /* several times the send queue: unsignaled runs retire */
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(recv_with_completion(s.ep, dst, 64 * i, 64,
+						  reinterpret_cast<void *>(uintptr_t(i + 1))), 0);
+	int sent = 0;
+	while (sent < n) {
+		src.data()[0] = static_cast<uint8_t>(sent);
+		ssize_t rc = fi_send(c.ep, src.data(), 64, src.desc(), 0, nullptr);
+		if (rc == -FI_EAGAIN) {
+			fi_cq_data_entry none;
+			cr_assert_eq(fi_cq_read(c.cq, &none, 1), -FI_EAGAIN, "unsignaled sends report nothing");
+			continue;
+		}
+		cr_assert_eq(rc, 0);
+		sent++;
+	}
+	for (int i = 0; i < n; i++) {
+		fi_cq_data_entry e = wait_cq(s.cq);
+		cr_assert_eq(e.op_context, reinterpret_cast<void *>(uintptr_t(i + 1)));
+		cr_assert_eq(dst.bytes[64 * i], static_cast<uint8_t>(i));
+	}
+	/* One send asks for its completion. */
+	iovec iov{src.data(), 8};
+	void *d = src.desc();
+	int ctx;
+	fi_msg m{};
+	m.msg_iov = &iov;
+	m.desc = &d;
+	m.iov_count = 1;
+	m.context = &ctx;
+	cr_assert_eq(fi_recv(s.ep, dst.data(), 64, dst.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_sendmsg(c.ep, &m, FI_COMPLETION), 0);
+	fi_cq_data_entry e = wait_cq(c.cq);
+	cr_assert_eq(e.op_context, &ctx);
+	expect_cq_empty(c.cq);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, full_queues_say_eagain_and_lose_nothing)
+{
+	DataFixture f;
+	f.open();
+	DataOptions o;
+	o.tx_size = 8;
+	o.rx_size = 16;
+	o.cq_size = 4; /* smaller than the queues: the provider grows it */
+	auto [c, s] = f.connect_data(o);
+	Buffer &src = f.buffer(32);
+	Buffer &dst = f.buffer(32 * 16);
+	for (int i = 0; i < 16; i++)
+		cr_assert_eq(fi_recv(c.ep, dst.data() + 32 * i, 32, dst.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_recv(c.ep, dst.data(), 32, dst.desc(), 0, nullptr), -FI_EAGAIN,
+		     "the receive queue holds rx_size");
+	/* The server has no receive posted: sends wait for one (RNR), so
+	 * none completes and the send queue fills at exactly tx_size. */
+	int posted = 0;
+	ssize_t rc;
+	while ((rc = fi_send(c.ep, src.data(), 32, src.desc(), 0, reinterpret_cast<void *>(uintptr_t(posted + 1)))) == 0)
+		posted++;
+	cr_assert_eq(rc, -FI_EAGAIN);
+	cr_assert_eq(posted, 8, "the send queue holds tx_size (%d posted)", posted);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(fi_recv(s.ep, dst.data() + 32 * i, 32, dst.desc(), 0, nullptr), 0);
+	for (int i = 0; i < 8; i++) {
+		fi_cq_data_entry e = wait_cq(c.cq);
+		cr_assert_eq(e.op_context, reinterpret_cast<void *>(uintptr_t(i + 1)), "in order, once each");
+		wait_cq(s.cq);
+	}
+	expect_cq_empty(c.cq);
+	expect_cq_empty(s.cq);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, shutdown_flushes_every_receive_exactly_once)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const int k = 16;
+	Buffer &dst = f.buffer(64 * k);
+	int ctx[k];
+	for (int i = 0; i < k; i++) {
+		cr_assert_eq(fi_recv(s.ep, dst.data() + 64 * i, 64, dst.desc(), 0, &ctx[i]), 0);
+		cr_assert_eq(fi_recv(c.ep, dst.data() + 64 * i, 64, dst.desc(), 0, &ctx[i]), 0);
+	}
+	cr_assert_eq(fi_shutdown(c.ep, 0), 0);
+	expect_event(f.eq, FI_SHUTDOWN, &s.ep->fid);
+	for (Side side : {s, c}) {
+		std::set<void *> seen;
+		for (int i = 0; i < k; i++) {
+			fi_cq_err_entry err = wait_cq_error(side.cq);
+			cr_assert_eq(err.err, FI_ECANCELED, "flushed: %s", fi_strerror(err.err));
+			cr_assert_eq(err.flags, FI_RECV | FI_MSG);
+			cr_assert(seen.insert(err.op_context).second, "context reported twice");
+		}
+		cr_assert_eq(seen.size(), (size_t)k);
+		expect_cq_empty(side.cq);
+	}
+	Buffer &src = f.buffer(8);
+	cr_assert_eq(fi_send(c.ep, src.data(), 8, src.desc(), 0, nullptr), -FI_ENOTCONN);
+	cr_assert_eq(fi_recv(s.ep, dst.data(), 8, dst.desc(), 0, nullptr), -FI_ENOTCONN);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, close_flushes_outstanding_receives)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const int k = 8;
+	Buffer &dst = f.buffer(64 * k);
+	for (int i = 0; i < k; i++)
+		cr_assert_eq(fi_recv(s.ep, dst.data() + 64 * i, 64, dst.desc(), 0, dst.data() + i), 0);
+	close_side(s);
+	std::set<void *> seen;
+	for (int i = 0; i < k; i++) {
+		fi_cq_err_entry err = wait_cq_error(s.cq);
+		cr_assert_eq(err.err, FI_ECANCELED);
+		seen.insert(err.op_context);
+	}
+	cr_assert_eq(seen.size(), (size_t)k);
+	expect_cq_empty(s.cq);
+	close_side(c);
+	f.close_data();
+}
+
+Test(data, remote_access_errors_break_the_connection_visibly)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	Buffer &local = f.buffer(64);
+	Buffer &remote = f.buffer(64, 0, FI_REMOTE_READ);
+	int ctx;
+	/* The region allows remote reads only: a write is refused by the peer. */
+	cr_assert_eq(fi_write(c.ep, local.data(), 64, local.desc(), 0, remote.addr(), remote.key(), &ctx), 0);
+	fi_cq_err_entry err = wait_cq_error(c.cq);
+	cr_assert_eq(err.op_context, &ctx);
+	cr_assert(err.err == FI_EACCES || err.err == FI_EIO, "err %d (%s)", err.err, fi_strerror(err.err));
+	cr_assert_neq(err.prov_errno, 0);
+	cr_assert_str_not_empty(fi_cq_strerror(c.cq, err.prov_errno, nullptr, nullptr, 0));
+	ssize_t rc = fi_send(c.ep, local.data(), 8, local.desc(), 0, nullptr);
+	cr_assert_eq(rc, -FI_ECONNABORTED, "later calls report the broken connection (rc %zd)", rc);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, bad_keys_and_bounds_fail_as_errors)
+{
+	DataFixture f;
+	f.open();
+	for (int variant = 0; variant < 2; variant++) {
+		auto [c, s] = f.connect_data();
+		Buffer &local = f.buffer(128);
+		Buffer &remote = f.buffer(64, 0, FI_REMOTE_READ | FI_REMOTE_WRITE);
+		if (variant == 0)
+			cr_assert_eq(fi_read(c.ep, local.data(), 64, local.desc(), 0, remote.addr(),
+					     remote.key() ^ 0x5a5a00, nullptr), 0);
+		else
+			cr_assert_eq(fi_write(c.ep, local.data(), 128, local.desc(), 0, remote.addr(),
+					      remote.key(), nullptr), 0, "128 bytes into 64");
+		fi_cq_err_entry err = wait_cq_error(c.cq);
+		cr_assert(err.err == FI_EACCES || err.err == FI_EIO, "variant %d: err %d", variant, err.err);
+		close_side(c);
+		close_side(s);
+		/* Events of the broken connections. */
+		while (next_event(f.eq, 300).rc != -FI_EAGAIN) {
+		}
+	}
+	f.close_data();
+}
+
+Test(data, bad_input_is_refused_at_the_call)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	Buffer &buf = f.buffer(64);
+	cr_assert_eq(fi_send(c.ep, nullptr, 16, buf.desc(), 0, nullptr), -FI_EINVAL);
+	cr_assert_eq(fi_recv(s.ep, nullptr, 16, buf.desc(), 0, nullptr), -FI_EINVAL);
+	std::vector<uint8_t> big(f.info->tx_attr->inject_size + 100);
+	cr_assert_eq(fi_send(c.ep, big.data(), big.size(), nullptr, 0, nullptr), -FI_EINVAL,
+		     "FI_MR_LOCAL: a buffer beyond the inline size needs its descriptor");
+	cr_assert_eq(fi_recv(s.ep, buf.data(), 64, nullptr, 0, nullptr), -FI_EINVAL);
+	cr_assert_eq(fi_write(c.ep, buf.data(), 64, buf.desc(), 0, 0, 1ULL << 40, nullptr), -FI_EINVAL,
+		     "keys are 4 bytes");
+	iovec huge{buf.data(), f.info->ep_attr->max_msg_size + 1};
+	void *d = buf.desc();
+	cr_assert_eq(fi_sendv(c.ep, &huge, &d, 1, 0, nullptr), -FI_EMSGSIZE);
+	fi_msg_rma rma{};
+	cr_assert_eq(fi_readmsg(c.ep, &rma, 0), -FI_EINVAL, "no remote range");
+	cr_assert_eq(fi_readmsg(c.ep, nullptr, 0), -FI_EINVAL);
+	cr_assert_eq(fi_sendmsg(c.ep, nullptr, 0), -FI_EINVAL);
+	expect_cq_empty(c.cq);
+	expect_cq_empty(s.cq);
+	send_and_check(f, c, s, 32, 1); /* the connection still works */
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, reads_stay_within_the_negotiated_limit)
+{
+	DataFixture f;
+	f.open();
+	/* Client offers one outstanding read. */
+	fid_cq *ccq = f.open_cq();
+	fid_ep *cep = nullptr;
+	cr_assert_eq(fi_endpoint(f.domain, f.info.get(), &cep, nullptr), 0);
+	cr_assert_eq(fi_ep_bind(cep, &f.eq->fid, 0), 0);
+	cr_assert_eq(fi_ep_bind(cep, &ccq->fid, FI_TRANSMIT | FI_RECV), 0);
+	uint32_t one = 1;
+	cr_assert_eq(fi_setopt(&cep->fid, FI_OPT_ENDPOINT, FI_OPT_ND_OUTBOUND_READ_LIMIT, &one, sizeof(one)), 0);
+	cr_assert_eq(fi_enable(cep), 0);
+	cr_assert_eq(fi_connect(cep, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_cq *scq = nullptr;
+	fid_ep *sep = f.make_ep(req.info, {}, &scq);
+	fi_freeinfo(req.info);
+	cr_assert_eq(fi_enable(sep), 0);
+	cr_assert_eq(fi_accept(sep, nullptr, 0), 0);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	Buffer &local = f.buffer(1 << 16);
+	Buffer &remote = f.buffer(1 << 16, 0, FI_REMOTE_READ);
+	int first, second;
+	cr_assert_eq(fi_read(cep, local.data(), 1 << 16, local.desc(), 0, remote.addr(), remote.key(), &first), 0);
+	ssize_t rc = fi_read(cep, local.data(), 1 << 16, local.desc(), 0, remote.addr(), remote.key(), &second);
+	if (rc == -FI_EAGAIN) {
+		cr_assert_eq(wait_cq(ccq).op_context, &first);
+		cr_assert_eq(fi_read(cep, local.data(), 1 << 16, local.desc(), 0, remote.addr(), remote.key(), &second), 0);
+	} else {
+		/* Only possible when the first had already completed. */
+		cr_assert_eq(rc, 0);
+		fi_cq_data_entry e{};
+		cr_assert_eq(fi_cq_read(ccq, &e, 1), 1, "the first read was done before the second went");
+		cr_assert_eq(e.op_context, &first);
+	}
+	cr_assert_eq(wait_cq(ccq).op_context, &second);
+	cr_assert_eq(fi_close(&cep->fid), 0);
+	cr_assert_eq(fi_close(&sep->fid), 0);
+	f.close_data();
+}
+
+Test(data, cq_wait_fd_sread_and_signal)
+{
+	DataFixture f;
+	f.open();
+	fid_cq *cq = f.open_cq(0, FI_WAIT_FD);
+	fi_cq_data_entry e;
+	auto t0 = std::chrono::steady_clock::now();
+	cr_assert_eq(fi_cq_sread(cq, &e, 1, nullptr, 200), -FI_EAGAIN);
+	auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+	cr_assert_geq(waited, 190, "sread waited its timeout (%lld ms)", (long long)waited);
+	std::thread waker([&] {
+		std::this_thread::sleep_for(std::chrono::milliseconds(100));
+		fi_cq_signal(cq);
+	});
+	cr_assert_eq(fi_cq_sread(cq, &e, 1, nullptr, 10000), -FI_EAGAIN, "fi_cq_signal wakes sread");
+	waker.join();
+
+	/* A connection on this CQ: the wait fd turns readable on completion. */
+	fid_ep *cep = nullptr;
+	cr_assert_eq(fi_endpoint(f.domain, f.info.get(), &cep, nullptr), 0);
+	cr_assert_eq(fi_ep_bind(cep, &f.eq->fid, 0), 0);
+	cr_assert_eq(fi_ep_bind(cep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	cr_assert_eq(fi_enable(cep), 0);
+	cr_assert_eq(fi_connect(cep, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_cq *scq = nullptr;
+	fid_ep *sep = f.make_ep(req.info, {}, &scq);
+	fi_freeinfo(req.info);
+	cr_assert_eq(fi_enable(sep), 0);
+	cr_assert_eq(fi_accept(sep, nullptr, 0), 0);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	int fd = -1;
+	cr_assert_eq(fi_control(&cq->fid, FI_GETWAIT, &fd), 0);
+	int ep_fd = epoll_create1(0);
+	epoll_event ev{};
+	ev.events = EPOLLIN;
+	cr_assert_eq(epoll_ctl(ep_fd, EPOLL_CTL_ADD, fd, &ev), 0);
+	fid *fids[] = {&cq->fid};
+	cr_assert_eq(fi_trywait(f.fabric, fids, 1), 0, "empty CQ: safe to wait");
+	Buffer &dst = f.buffer(64);
+	Buffer &src = f.buffer(64);
+	cr_assert_eq(fi_recv(cep, dst.data(), 64, dst.desc(), 0, &ev), 0);
+	cr_assert_eq(fi_send(sep, src.data(), 64, src.desc(), 0, nullptr), 0);
+	cr_assert_eq(epoll_wait(ep_fd, &ev, 1, 10000), 1, "the wait fd turned readable");
+	cr_assert_eq(fi_cq_sread(cq, &e, 1, nullptr, 10000), 1);
+	close(ep_fd);
+	cr_assert_eq(fi_close(&cep->fid), 0);
+	cr_assert_eq(fi_close(&sep->fid), 0);
+	f.close_data();
+}
+
+Test(data, counters_count_completions_and_errors)
+{
+	DataFixture f;
+	f.open();
+	fid_cntr *sends = nullptr, *recvs = nullptr, *writes = nullptr;
+	fi_cntr_attr attr{};
+	attr.events = FI_CNTR_EVENTS_COMP;
+	cr_assert_eq(fi_cntr_open(f.domain, &attr, &sends, nullptr), 0);
+	cr_assert_eq(fi_cntr_open(f.domain, &attr, &recvs, nullptr), 0);
+	cr_assert_eq(fi_cntr_open(f.domain, &attr, &writes, nullptr), 0);
+	/* Bind counters before enable: client counts sends and writes,
+	 * server counts receives. */
+	fid_ep *cep = nullptr, *sep = nullptr;
+	cr_assert_eq(fi_endpoint(f.domain, f.info.get(), &cep, nullptr), 0);
+	cr_assert_eq(fi_ep_bind(cep, &f.eq->fid, 0), 0);
+	cr_assert_eq(fi_ep_bind(cep, &sends->fid, FI_SEND), 0);
+	cr_assert_eq(fi_ep_bind(cep, &writes->fid, FI_WRITE), 0);
+	cr_assert_eq(fi_ep_bind(cep, &sends->fid, FI_REMOTE_WRITE), -FI_ENOSYS);
+	cr_assert_eq(fi_enable(cep), 0);
+	cr_assert_eq(fi_connect(cep, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	cr_assert_eq(fi_endpoint(f.domain, req.info, &sep, nullptr), 0);
+	fi_freeinfo(req.info);
+	cr_assert_eq(fi_ep_bind(sep, &f.eq->fid, 0), 0);
+	cr_assert_eq(fi_ep_bind(sep, &recvs->fid, FI_RECV), 0);
+	cr_assert_eq(fi_enable(sep), 0);
+	cr_assert_eq(fi_accept(sep, nullptr, 0), 0);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	Buffer &src = f.buffer(64);
+	Buffer &dst = f.buffer(64 * 10, 0, FI_REMOTE_WRITE | FI_RECV);
+	for (int i = 0; i < 10; i++)
+		cr_assert_eq(fi_recv(sep, dst.data() + 64 * i, 64, dst.desc(), 0, nullptr), -FI_ENOCQ,
+			     "no CQ to report to without selective completion");
+	cr_assert_eq(fi_send(cep, src.data(), 64, src.desc(), 0, nullptr), -FI_ENOCQ);
+	cr_assert_eq(fi_close(&cep->fid), 0);
+	cr_assert_eq(fi_close(&sep->fid), 0);
+	cr_assert_eq(fi_cntr_read(sends), 0u);
+	cr_assert_eq(fi_close(&sends->fid), 0);
+	cr_assert_eq(fi_close(&recvs->fid), 0);
+	cr_assert_eq(fi_close(&writes->fid), 0);
+	f.close_data();
+}
+
+Test(data, counters_with_selective_completion)
+{
+	DataFixture f;
+	f.open();
+	fid_cntr *sends = nullptr, *recvs = nullptr, *writes = nullptr;
+	cr_assert_eq(fi_cntr_open(f.domain, nullptr, &sends, nullptr), 0);
+	cr_assert_eq(fi_cntr_open(f.domain, nullptr, &recvs, nullptr), 0);
+	cr_assert_eq(fi_cntr_open(f.domain, nullptr, &writes, nullptr), 0);
+	DataOptions o;
+	o.selective = true;
+	/* make_ep binds the CQ; counters are bound here before enable. */
+	fid_cq *ccq = nullptr, *scq = nullptr;
+	fid_ep *cep = f.make_ep(f.info.get(), o, &ccq);
+	cr_assert_eq(fi_ep_bind(cep, &sends->fid, FI_SEND), 0);
+	cr_assert_eq(fi_ep_bind(cep, &writes->fid, FI_WRITE), 0);
+	cr_assert_eq(fi_enable(cep), 0);
+	cr_assert_eq(fi_connect(cep, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_ep *sep = f.make_ep(req.info, o, &scq);
+	fi_freeinfo(req.info);
+	cr_assert_eq(fi_ep_bind(sep, &recvs->fid, FI_RECV), 0);
+	cr_assert_eq(fi_enable(sep), 0);
+	cr_assert_eq(fi_accept(sep, nullptr, 0), 0);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	Buffer &src = f.buffer(64);
+	Buffer &dst = f.buffer(64 * 10, 0, FI_REMOTE_WRITE);
+	for (int i = 0; i < 10; i++)
+		cr_assert_eq(fi_recv(sep, dst.data() + 64 * i, 64, dst.desc(), 0, nullptr), 0);
+	for (int i = 0; i < 10; i++)
+		cr_assert_eq(fi_send(cep, src.data(), 64, src.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_cntr_wait(sends, 10, 10000), 0);
+	cr_assert_eq(fi_cntr_wait(recvs, 10, 10000), 0);
+	cr_assert_eq(fi_cntr_read(sends), 10u);
+	cr_assert_eq(fi_cntr_read(recvs), 10u);
+	cr_assert_eq(fi_cntr_wait(sends, 11, 100), -FI_ETIMEDOUT);
+	cr_assert_eq(fi_write(cep, src.data(), 64, src.desc(), 0, dst.addr(), dst.key(), nullptr), 0);
+	cr_assert_eq(fi_cntr_wait(writes, 1, 10000), 0);
+	/* A write to a bad key counts as an error. */
+	cr_assert_eq(fi_write(cep, src.data(), 64, src.desc(), 0, dst.addr(), dst.key() ^ 0x1100, nullptr), 0);
+	cr_assert_eq(fi_cntr_wait(writes, 2, 10000), -FI_EAVAIL);
+	cr_assert_eq(fi_cntr_readerr(writes), 1u);
+	cr_assert_eq(fi_close(&sends->fid), -FI_EBUSY, "an endpoint is bound");
+	cr_assert_eq(fi_close(&cep->fid), 0);
+	cr_assert_eq(fi_close(&sep->fid), 0);
+	cr_assert_eq(fi_cntr_set(sends, 3), 0);
+	cr_assert_eq(fi_cntr_add(sends, 2), 0);
+	cr_assert_eq(fi_cntr_read(sends), 5u);
+	cr_assert_eq(fi_close(&sends->fid), 0);
+	cr_assert_eq(fi_close(&recvs->fid), 0);
+	cr_assert_eq(fi_close(&writes->fid), 0);
+	f.close_data();
+}
+
+Test(data, shared_receive_context_serves_several_connections)
+{
+	DataFixture f;
+	f.open();
+	fi_rx_attr rx = *f.info->rx_attr;
+	rx.size = 64;
+	fid_ep *srx = nullptr;
+	cr_assert_eq(fi_srx_context(f.domain, &rx, &srx, nullptr), 0);
+	DataOptions o;
+	o.srx = srx;
+	auto [c1, s1] = f.connect_data(o);
+	auto [c2, s2] = f.connect_data(o);
+	Buffer &pool = f.buffer(64 * 8);
+	Buffer &src = f.buffer(64);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(fi_recv(srx, pool.data() + 64 * i, 64, pool.desc(), 0,
+				     reinterpret_cast<void *>(uintptr_t(100 + i))), 0);
+	cr_assert_eq(fi_recv(s1.ep, pool.data(), 64, pool.desc(), 0, nullptr), -FI_EOPNOTSUPP,
+		     "receives go to the shared context");
+	std::set<void *> contexts;
+	for (int i = 0; i < 4; i++) {
+		src.data()[0] = static_cast<uint8_t>(i);
+		cr_assert_eq(fi_send(c1.ep, src.data(), 64, src.desc(), 0, nullptr), 0);
+		wait_cq(c1.cq);
+		contexts.insert(wait_cq(s1.cq).op_context);
+		src.data()[0] = static_cast<uint8_t>(0x80 | i);
+		cr_assert_eq(fi_send(c2.ep, src.data(), 64, src.desc(), 0, nullptr), 0);
+		wait_cq(c2.cq);
+		contexts.insert(wait_cq(s2.cq).op_context);
+	}
+	cr_assert_eq(contexts.size(), 8u, "every pooled buffer used once");
+	std::multiset<uint8_t> firsts;
+	for (int i = 0; i < 8; i++)
+		firsts.insert(pool.bytes[64 * i]);
+	cr_assert_eq(firsts.count(0x80), 1u);
+	cr_assert_eq(firsts.count(3), 1u);
+	cr_assert_eq(fi_close(&srx->fid), -FI_EBUSY);
+	for (Side x : {c1, s1, c2, s2})
+		close_side(x);
+	cr_assert_eq(fi_close(&srx->fid), 0);
+	f.close_data();
+}
+
+Test(data, the_accepting_side_reads_and_writes_too)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	Buffer &local = f.buffer(1 << 18);
+	Buffer &remote = f.buffer(1 << 18, 0, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	auto want = pattern(1 << 18, 21);
+	remote.fill(want);
+	int ctx;
+	cr_assert_eq(fi_read(s.ep, local.data(), 1 << 18, local.desc(), 0, remote.addr(), remote.key(), &ctx), 0);
+	fi_cq_data_entry e = wait_cq(s.cq);
+	cr_assert_eq(e.op_context, &ctx);
+	cr_assert(local.holds(want));
+	auto back = pattern(1 << 18, 22);
+	local.fill(back);
+	cr_assert_eq(fi_write(s.ep, local.data(), 1 << 18, local.desc(), 0, remote.addr(), remote.key(), &ctx), 0);
+	wait_cq(s.cq);
+	cr_assert(remote.holds(back));
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
