@@ -2,7 +2,7 @@
  * nd_cm_bench: connection setup through libfabric, server and client in one
  * process on one device, for any FI_EP_MSG provider (-p nd, -p verbs).
  *
- *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-q]
+ *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-q]
  *
  * Each round opens CONNECTIONS client endpoints, starts every fi_connect at
  * once, accepts each request as it arrives, and waits for all 2 x
@@ -11,6 +11,10 @@
  * connections per second (established / time from opening the first client
  * endpoint to the last FI_CONNECTED), mean time from opening a client
  * endpoint (fi_endpoint, fi_enable, fi_connect) to its FI_CONNECTED, and mean time from FI_CONNREQ to the server's FI_CONNECTED.
+ * With -x every connection also carries data before it is shut down: the
+ * client sends a message whose bytes name the connection and the round,
+ * the server checks it and answers with its own, which the client checks
+ * (connect/transfer/disconnect cycles; a wrong byte fails the run).
  * It also counts file descriptors before and after all rounds, so the
  * same program run under valgrind checks that cycles leave nothing behind.
  *
@@ -23,8 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nd_fds.h"
+#include "nd_ft.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -48,23 +54,13 @@ static struct fid_pep *pep;
 static struct fi_info *info, *client_info;
 static struct conn conns[MAX_CONN];
 static int quiet;
+static int transfer;
+#define MSG_LEN 64
+static uint8_t messages[MAX_CONN][2][MSG_LEN]; /* [conn][0 client, 1 server] */
+static struct fid_mr *messages_mr;
 
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
+static double now_us(void) { return nd_now_us(); }
 
-#define CHECK(call)                                                                   \
-	do {                                                                          \
-		int rc_ = (call);                                                     \
-		if (rc_) {                                                            \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
-				fi_strerror(rc_ < 0 ? -rc_ : rc_));                   \
-			exit(1);                                                      \
-		}                                                                     \
-	} while (0)
 
 /* Binds a CQ to the endpoint if the provider has CQs. */
 static struct fid_cq *maybe_bind_cq(struct fid_ep *ep)
@@ -124,6 +120,9 @@ static void read_event(uint32_t *type, struct fi_eq_cm_entry *entry, size_t size
 		exit(1);
 	}
 }
+
+static int round_number;
+static void exchange(int n, int round);
 
 /* One round; returns connections per second. */
 static double round_of(int n, double *connect_us, double *accept_us)
@@ -187,6 +186,8 @@ static double round_of(int n, double *connect_us, double *accept_us)
 	}
 	*connect_us = sum_connect / n;
 	*accept_us = sum_accept / n;
+	if (transfer)
+		exchange(n, round_number++);
 
 	for (int i = 0; i < n; i++) {
 		fi_shutdown(conns[i].client, 0);
@@ -211,6 +212,88 @@ static double round_of(int n, double *connect_us, double *accept_us)
 	return n / ((last - start) / 1e6);
 }
 
+/* Waits for one completion on cq (30 s at most). */
+static void wait_completion(struct fid_cq *cq)
+{
+	struct fi_cq_entry entry;
+	double give_up = now_us() + 30e6;
+	for (;;) {
+		ssize_t rc = fi_cq_read(cq, &entry, 1);
+		if (rc == 1)
+			return;
+		if (rc == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = { 0 };
+			fi_cq_readerr(cq, &err, 0);
+			fprintf(stderr, "transfer failed: %s\n", fi_strerror(err.err));
+			exit(1);
+		}
+		if (rc != -FI_EAGAIN || now_us() > give_up) {
+			fprintf(stderr, "no completion: %s\n", fi_strerror((int)-rc));
+			exit(1);
+		}
+	}
+}
+
+static void fill(uint8_t *buf, int conn, int round, int side)
+{
+	for (int i = 0; i < MSG_LEN; i++)
+		buf[i] = (uint8_t)(conn * 7 + round * 13 + side * 101 + i);
+}
+
+static void check(const uint8_t *buf, int conn, int round, int side)
+{
+	uint8_t want[MSG_LEN];
+	fill(want, conn, round, side);
+	if (memcmp(buf, want, MSG_LEN)) {
+		fprintf(stderr, "connection %d round %d: the message arrived corrupted\n", conn, round);
+		exit(1);
+	}
+}
+
+/* A message each way on every connection, checked byte by byte. */
+static void exchange(int n, int round)
+{
+	void *desc = fi_mr_desc(messages_mr);
+	for (int i = 0; i < n; i++) {
+		memset(messages[i][1], 0, MSG_LEN);
+		CHECK((int)fi_recv(conns[i].server, messages[i][1], MSG_LEN, desc, 0, NULL));
+		fill(messages[i][0], i, round, 0);
+		CHECK((int)fi_send(conns[i].client, messages[i][0], MSG_LEN, desc, 0, NULL));
+	}
+	for (int i = 0; i < n; i++) {
+		wait_completion(conns[i].server_cq); /* the receive */
+		check(messages[i][1], i, round, 0);
+		wait_completion(conns[i].client_cq); /* the send */
+		CHECK((int)fi_recv(conns[i].client, messages[i][0], MSG_LEN, desc, 0, NULL));
+		fill(messages[i][1], i, round, 1);
+		CHECK((int)fi_send(conns[i].server, messages[i][1], MSG_LEN, desc, 0, NULL));
+		wait_completion(conns[i].client_cq);
+		wait_completion(conns[i].server_cq);
+	}
+	for (int i = 0; i < n; i++)
+		check(messages[i][0], i, round, 1);
+}
+
+/* rdma_cm ids this process holds, as the kernel lists them (iproute2's
+ * `rdma res show cm_id`); -1 where the tool is missing. */
+static int count_cm_ids(void)
+{
+	char cmd[128], line[512], mine[32];
+	snprintf(cmd, sizeof(cmd), "rdma res show cm_id 2>/dev/null");
+	snprintf(mine, sizeof(mine), " pid %d ", (int)getpid());
+	FILE *out = popen(cmd, "r");
+	if (!out)
+		return -1;
+	int n = 0, lines = 0;
+	while (fgets(line, sizeof(line), out)) {
+		lines++;
+		if (strstr(line, mine))
+			n++;
+	}
+	int status = pclose(out);
+	return status == 0 || lines ? n : -1;
+}
+
 static int compare(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -229,15 +312,16 @@ int main(int argc, char **argv)
 	int n = 16, rounds = 5, opt;
 	if (!address)
 		address = "10.0.2.15";
-	while ((opt = getopt(argc, argv, "p:a:n:r:q")) != -1) {
+	while ((opt = getopt(argc, argv, "p:a:n:r:xq")) != -1) {
 		switch (opt) {
 		case 'p': prov = optarg; break;
 		case 'a': address = optarg; break;
 		case 'n': n = atoi(optarg); break;
 		case 'r': rounds = atoi(optarg); break;
+		case 'x': transfer = 1; break;
 		case 'q': quiet = 1; break;
 		default:
-			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-q]\n",
+			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-q]\n",
 				argv[0]);
 			return 2;
 		}
@@ -259,6 +343,9 @@ int main(int argc, char **argv)
 	fi_freeinfo(hints);
 	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
 	CHECK(fi_domain(fabric, info, &domain, NULL));
+	if (transfer)
+		CHECK(fi_mr_reg(domain, messages, sizeof(messages), FI_SEND | FI_RECV, 0, 0, 0,
+				&messages_mr, NULL));
 	struct fi_eq_attr eq_attr = { .wait_obj = FI_WAIT_FD, .size = 4 * MAX_CONN };
 	CHECK(fi_eq_open(fabric, &eq_attr, &eq, NULL));
 	CHECK(fi_passive_ep(fabric, info, &pep, NULL));
@@ -287,6 +374,7 @@ int main(int argc, char **argv)
 	double rate[1000], connect_us[1000], accept_us[1000];
 	round_of(1, &connect_us[0], &accept_us[0]); /* warm-up */
 	int fds_before = nd_count_fds();
+	int ids_before = count_cm_ids();
 	for (int r = 0; r < rounds; r++) {
 		rate[r] = round_of(n, &connect_us[r], &accept_us[r]);
 		if (!quiet)
@@ -294,15 +382,21 @@ int main(int argc, char **argv)
 			       r, n, rate[r], connect_us[r], accept_us[r]);
 	}
 	int fds_after = nd_count_fds();
-	printf("%s n=%d rounds=%d: %.0f conn/s, connect %.0f us, accept %.0f us (medians); fds %d -> %d\n",
-	       prov, n, rounds, median(rate, rounds), median(connect_us, rounds),
+	int ids_after = count_cm_ids();
+	printf("%s n=%d rounds=%d%s: %.0f conn/s, connect %.0f us, accept %.0f us (medians); fds %d -> %d\n",
+	       prov, n, rounds, transfer ? " with transfers" : "", median(rate, rounds), median(connect_us, rounds),
 	       median(accept_us, rounds), fds_before, fds_after);
+	if (ids_before >= 0)
+		printf("rdma_cm ids of this process: %d before the rounds, %d after\n", ids_before,
+		       ids_after);
 
 	fi_close(&pep->fid);
+	if (messages_mr)
+		fi_close(&messages_mr->fid);
 	fi_close(&eq->fid);
 	fi_close(&domain->fid);
 	fi_close(&fabric->fid);
 	fi_freeinfo(client_info);
 	fi_freeinfo(info);
-	return fds_after == fds_before ? 0 : 1;
+	return fds_after == fds_before && ids_after == ids_before ? 0 : 1;
 }
