@@ -4,6 +4,7 @@
 #include "nd_cntr.h"
 #include "nd_domain.h"
 #include "nd_ep.h"
+#include "nd_eq.h"
 #include "nd_fabric.h"
 #include "nd_srx.h"
 #include "nd_unsupported.h"
@@ -614,25 +615,8 @@ int CompletionQueue::signal()
 
 int CompletionQueue::control(int command, void *arg)
 {
-	switch (command) {
-	case FI_GETWAIT:
-		if (!arg)
-			return -FI_EINVAL;
-		if (!waitable) {
-			ND_WARN(FI_LOG_CQ, "fi_control(FI_GETWAIT): the CQ was opened with FI_WAIT_NONE\n");
-			return -FI_ENODATA;
-		}
-		*static_cast<int *>(arg) = epoll_fd;
-		return 0;
-	case FI_GETWAITOBJ:
-		if (!arg)
-			return -FI_EINVAL;
-		*static_cast<fi_wait_obj *>(arg) = waitable ? FI_WAIT_FD : FI_WAIT_NONE;
-		return 0;
-	default:
-		ND_WARN(FI_LOG_CQ, "fi_control(cq): command %d not supported\n", command);
-		return -FI_ENOSYS;
-	}
+	return control_wait(FI_LOG_CQ, "cq", command, arg, waitable ? epoll_fd : -1,
+			    waitable ? FI_WAIT_FD : FI_WAIT_NONE);
 }
 
 int CompletionQueue::trywait()

@@ -529,29 +529,36 @@ ssize_t EventQueue::sread(uint32_t *event, void *buf, size_t len, int timeout, u
 	}
 }
 
-int EventQueue::control(int command, void *arg)
+int control_wait(fi_log_subsys subsys, const char *object, int command, void *arg, int fd,
+		 fi_wait_obj obj)
 {
 	switch (command) {
 	case FI_GETWAIT:
 		if (!arg) {
-			ND_WARN(FI_LOG_EQ, "fi_control(FI_GETWAIT): arg is NULL\n");
+			FI_WARN(&nd_prov, subsys, "fi_control(%s, FI_GETWAIT): arg is NULL\n", object);
 			return -FI_EINVAL;
 		}
-		if (wait_obj_ != FI_WAIT_FD) {
-			ND_WARN(FI_LOG_EQ, "fi_control(FI_GETWAIT): the EQ has no fd wait object\n");
+		if (fd < 0) {
+			FI_WARN(&nd_prov, subsys, "fi_control(%s, FI_GETWAIT): no fd wait object\n", object);
 			return -FI_ENODATA;
 		}
-		*static_cast<int *>(arg) = epoll_fd_;
+		*static_cast<int *>(arg) = fd;
 		return 0;
 	case FI_GETWAITOBJ:
 		if (!arg)
 			return -FI_EINVAL;
-		*static_cast<fi_wait_obj *>(arg) = wait_obj_;
+		*static_cast<fi_wait_obj *>(arg) = obj;
 		return 0;
 	default:
-		ND_WARN(FI_LOG_EQ, "fi_control(eq): command %d not supported\n", command);
+		FI_WARN(&nd_prov, subsys, "fi_control(%s): command %d not supported\n", object, command);
 		return -FI_ENOSYS;
 	}
+}
+
+int EventQueue::control(int command, void *arg)
+{
+	return control_wait(FI_LOG_EQ, "eq", command, arg, wait_obj_ == FI_WAIT_FD ? epoll_fd_ : -1,
+			    wait_obj_);
 }
 
 int EventQueue::trywait()
