@@ -12,7 +12,9 @@
 
 #include <sys/epoll.h>
 
+#include <atomic>
 #include <set>
+#include <thread>
 
 using namespace nd::test;
 
@@ -794,6 +796,133 @@ Test(data, the_accepting_side_reads_and_writes_too)
 	cr_assert_eq(fi_write(s.ep, local.data(), 1 << 18, local.desc(), 0, remote.addr(), remote.key(), &ctx), 0);
 	wait_cq(s.cq);
 	cr_assert(remote.holds(back));
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, thread_safe_endpoints_take_sends_from_many_threads)
+{
+	DataFixture f;
+	f.open();
+	cr_assert_eq(f.info->domain_attr->threading, FI_THREAD_SAFE, "the default threading");
+	DataOptions o;
+	o.tx_size = 32;
+	o.rx_size = 512;
+	auto [c, s] = f.connect_data(o);
+	constexpr int kThreads = 4, kEach = 100;
+	Buffer &dst = f.buffer(16 * kThreads * kEach);
+	Buffer &src = f.buffer(16 * kThreads);
+	for (int i = 0; i < kThreads * kEach; i++)
+		cr_assert_eq(fi_recv(s.ep, dst.data() + 16 * i, 16, dst.desc(), 0, nullptr), 0);
+	std::atomic<int> failures{0};
+	std::atomic<int> completions{0};
+	std::atomic<bool> done{false};
+	/* One thread reads the client's CQ while the others post. */
+	std::thread reaper([&] {
+		fi_cq_data_entry e[8];
+		while (!done.load() || completions.load() < kThreads * kEach) {
+			ssize_t n = fi_cq_read(c.cq, e, 8);
+			if (n > 0)
+				completions += static_cast<int>(n);
+			else if (n != -FI_EAGAIN)
+				failures++;
+		}
+	});
+	std::vector<std::thread> senders;
+	for (int t = 0; t < kThreads; t++) {
+		senders.emplace_back([&, t] {
+			uint8_t *mine = src.data() + 16 * t;
+			for (int i = 0; i < kEach;) {
+				mine[0] = static_cast<uint8_t>(t);
+				ssize_t rc = fi_send(c.ep, mine, 16, src.desc(), 0, nullptr);
+				if (rc == 0)
+					i++;
+				else if (rc != -FI_EAGAIN)
+					failures++, i++;
+			}
+		});
+	}
+	for (auto &th : senders)
+		th.join();
+	done = true;
+	int received = 0;
+	int per_thread[kThreads] = {};
+	while (received < kThreads * kEach) {
+		fi_cq_data_entry e = wait_cq(s.cq);
+		cr_assert_eq(e.len, 16u);
+		received++;
+	}
+	reaper.join();
+	cr_assert_eq(failures.load(), 0);
+	cr_assert_eq(completions.load(), kThreads * kEach, "every send completed once");
+	for (int i = 0; i < kThreads * kEach; i++) {
+		uint8_t who = dst.bytes[16 * i];
+		cr_assert_lt(who, kThreads);
+		per_thread[who]++;
+	}
+	for (int t = 0; t < kThreads; t++)
+		cr_assert_eq(per_thread[t], kEach, "thread %d: %d messages arrived", t, per_thread[t]);
+	expect_cq_empty(c.cq);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(data, every_cq_format_reports_its_fields)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	for (fi_cq_format format : {FI_CQ_FORMAT_CONTEXT, FI_CQ_FORMAT_MSG, FI_CQ_FORMAT_DATA}) {
+		/* A pair whose server reports in `format`. */
+		fi_cq_attr attr{};
+		attr.format = format;
+		fid_cq *cq = nullptr;
+		cr_assert_eq(fi_cq_open(f.domain, &attr, &cq, nullptr), 0);
+		fid_ep *cep = f.client();
+		fid_cq *ccq = f.open_cq();
+		cr_assert_eq(fi_ep_bind(cep, &ccq->fid, FI_TRANSMIT | FI_RECV), 0);
+		cr_assert_eq(fi_enable(cep), 0);
+		cr_assert_eq(fi_connect(cep, &f.listen_addr, nullptr, 0), 0);
+		Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+		fid_ep *sep = nullptr;
+		cr_assert_eq(fi_endpoint(f.domain, req.info, &sep, nullptr), 0);
+		fi_freeinfo(req.info);
+		cr_assert_eq(fi_ep_bind(sep, &f.eq->fid, 0), 0);
+		cr_assert_eq(fi_ep_bind(sep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+		cr_assert_eq(fi_enable(sep), 0);
+		cr_assert_eq(fi_accept(sep, nullptr, 0), 0);
+		expect_event(f.eq, FI_CONNECTED, nullptr);
+		expect_event(f.eq, FI_CONNECTED, nullptr);
+		Buffer &buf = f.buffer(64);
+		int ctx;
+		cr_assert_eq(fi_recv(sep, buf.data(), 64, buf.desc(), 0, &ctx), 0);
+		cr_assert_eq(fi_senddata(cep, buf.data(), 40, buf.desc(), 99, 0, nullptr), 0);
+		/* Room for the largest format, with a guard after the entry. */
+		uint8_t raw[sizeof(fi_cq_data_entry) + 8];
+		std::memset(raw, 0xab, sizeof(raw));
+		ssize_t n;
+		while ((n = fi_cq_read(cq, raw, 1)) == -FI_EAGAIN) {
+		}
+		cr_assert_eq(n, 1);
+		size_t size = format == FI_CQ_FORMAT_CONTEXT ? sizeof(fi_cq_entry)
+			      : format == FI_CQ_FORMAT_MSG   ? sizeof(fi_cq_msg_entry)
+							       : sizeof(fi_cq_data_entry);
+		cr_assert_eq(reinterpret_cast<fi_cq_entry *>(raw)->op_context, &ctx);
+		if (format != FI_CQ_FORMAT_CONTEXT) {
+			auto *m = reinterpret_cast<fi_cq_msg_entry *>(raw);
+			cr_assert_eq(m->len, 40u);
+			cr_assert_eq(m->flags, FI_RECV | FI_MSG | FI_REMOTE_CQ_DATA);
+		}
+		if (format == FI_CQ_FORMAT_DATA)
+			cr_assert_eq(reinterpret_cast<fi_cq_data_entry *>(raw)->data, 99u);
+		cr_assert_eq(raw[size], 0xab, "format %d wrote past its entry", format);
+		wait_cq(ccq);
+		cr_assert_eq(fi_close(&cep->fid), 0);
+		cr_assert_eq(fi_close(&sep->fid), 0);
+		cr_assert_eq(fi_close(&cq->fid), 0);
+	}
 	close_side(c);
 	close_side(s);
 	f.close_data();
