@@ -1,0 +1,294 @@
+#!/bin/bash
+# nd_perf.sh BUILDDIR: data-path latency and bandwidth, side by side in one
+# boot: rdma-core's perftest on raw verbs over rdma_cm (ib_send_lat -R, ...),
+# libfabric's verbs provider and nd, both through the same program
+# (fabtests/nd_perf, which measures the way perftest does). Prints one table,
+# then the CPU cost per data-path call under callgrind.
+# Run where an RDMA device exists (util/nd-bench runs it in the guest).
+#
+# Environment:
+#   ND_BENCH_ROUNDS    rounds per figure; the table shows medians (default 3)
+#   ND_BENCH_SIZES     sizes in bytes, space or comma separated (default
+#                      "8 64 512 4096 65536 1048576 4194304"); "full" is every
+#                      power of two from 1 B to 4 MiB
+#   ND_BENCH_TESTS     subset of: send_lat write_lat read_lat send_bw write_bw read_bw
+#   ND_BENCH_ITERS     iterations per size (default 300), capped so that
+#   ND_BENCH_MAX_BYTES size * iterations <= this (default 4 MiB, at least 8
+#                      iterations); perftest gets exactly the same count
+#   ND_BENCH_INLINE    inline size for every column (default: the smallest
+#                      inject_size of the providers present). perftest ignores
+#                      it on devices it does not know (rxe among them: "Device
+#                      not recognized to implement inline feature"), the table
+#                      says so when that happened.
+#   ND_BENCH_BIDIR=1   bandwidth tests in both directions (perftest -b, nd_perf -b)
+#   ND_BENCH_CPU=0     skip the CPU-cost section
+#   ND_PERF            the nd_perf binary (default BUILDDIR/fabtests/nd_perf)
+#
+# Latency is perftest's t_typical / nd_perf's lat_med_us (median per iteration,
+# round trip / 2 for send and write, one read for read); bandwidth is MiB/s.
+# The ratio columns divide nd by raw and by verbs: for latency lower is better,
+# for bandwidth higher is better. A provider that fails shows "fail".
+#
+# CPU cost (callgrind): nd_perf routes every data-path call through four
+# functions that are never inlined: perf_send (fi_inject, fi_send, fi_sendmsg),
+# perf_write (fi_inject_write, fi_write, fi_writemsg), perf_read, and
+# perf_cq_read (fi_cq_read). For each provider the client runs under
+#   valgrind --tool=callgrind --toggle-collect=FUNCTION
+# so callgrind counts instructions (Ir) only while inside FUNCTION, including
+# everything it calls, in every shared object. nd_perf -C prints how many
+# times each wrapper ran; the script sums the self cost of every function per
+# object straight from the callgrind.out file (not through callgrind_annotate,
+# whose listing is thresholded) and divides by the call count:
+#   provider = libnd-fi.so for nd; libfabric.so for verbs (the verbs provider
+#              is built into Debian's libfabric.so: its verbs code and the
+#              libfabric utility code it calls, nothing else runs there)
+#   driver   = libibverbs.so + librxe-rdmav34.so (the rdma-core user-space
+#              driver of Soft-RoCE: posting writes the work request into the
+#              queue shared with the kernel and rings the doorbell with a
+#              system call; polling reads the shared completion queue)
+#   other    = libc, libstdc++, the wrapper itself (a few instructions)
+# Kernel instructions (the doorbell system call, rxe's protocol work) are not
+# visible to valgrind and are not counted. fi_cq_read is split in two: the
+# client first polls its empty receive CQ 1000 times in perf_cq_calibrate()
+# (separated with --dump-after=perf_cq_calibrate, file .1), which gives the
+# cost of an empty poll; the cost of a poll that returns completions is
+# (total - empty polls x empty cost) / polls that returned something.
+# Ir counts are deterministic for a given path, so a few hundred iterations
+# suffice (ND_BENCH_CPU_ITERS, default 200). The 8-byte send goes out with
+# fi_inject (inline); ND_BENCH_CPU_FULL=1 adds a row for fi_send with a
+# completion (send_lat -I 0). Each row is one valgrind run of the client
+# (about 30-60 s in the emulated guest).
+set -uo pipefail
+builddir=$(cd "${1:?usage: nd_perf.sh BUILDDIR}" && pwd)
+export FI_PROVIDER_PATH=$builddir/.libs
+ip=${ND_GUEST_IP:-10.0.2.15}
+rounds=${ND_BENCH_ROUNDS:-3}
+iters=${ND_BENCH_ITERS:-300}
+max_bytes=${ND_BENCH_MAX_BYTES:-4194304}
+perf=${ND_PERF:-$builddir/fabtests/nd_perf}
+read -r -a tests <<<"${ND_BENCH_TESTS:-send_lat write_lat read_lat send_bw write_bw read_bw}"
+sizes_spec=${ND_BENCH_SIZES:-8 64 512 4096 65536 1048576 4194304}
+if [ "$sizes_spec" = full ]; then
+	sizes=()
+	for ((s = 1; s <= 4194304; s *= 2)); do sizes+=("$s"); done
+else
+	read -r -a sizes <<<"${sizes_spec//,/ }"
+fi
+sizes_csv=$(IFS=,; echo "${sizes[*]}")
+bidir=${ND_BENCH_BIDIR:-0}
+bflag=()
+[ "$bidir" = 1 ] && bflag=(-b)
+[ -x "$perf" ] || { echo "nd_perf.sh: $perf not built" >&2; exit 1; }
+port=$((20000 + RANDOM % 20000))
+next_port() { port=$((port + 1)); }
+
+inject_size() { fi_info -p "$1" -t FI_EP_MSG -v 2>/dev/null | awk '/inject_size:/ { print $2; exit }'; }
+if [ -z "${ND_BENCH_INLINE:-}" ]; then
+	inl=
+	for p in verbs nd; do
+		v=$(inject_size "$p")
+		[ -n "$v" ] && { [ -z "$inl" ] || [ "$v" -lt "$inl" ]; } && inl=$v
+	done
+	inl=${inl:-0}
+else
+	inl=$ND_BENCH_INLINE
+fi
+
+# Same rule as nd_perf -n ITERS -m MAX_BYTES.
+iters_for() {
+	local s=$1 n=$iters
+	if ((n * s > max_bytes)); then
+		n=$((max_bytes / s))
+		((n < 8)) && n=8
+	fi
+	echo "$n"
+}
+
+declare -A val   # "column|test|size" -> values of every round
+raw_inline_note=
+
+# perftest: one server and one client process per size, as perftest works.
+raw_run() {
+	local test=$1 size=$2 n out server bin metric tries
+	n=$(iters_for "$size")
+	bin=ib_$test
+	local args=(-R -F -s "$size" -n "$n")
+	[[ $test == read_* ]] || args+=(-I "$inl")
+	[[ $test == *_bw ]] && args+=("${bflag[@]}")
+	next_port
+	timeout 300 "$bin" "${args[@]}" -p "$port" </dev/null >/dev/null 2>&1 &
+	server=$!
+	for tries in 1 2 3 4 5; do
+		sleep 0.3
+		out=$(timeout 300 "$bin" "${args[@]}" -p "$port" "$ip" </dev/null 2>&1) && break
+		kill -0 "$server" 2>/dev/null || break
+	done
+	kill "$server" 2>/dev/null
+	wait "$server" 2>/dev/null
+	if [[ $test != read_* ]] && ((inl > 0)) && grep -q 'Max inline data *: 0\[B\]' <<<"$out"; then
+		raw_inline_note="perftest disabled inline sends on this device (raw column without inline; nd_perf used $inl)"
+	fi
+	if [[ $test == *_lat ]]; then
+		metric=$(awk -v s="$size" -v n="$n" '$1 == s && $2 == n { print $5; exit }' <<<"$out")
+	else
+		metric=$(awk -v s="$size" -v n="$n" '$1 == s && $2 == n { print $4; exit }' <<<"$out")
+	fi
+	[ -n "$metric" ] || echo "    raw $test $size: no result: $(tail -2 <<<"$out" | tr '\n' ' ')" >&2
+	val["raw|$test|$size"]+="${metric:-fail} "
+}
+
+# nd_perf: one server and one client for all sizes of a test.
+perf_run() {
+	local prov=$1 test=$2 out server line size metric
+	next_port
+	timeout 600 "$perf" -p "$prov" -s -q -a "$ip" -P "$port" </dev/null >/dev/null 2>&1 &
+	server=$!
+	sleep 0.2
+	out=$(timeout 600 "$perf" -p "$prov" -c "$ip" -a "$ip" -P "$port" -t "$test" "${bflag[@]}" \
+		-S "$sizes_csv" -n "$iters" -m "$max_bytes" -I "$inl" -q </dev/null 2>&1)
+	kill "$server" 2>/dev/null
+	wait "$server" 2>/dev/null
+	for size in "${sizes[@]}"; do
+		line=$(grep "^nd_perf test=$test .* size=$size " <<<"$out")
+		if [[ $test == *_lat ]]; then
+			metric=$(sed -n 's/.* lat_med_us=\([0-9.]*\).*/\1/p' <<<"$line")
+		else
+			metric=$(sed -n 's/.* bw_mib_s=\([0-9.]*\).*/\1/p' <<<"$line")
+		fi
+		val["$prov|$test|$size"]+="${metric:-fail} "
+	done
+	grep -q '^nd_perf test=' <<<"$out" || echo "    $prov $test: $(grep -v '^nd_perf test=' <<<"$out" | tail -2 | tr '\n' ' ')" >&2
+}
+
+# Median of the numbers among the arguments; "fail" if there are none.
+median() {
+	printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
+		awk '{ v[NR] = $1 } END { if (!NR) print "fail"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-" }'; }
+
+start=$(date +%s)
+for ((r = 1; r <= rounds; r++)); do
+	echo "nd_perf.sh: round $r of $rounds ($(($(date +%s) - start)) s)" >&2
+	for test in "${tests[@]}"; do
+		for size in "${sizes[@]}"; do raw_run "$test" "$size"; done
+		perf_run verbs "$test"
+		perf_run nd "$test"
+	done
+done
+
+printf '\nData path, medians of %s rounds, one boot; inline %s B; %s iterations per size (at most %s bytes per size, at least 8 iterations)\n' \
+	"$rounds" "$inl" "$iters" "$max_bytes"
+printf 'latency: median usec per iteration, nd/raw and nd/verbs LOWER is better; bandwidth: MiB/s%s, ratios HIGHER is better\n' \
+	"$([ "$bidir" = 1 ] && echo ' both directions summed')"
+[ -n "$raw_inline_note" ] && echo "note: $raw_inline_note"
+printf '%-9s | %8s | %-6s | %10s | %10s | %10s | %7s | %8s\n' test size unit raw verbs nd nd/raw nd/verbs
+printf -- '----------+----------+--------+------------+------------+------------+---------+---------\n'
+for test in "${tests[@]}"; do
+	unit=usec
+	[[ $test == *_bw ]] && unit=MiB/s
+	for size in "${sizes[@]}"; do
+		# shellcheck disable=SC2086
+		raw=$(median ${val["raw|$test|$size"]}) verbs=$(median ${val["verbs|$test|$size"]}) nd=$(median ${val["nd|$test|$size"]})
+		printf '%-9s | %8s | %-6s | %10s | %10s | %10s | %7s | %8s\n' "$test" "$size" "$unit" "$raw" "$verbs" "$nd" \
+			"$(ratio "$nd" "$raw")" "$(ratio "$nd" "$verbs")"
+	done
+done
+for k in "${!val[@]}"; do echo "    $k: ${val[$k]}"; done | sort -t'|' -k2,2 -k3,3n -k1,1 >&2
+echo "nd_perf.sh: table done after $(($(date +%s) - start)) s" >&2
+
+[ "${ND_BENCH_CPU:-1}" = 1 ] || exit 0
+command -v valgrind >/dev/null || { echo "no valgrind: CPU-cost section skipped"; exit 0; }
+
+# ------------------------------------------------------------- CPU cost
+cpu_iters=${ND_BENCH_CPU_ITERS:-200}
+cgdir=$(mktemp -d /tmp/nd_perf_cg.XXXXXX)
+
+# Self Ir per object class in a callgrind.out file: "provider driver other".
+# Cost lines after a calls= line are inclusive costs of that call: skipped.
+object_costs() {
+	local file=$1 provobj=$2
+	awk -v prov="$provobj" '
+		function name(s,   id, rest) {
+			if (match(s, /^\([0-9]+\)/)) {
+				id = substr(s, 1, RLENGTH); rest = substr(s, RLENGTH + 2)
+				if (rest != "") names[id] = rest
+				return names[id]
+			}
+			return s
+		}
+		/^ob=/ { ob = name(substr($0, 4)); next }
+		/^cob=/ { name(substr($0, 5)); next }
+		/^calls=/ { skip = 1; next }
+		/^[0-9+*-]/ {
+			if (skip) { skip = 0; next }
+			if (ob ~ prov) p += $NF
+			else if (ob ~ /libibverbs|librxe|rdmav[0-9]*\.so/) d += $NF
+			else o += $NF
+			next
+		}
+		END { printf "%d %d %d\n", p, d, o }' "$file"
+}
+
+# One callgrind run of the client; the server runs natively.
+cg_run() {
+	local prov=$1 test=$2 fn=$3 extra=$4 out server
+	next_port
+	timeout 300 "$perf" -p "$prov" -s -q -a "$ip" -P "$port" </dev/null >/dev/null 2>&1 &
+	server=$!
+	sleep 0.2
+	# shellcheck disable=SC2086
+	out=$(timeout 600 valgrind --tool=callgrind --callgrind-out-file="$cgdir/$prov.$test.$fn" \
+		--toggle-collect="$fn" --dump-after=perf_cq_calibrate \
+		"$perf" -p "$prov" -c "$ip" -a "$ip" -P "$port" -t "$test" -S 8 -n "$cpu_iters" -C $extra \
+		</dev/null 2>&1)
+	kill "$server" 2>/dev/null
+	wait "$server" 2>/dev/null
+	echo "$out" >"$cgdir/$prov.$test.$fn.log"
+	grep -q '^nd_perf_calls' <<<"$out"
+}
+
+field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$2" | head -1; }
+per() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f", a / b; else print "-" }'; }
+
+printf '\nCPU cost: instructions per call under callgrind (user space only), 8-byte messages, %s iterations\n' "$cpu_iters"
+printf 'provider = libnd-fi.so (nd) or libfabric.so (verbs); driver = libibverbs + librxe; other = libc, wrapper\n'
+printf '%-6s | %-36s | %8s | %9s | %8s | %8s\n' prov call calls provider driver other
+printf -- '-------+--------------------------------------+----------+-----------+----------+---------\n'
+for prov in verbs nd; do
+	provobj='libfabric\\.so'
+	[ "$prov" = nd ] && provobj='libnd-fi\\.so'
+	# name | test | wrapper | counter | nd_perf extra arguments
+	while IFS='|' read -r label test fn counter extra; do
+		if ! cg_run "$prov" "$test" "$fn" "$extra"; then
+			printf '%-6s | %-36s | %8s | %9s | %8s | %8s\n' "$prov" "$label" fail fail fail fail
+			echo "    $prov $label: $(grep -v '^==' "$cgdir/$prov.$test.$fn.log" | tail -3 | tr '\n' ' ')" >&2
+			continue
+		fi
+		log=$(grep '^nd_perf_calls' "$cgdir/$prov.$test.$fn.log")
+		read -r p d o < <(object_costs "$cgdir/$prov.$test.$fn" "$provobj")
+		if [ "$fn" != perf_cq_read ]; then
+			n=$(field "$counter" "$log")
+			printf '%-6s | %-36s | %8s | %9s | %8s | %8s\n' "$prov" "$label" "$n" \
+				"$(per "$p" "$n")" "$(per "$d" "$n")" "$(per "$o" "$n")"
+			continue
+		fi
+		# Empty polls from the calibration dump, then polls that found something.
+		read -r cp cd co < <(object_costs "$cgdir/$prov.$test.$fn.1" "$provobj")
+		cal=$(sed -n 's/.* cq_read=\([0-9]*\).*/\1/p' "$cgdir/$prov.$test.$fn.log" | head -1)
+		printf '%-6s | %-36s | %8s | %9s | %8s | %8s\n' "$prov" "fi_cq_read, empty CQ" "$cal" \
+			"$(per "$cp" "$cal")" "$(per "$cd" "$cal")" "$(per "$co" "$cal")"
+		total=$(field cq_read "$log") empty=$(field cq_read_empty "$log") entries=$(field cq_entries "$log")
+		hits=$((total - empty))
+		sub() { awk -v t="$1" -v c="$2" -v e="$empty" -v n="$3" 'BEGIN { if (n > 0) printf "%.0f", (t - e * c / n) ; else print 0 }'; }
+		printf '%-6s | %-36s | %8s | %9s | %8s | %8s\n' "$prov" "fi_cq_read, $entries completions" "$hits" \
+			"$(per "$(sub "$p" "$cp" "$cal")" "$hits")" "$(per "$(sub "$d" "$cd" "$cal")" "$hits")" \
+			"$(per "$(sub "$o" "$co" "$cal")" "$hits")"
+	done < <(cat <<'EOF'
+fi_inject (send_lat 8 B)|send_lat|perf_send|send|
+fi_inject_write (write_lat 8 B)|write_lat|perf_write|write|
+fi_cq_read, returning (send_lat)|send_lat|perf_cq_read|cq_read|
+EOF
+		[ "${ND_BENCH_CPU_FULL:-0}" = 1 ] && echo "fi_send + completion (-I 0)|send_lat|perf_send|send|-I 0")
+done
+echo "(callgrind files: $cgdir)"
