@@ -158,6 +158,8 @@ struct Endpoint {
 	int setup_data_path();
 	void release_data_path() noexcept;
 	ssize_t post_tx(const TxRequest &request);
+	ssize_t post_inline(ibv_wr_opcode opcode, const void *buf, size_t len, uint32_t imm_data,
+			    uint64_t remote_addr, uint64_t remote_key, const char *call);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
 	void post_pending_receives() noexcept;
 	void post_drain_marker() noexcept;

@@ -377,6 +377,73 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	return 0;
 }
 
+/*
+ * fi_inject and its kin: one buffer, copied inline, never a completion.
+ * A path of its own, because it is the hottest call of small-message
+ * traffic and needs none of post_tx's iov and descriptor handling.
+ */
+ssize_t Endpoint::post_inline(ibv_wr_opcode opcode, const void *buf, size_t len, uint32_t imm_data,
+			      uint64_t remote_addr, uint64_t remote_key, const char *call)
+{
+	if (link.load(std::memory_order_relaxed) != LinkState::up)
+		return link_error(call);
+	if (len > max_inline) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: %zu bytes to inject; inject_size is %u\n", call, len,
+			max_inline);
+		return -FI_EMSGSIZE;
+	}
+	if (!buf && len) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: buffer is NULL with length %zu\n", call, len);
+		return -FI_EINVAL;
+	}
+	if (remote_key > UINT32_MAX) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: key 0x%llx is wider than the 4 bytes of mr_key_size\n", call,
+			static_cast<unsigned long long>(remote_key));
+		return -FI_EINVAL;
+	}
+	const bool is_send = opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM;
+	Counter *counter = is_send ? send_cntr : write_cntr;
+
+	std::lock_guard<OptionalLock> guard(tx_lock);
+	if (sq->full()) {
+		tx_cq->progress();
+		if (sq->full())
+			return -FI_EAGAIN;
+	}
+	const bool signaled = counter || ++sq->unsignaled_run >= signal_interval;
+	if (signaled)
+		sq->unsignaled_run = 0;
+	OpRecord &record = sq->next();
+	record.context = nullptr;
+	record.flags = is_send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE;
+	record.len = static_cast<uint32_t>(len);
+	record.report = false;
+	record.is_read = false;
+	ibv_sge sge;
+	sge.addr = reinterpret_cast<uintptr_t>(buf);
+	sge.length = static_cast<uint32_t>(len);
+	sge.lkey = 0;
+	ibv_send_wr wr;
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.next = nullptr;
+	wr.sg_list = &sge;
+	wr.num_sge = len ? 1 : 0;
+	wr.opcode = opcode;
+	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (len ? IBV_SEND_INLINE : 0);
+	wr.imm_data = imm_data;
+	wr.wr.rdma.remote_addr = remote_addr;
+	wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
+	sq->commit();
+	ibv_send_wr *bad = nullptr;
+	int rc = ibv_post_send(qp.get(), &wr, &bad);
+	if (rc) {
+		sq->head.store(sq->head.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+		ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", call, std::strerror(rc));
+		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+	}
+	return 0;
+}
+
 ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
 {
 	if (srx) {
@@ -552,9 +619,7 @@ ssize_t ep_sendmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
 
 ssize_t ep_inject(fid_ep *fep, const void *buf, size_t len, fi_addr_t) noexcept
 {
-	iovec iov{const_cast<void *>(buf), len};
-	return send_common(ep_of(fep), &iov, nullptr, 1, nullptr, FI_INJECT, false, 0, false,
-			   "fi_inject");
+	return ep_of(fep)->post_inline(IBV_WR_SEND, buf, len, 0, 0, 0, "fi_inject");
 }
 
 ssize_t ep_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64_t data,
@@ -568,9 +633,8 @@ ssize_t ep_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64
 
 ssize_t ep_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t data, fi_addr_t) noexcept
 {
-	iovec iov{const_cast<void *>(buf), len};
-	return send_common(ep_of(fep), &iov, nullptr, 1, nullptr, FI_INJECT, true, data, false,
-			   "fi_injectdata");
+	return ep_of(fep)->post_inline(IBV_WR_SEND_WITH_IMM, buf, len, imm_of(data), 0, 0,
+				       "fi_injectdata");
 }
 
 } // namespace
