@@ -487,7 +487,8 @@ int Endpoint::close()
 		cm.reset();
 	};
 	teardown_and_unbind(eq, teardown);
-	release_data_path();
+	release_queues();
+	unbind_all();
 	domain->children.release();
 	fi_freeinfo(info);
 	delete this;

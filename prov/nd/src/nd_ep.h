@@ -156,7 +156,8 @@ struct Endpoint {
 	int bind_cntr(Counter *cntr, uint64_t flags);
 	int bind_srx(SharedRx *rx);
 	int setup_data_path();
-	void release_data_path() noexcept;
+	void release_queues() noexcept;
+	void unbind_all() noexcept;
 	ssize_t post_tx(const TxRequest &request);
 	ssize_t post_inline(ibv_wr_opcode opcode, const void *buf, size_t len, uint32_t imm_data,
 			    uint64_t remote_addr, uint64_t remote_key, const char *call);

@@ -72,7 +72,7 @@ int Endpoint::create_queue_pair()
 {
 	int ret = setup_data_path();
 	if (ret) {
-		release_data_path();
+		release_queues();
 		return ret;
 	}
 	ibv_qp_init_attr attr{};
@@ -91,7 +91,7 @@ int Endpoint::create_queue_pair()
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: ibv_create_qp (tx %u, rx %u, inline %u): %s\n",
 			sq->depth, rq ? rq->depth : 0, max_inline, std::strerror(err));
-		release_data_path();
+		release_queues();
 		return fi_error_of_errno(err);
 	}
 	return 0;

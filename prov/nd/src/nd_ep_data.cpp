@@ -165,9 +165,10 @@ int Endpoint::setup_data_path()
 	return 0;
 }
 
-/* At close, after the queue pair was flushed: every request still
- * outstanding completes (FI_ECANCELED) into its CQ before the records go. */
-void Endpoint::release_data_path() noexcept
+/* At close (or when fi_enable fails), after the queue pair was flushed:
+ * every request still outstanding completes (FI_ECANCELED) into its CQ
+ * before the records go. The bindings stay (see unbind_all). */
+void Endpoint::release_queues() noexcept
 {
 	constexpr int kDrainMs = 2000;
 	struct Direction {
@@ -182,7 +183,11 @@ void Endpoint::release_data_path() noexcept
 			ND_WARN(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) not flushed yet; the CQ keeps their records\n",
 				static_cast<unsigned long long>(d.queue->outstanding()));
 			std::lock_guard<OptionalLock> guard(d.cq->lock);
-			d.cq->orphans.push_back(std::move(d.queue));
+			try {
+				d.cq->orphans.push_back(std::move(d.queue));
+			} catch (const std::bad_alloc &) {
+				(void)d.queue.release(); /* leaked: a late completion stays safe */
+			}
 		}
 	}
 	qp.reset();
@@ -190,20 +195,29 @@ void Endpoint::release_data_path() noexcept
 		tx_cq->unreserve(static_cast<int>(tx_reserved));
 	if (rx_cq && rx_reserved)
 		rx_cq->unreserve(static_cast<int>(rx_reserved));
+	tx_reserved = rx_reserved = 0;
+	sq.reset();
+	rq.reset();
+	if (own_cq)
+		own_cq->close();
+	own_cq = tx_cq = rx_cq = nullptr;
+}
+
+/* At close: the CQs, counters and shared receive context let go. */
+void Endpoint::unbind_all() noexcept
+{
 	for (Counter *c : {send_cntr, recv_cntr, read_cntr, write_cntr})
 		if (c)
 			c->detach(this);
+	send_cntr = recv_cntr = read_cntr = write_cntr = nullptr;
 	if (user_tx_cq)
 		user_tx_cq->bound.release();
 	if (user_rx_cq)
 		user_rx_cq->bound.release();
 	if (srx)
 		srx->bound.release();
-	sq.reset();
-	rq.reset();
-	if (own_cq)
-		own_cq->close();
-	own_cq = tx_cq = rx_cq = nullptr;
+	user_tx_cq = user_rx_cq = nullptr;
+	srx = nullptr;
 }
 
 /*

@@ -927,3 +927,21 @@ Test(data, every_cq_format_reports_its_fields)
 	close_side(s);
 	f.close_data();
 }
+
+Test(data, a_failed_enable_keeps_the_bindings_balanced)
+{
+	DataFixture f;
+	f.open();
+	fid_cq *cq = f.open_cq(16);
+	InfoPtr big(fi_dupinfo(f.info.get()));
+	big->tx_attr->size = 1u << 24; /* more than any CQ can hold */
+	fid_ep *ep = nullptr;
+	cr_assert_eq(fi_endpoint(f.domain, big.get(), &ep, nullptr), 0);
+	cr_assert_eq(fi_ep_bind(ep, &f.eq->fid, 0), 0);
+	cr_assert_eq(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	int rc = fi_enable(ep);
+	cr_assert_lt(rc, 0, "fi_enable with a %zu-deep send queue", big->tx_attr->size);
+	cr_assert_eq(fi_close(&cq->fid), -FI_EBUSY, "the endpoint is still bound to the CQ");
+	cr_assert_eq(fi_close(&ep->fid), 0);
+	f.close_data(); /* closes the CQ: the binding was released exactly once */
+}
