@@ -159,6 +159,7 @@ struct Endpoint {
 	void release_queues() noexcept;
 	void unbind_all() noexcept;
 	ssize_t post_tx(const TxRequest &request);
+	ssize_t post_committed(ibv_send_wr &wr, const char *call);
 	ssize_t post_inline(ibv_wr_opcode opcode, const void *buf, size_t len, uint32_t imm_data,
 			    uint64_t remote_addr, uint64_t remote_key, const char *call);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);

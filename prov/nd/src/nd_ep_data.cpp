@@ -244,7 +244,7 @@ void Endpoint::post_drain_marker() noexcept
 	sq->commit();
 	ibv_send_wr *bad = nullptr;
 	if (int rc = ibv_post_send(qp.get(), &wr, &bad)) {
-		sq->head.store(sq->head.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+		sq->uncommit();
 		ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): drain marker: %s\n", std::strerror(rc));
 	}
 }
@@ -379,16 +379,23 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 		sq->reads_in_flight.fetch_add(1, std::memory_order_relaxed);
 	/* Published before posting: the completion may be reaped at once. */
 	sq->commit();
+	ret = post_committed(wr, r.call);
+	if (ret && is_read)
+		sq->reads_in_flight.fetch_sub(1, std::memory_order_relaxed);
+	return ret;
+}
+
+/* Posts a send request whose slot was just committed; a failure gives the
+ * slot back. */
+ssize_t Endpoint::post_committed(ibv_send_wr &wr, const char *call)
+{
 	ibv_send_wr *bad = nullptr;
 	int rc = ibv_post_send(qp.get(), &wr, &bad);
-	if (rc) {
-		sq->head.store(sq->head.load(std::memory_order_relaxed) - 1, std::memory_order_release);
-		if (is_read)
-			sq->reads_in_flight.fetch_sub(1, std::memory_order_relaxed);
-		ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", r.call, std::strerror(rc));
-		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
-	}
-	return 0;
+	if (!rc)
+		return 0;
+	sq->uncommit();
+	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", call, std::strerror(rc));
+	return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
 }
 
 /*
@@ -448,14 +455,7 @@ ssize_t Endpoint::post_inline(ibv_wr_opcode opcode, const void *buf, size_t len,
 	wr.wr.rdma.remote_addr = remote_addr;
 	wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
 	sq->commit();
-	ibv_send_wr *bad = nullptr;
-	int rc = ibv_post_send(qp.get(), &wr, &bad);
-	if (rc) {
-		sq->head.store(sq->head.load(std::memory_order_relaxed) - 1, std::memory_order_release);
-		ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", call, std::strerror(rc));
-		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
-	}
-	return 0;
+	return post_committed(wr, call);
 }
 
 ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
@@ -519,7 +519,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	ibv_recv_wr *bad = nullptr;
 	int rc = ibv_post_recv(qp.get(), &wr, &bad);
 	if (rc) {
-		rq->head.store(rq->head.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+		rq->uncommit();
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
 		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
 	}

@@ -85,6 +85,8 @@ struct WorkQueue {
 	/* The next free slot, filled by the poster and published by commit. */
 	OpRecord &next() noexcept { return records[head.load(std::memory_order_relaxed) & mask]; }
 	void commit() noexcept { head.store(head.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+	/* Gives back the slot just committed, when posting it failed. */
+	void uncommit() noexcept { head.store(head.load(std::memory_order_relaxed) - 1, std::memory_order_release); }
 
 	/* Retires every slot up to and including `last`, calling
 	 * silent(record) for each earlier one. A `last` that is not
