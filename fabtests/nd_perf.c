@@ -463,10 +463,17 @@ static void send_ctl(struct ctl *m)
 }
 
 /* Waits for the next control message. The content of GO is not checked: in
- * -b send_bw the server's data may already have overwritten it. */
+ * -b send_bw the server's data may already have overwritten it.
+ * Control waits are never timed, and the server spends a whole one-sided test
+ * (write_bw, read_bw, read_lat) in one, so they nap between polls instead of
+ * spinning: perftest's passive side sleeps too, and on a small machine (or
+ * Soft-RoCE, whose protocol work runs in the kernel on the same CPUs) a
+ * spinning idle peer takes the CPU the transfer needs. */
 static void recv_ctl(struct ctl *m, uint32_t type)
 {
-	rx_wait(1);
+	const struct timespec nap = { 0, 20000 };
+	while (!rx_poll(1))
+		nanosleep(&nap, NULL);
 	memcpy(m, rbuf, sizeof(*m));
 	if (type == CTL_GO)
 		return;
