@@ -132,8 +132,11 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 	}
 	if (state == IBV_QPS_INIT)
 		post_pending_receives();
-	else if (state == IBV_QPS_RTS)
+	else if (state == IBV_QPS_RTS) {
+		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: queue pair %u ready to send; RDMA reads: %u inbound, %u outbound\n",
+			static_cast<void *>(this), qp->qp_num, effective.inbound, effective.outbound);
 		link.store(LinkState::up, std::memory_order_release);
+	}
 	return 0;
 }
 
