@@ -72,11 +72,9 @@ Counter *counter_for(const Endpoint *ep, uint64_t flags) noexcept
 	return nullptr;
 }
 
-/* A request is done: counters, and the read limit's budget. */
+/* A request is done: its counter, if one is bound. */
 void account(WorkQueue *queue, const OpRecord &record, bool ok) noexcept
 {
-	if (record.is_read)
-		queue->reads_in_flight.fetch_sub(1, std::memory_order_relaxed);
 	if (queue->ep)
 		if (Counter *counter = counter_for(queue->ep, record.flags))
 			counter->count(ok);
@@ -374,9 +372,7 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 	if (queue->kind == QueueKind::shared_recv) {
 		queue->srx->release(record);
 	} else {
-		queue->retire_through(record, [&](const OpRecord &earlier) {
-			account(queue, earlier, true);
-		});
+		queue->retire_through(record);
 		account(queue, done, ok);
 	}
 	if (!ok) {

@@ -235,8 +235,8 @@ void Endpoint::post_drain_marker() noexcept
 	record.context = nullptr;
 	record.flags = 0;
 	record.len = 0;
+	record.read_mark = sq->reads_posted;
 	record.report = false;
-	record.is_read = false;
 	ibv_send_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.opcode = IBV_WR_SEND;
@@ -345,25 +345,32 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	}
 
 	std::lock_guard<OptionalLock> guard(tx_lock);
-	if (sq->full() || (is_read && sq->reads_in_flight.load(std::memory_order_relaxed) >= effective.outbound)) {
+	if (sq->full() || (is_read && sq->reads_in_flight() >= effective.outbound)) {
 		/* Retire what has completed, then look again. */
 		tx_cq->progress();
 		if (sq->full())
 			return -FI_EAGAIN;
-		if (is_read && sq->reads_in_flight.load(std::memory_order_relaxed) >= effective.outbound)
+		if (is_read && sq->reads_in_flight() >= effective.outbound)
 			return -FI_EAGAIN; /* never more reads in flight than negotiated */
 	}
-	/* Reads are always signaled so that their budget returns promptly;
-	 * otherwise every signal_interval-th request is, to retire the ring. */
-	bool signaled = r.report || counter || is_read || ++sq->unsignaled_run >= signal_interval;
-	if (signaled)
+	/* An unsignaled request retires when a later signaled one completes
+	 * (nd_wq.h), and an unsignaled read gives its read budget back then.
+	 * Every signal_interval-th request is signaled, to retire the ring, and
+	 * every (outbound limit / 2)-th read: whenever the limit is reached, a
+	 * signaled request is then among those in flight, and the first half
+	 * retiring still leaves the pipe half full. */
+	bool signaled = r.report || counter || ++sq->unsignaled_run >= signal_interval ||
+			(is_read && ++sq->unsignaled_reads >= std::max<uint32_t>(effective.outbound / 2, 1));
+	if (signaled) {
 		sq->unsignaled_run = 0;
+		sq->unsignaled_reads = 0;
+	}
 	OpRecord &record = sq->next();
 	record.context = r.context;
-	record.flags = r.cq_flags;
+	record.flags = static_cast<uint32_t>(r.cq_flags);
 	record.len = static_cast<uint32_t>(total);
+	record.read_mark = sq->reads_posted + is_read;
 	record.report = r.report;
-	record.is_read = is_read;
 
 	ibv_send_wr wr;
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
@@ -375,13 +382,12 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	wr.imm_data = r.imm_data;
 	wr.wr.rdma.remote_addr = r.remote_addr;
 	wr.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
-	if (is_read)
-		sq->reads_in_flight.fetch_add(1, std::memory_order_relaxed);
+	sq->reads_posted += is_read;
 	/* Published before posting: the completion may be reaped at once. */
 	sq->commit();
 	ret = post_committed(wr, r.call);
-	if (ret && is_read)
-		sq->reads_in_flight.fetch_sub(1, std::memory_order_relaxed);
+	if (ret)
+		sq->reads_posted -= is_read;
 	return ret;
 }
 
@@ -438,8 +444,8 @@ ssize_t Endpoint::post_inline(ibv_wr_opcode opcode, const void *buf, size_t len,
 	record.context = nullptr;
 	record.flags = is_send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE;
 	record.len = static_cast<uint32_t>(len);
+	record.read_mark = sq->reads_posted;
 	record.report = false;
-	record.is_read = false;
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
 	sge.length = static_cast<uint32_t>(len);
@@ -497,8 +503,8 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	record.context = context;
 	record.flags = FI_RECV | FI_MSG;
 	record.len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
+	record.read_mark = 0;
 	record.report = report;
-	record.is_read = false;
 	ibv_recv_wr wr;
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.next = nullptr;

@@ -58,8 +58,8 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 	record.context = context;
 	record.flags = FI_RECV | FI_MSG;
 	record.len = static_cast<uint32_t>(total);
+	record.read_mark = 0;
 	record.report = true;
-	record.is_read = false;
 	ibv_recv_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.sg_list = sge;

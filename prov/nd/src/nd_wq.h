@@ -8,9 +8,12 @@
  * (WorkQueue) whose slots are taken in posting order; an RC queue pair
  * completes each queue in that order, so a completion for slot s also
  * retires every earlier unsignaled slot (they succeeded: a failure would
- * have completed on its own, in order, first). A shared receive context
- * completes out of order and keeps its records in a pool with a free list
- * instead (nd_srx.h).
+ * have completed on its own, in order, first). Retiring is O(1), whatever
+ * the length of the unsignaled run: an unsignaled request never has a
+ * counter to bump (binding a counter makes every request signaled), and
+ * the reads among them are counted by marks (read_mark below), not one by
+ * one. A shared receive context completes out of order and keeps its
+ * records in a pool with a free list instead (nd_srx.h).
  *
  * Threading: one thread posts (under the endpoint's lock if the domain is
  * FI_THREAD_SAFE) and one thread retires (under the CQ's lock), so the ring
@@ -41,12 +44,17 @@ struct WorkQueue;
 
 struct OpRecord {
 	void *context;		/* the application's, for the CQ entry */
-	uint64_t flags;		/* the CQ entry's flags (FI_SEND | FI_MSG, ...) */
 	WorkQueue *owner;
+	uint32_t flags;		/* the CQ entry's flags (FI_SEND | FI_MSG, ...;
+				 * all of them below bit 32) */
 	uint32_t len;		/* bytes posted (receives: buffer size) */
+	uint32_t read_mark;	/* the queue's reads_posted once this was posted:
+				 * its completion retires reads up to here */
 	bool report;		/* the application asked for a CQ entry */
-	bool is_read;		/* counts against the outbound read limit */
 };
+static_assert(sizeof(OpRecord) == 32, "a ring slot is half a cache line");
+static_assert((FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_WRITE |
+	       FI_REMOTE_CQ_DATA) <= UINT32_MAX, "OpRecord::flags holds every CQ flag used");
 
 /* A mutex that locks only when the threading model needs it; chosen when
  * the object is opened, never per call. */
@@ -72,7 +80,10 @@ struct WorkQueue {
 	std::atomic<uint64_t> head{0};	/* posted: written by the poster */
 	std::atomic<uint64_t> tail{0};	/* retired: written by the reaper */
 	uint32_t unsignaled_run = 0;	/* poster only: unsignaled since the last signal */
-	std::atomic<uint32_t> reads_in_flight{0};
+	uint32_t unsignaled_reads = 0;	/* poster only: unsignaled reads since then */
+	/* RDMA reads posted and retired, wrapping: in flight is the difference. */
+	uint32_t reads_posted = 0;		/* written by the poster */
+	std::atomic<uint32_t> reads_retired{0};	/* written by the reaper */
 
 	WorkQueue(QueueKind k, Endpoint *owner_ep, uint32_t wanted_depth);
 
@@ -88,22 +99,23 @@ struct WorkQueue {
 	/* Gives back the slot just committed, when posting it failed. */
 	void uncommit() noexcept { head.store(head.load(std::memory_order_relaxed) - 1, std::memory_order_release); }
 
-	/* Retires every slot up to and including `last`, calling
-	 * silent(record) for each earlier one. A `last` that is not
-	 * outstanding (it cannot be, short of a device bug) retires all. */
-	template <typename Silent>
-	void retire_through(const OpRecord *last, Silent &&silent) noexcept
+	uint32_t reads_in_flight() const noexcept
 	{
-		uint64_t t = tail.load(std::memory_order_relaxed);
+		return reads_posted - reads_retired.load(std::memory_order_acquire);
+	}
+
+	/* Retires every slot up to and including `last` (earlier ones were
+	 * unsignaled, see above), and the reads posted up to it. A `last`
+	 * that is not outstanding (it cannot be, short of a device bug)
+	 * retires all. */
+	void retire_through(const OpRecord *last) noexcept
+	{
+		const uint64_t t = tail.load(std::memory_order_relaxed);
 		const uint64_t h = head.load(std::memory_order_acquire);
-		while (t != h) {
-			OpRecord &rec = records[t & mask];
-			++t;
-			if (&rec == last)
-				break;
-			silent(rec);
-		}
-		tail.store(t, std::memory_order_release);
+		const uint64_t slot = static_cast<uint64_t>(last - records.get());
+		const uint64_t count = ((slot - t) & mask) + 1;
+		tail.store(count <= h - t ? t + count : h, std::memory_order_release);
+		reads_retired.store(last->read_mark, std::memory_order_release);
 	}
 };
 

@@ -323,6 +323,69 @@ Test(data, inject_generates_no_completion_and_checks_its_size)
 	f.close_data();
 }
 
+/* Reads the application asks no completion for still give their budget
+ * back: the provider signals enough of them that a connection with a small
+ * read limit never stalls, and the bytes are right. */
+Test(data, unsignaled_reads_return_their_budget)
+{
+	DataFixture f;
+	f.open();
+	DataOptions o;
+	o.selective = true;
+	o.tx_size = 64;
+	o.before_connect = [](fid_ep *ep) {
+		uint32_t four = 4;
+		cr_assert_eq(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_ND_OUTBOUND_READ_LIMIT, &four,
+				       sizeof(four)), 0);
+	};
+	auto [c, s] = f.connect_data(o);
+	uint32_t outbound = 0;
+	size_t len = sizeof(outbound);
+	cr_assert_eq(fi_getopt(&c.ep->fid, FI_OPT_ENDPOINT, FI_OPT_ND_OUTBOUND_READ_LIMIT, &outbound, &len), 0);
+	cr_assert_eq(outbound, 4u);
+	const int n = 200; /* many times the limit and several times the queue */
+	Buffer &local = f.buffer(8 * n);
+	Buffer &remote = f.buffer(8 * n, 0, FI_REMOTE_READ);
+	for (int i = 0; i < 8 * n; i++)
+		remote.data()[i] = static_cast<uint8_t>(i * 7 + 1);
+	/* Were the budget not given back, this would stall at the fifth read. */
+	const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+	int posted = 0;
+	while (posted < n) {
+		ssize_t rc = fi_read(c.ep, local.data() + 8 * posted, 8, local.desc(), 0,
+				     remote.addr() + 8 * posted, remote.key(), nullptr);
+		if (rc == -FI_EAGAIN) {
+			cr_assert(std::chrono::steady_clock::now() < deadline, "reads stalled after %d of %d",
+				  posted, n);
+			fi_cq_data_entry none;
+			cr_assert_eq(fi_cq_read(c.cq, &none, 1), -FI_EAGAIN, "unsignaled reads report nothing");
+			continue;
+		}
+		cr_assert_eq(rc, 0);
+		posted++;
+	}
+	/* One read asks for its completion; it completes after all the others. */
+	iovec iov{local.data(), 8};
+	void *d = local.desc();
+	fi_rma_iov rma{remote.addr(), 8, remote.key()};
+	int ctx;
+	fi_msg_rma m{};
+	m.msg_iov = &iov;
+	m.desc = &d;
+	m.iov_count = 1;
+	m.rma_iov = &rma;
+	m.rma_iov_count = 1;
+	m.context = &ctx;
+	cr_assert_eq(fi_readmsg(c.ep, &m, FI_COMPLETION), 0);
+	fi_cq_data_entry e = wait_cq(c.cq);
+	cr_assert_eq(e.op_context, &ctx);
+	expect_cq_empty(c.cq);
+	cr_assert_eq(std::memcmp(local.data(), remote.data(), 8 * n), 0, "every read brought its bytes");
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
 Test(data, selective_completion_reports_only_what_was_asked)
 {
 	DataFixture f;
