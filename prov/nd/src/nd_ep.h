@@ -103,6 +103,7 @@ struct Endpoint {
 	/* Data path, fixed at fi_enable. */
 	std::unique_ptr<WorkQueue> sq;
 	std::unique_ptr<WorkQueue> rq;
+	std::unique_ptr<SendBatch> batch;	/* FI_MORE requests not yet posted */
 	OptionalLock tx_lock;
 	OptionalLock rx_lock;
 	std::atomic<LinkState> link;
@@ -160,6 +161,10 @@ struct Endpoint {
 	void unbind_all() noexcept;
 	ssize_t post_tx(const TxRequest &request);
 	ssize_t post_committed(ibv_send_wr &wr, const char *call);
+	bool start_batch() noexcept;
+	ssize_t defer(const ibv_send_wr &wr, bool copy_inline, const char *call);
+	ssize_t post_batch(ibv_send_wr *last, const char *call);
+	ssize_t post_deferred(const char *call);
 	ssize_t post_inline(ibv_wr_opcode opcode, const void *buf, size_t len, uint32_t imm_data,
 			    uint64_t remote_addr, uint64_t remote_key, const char *call);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);

@@ -151,6 +151,11 @@ void Endpoint::flush_queue_pair() noexcept
 		expected = LinkState::idle;
 		link.compare_exchange_strong(expected, LinkState::down);
 	}
+	/* Requests held back by FI_MORE go first, to be flushed with the rest. */
+	if (batch) {
+		std::lock_guard<OptionalLock> guard(tx_lock);
+		post_deferred("flushing the queue pair");
+	}
 	ibv_qp_attr attr{};
 	attr.qp_state = IBV_QPS_ERR;
 	ibv_modify_qp(qp.get(), &attr, IBV_QP_STATE);

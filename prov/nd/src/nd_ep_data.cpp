@@ -157,7 +157,9 @@ int Endpoint::setup_data_path()
 	signal_interval = std::max<uint32_t>(sq->depth / 2, 1);
 	max_inline = static_cast<uint32_t>(info->tx_attr->inject_size);
 	max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
-	tx_op_flags = info->tx_attr->op_flags;
+	/* FI_MORE is a promise about the next call, so it is taken from a
+	 * call's own flags only, never as a default for every call. */
+	tx_op_flags = info->tx_attr->op_flags & ~FI_MORE;
 	rx_op_flags = info->rx_attr->op_flags;
 	const bool locked = domain->threading == FI_THREAD_SAFE;
 	tx_lock.enable(locked);
@@ -346,6 +348,9 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 
 	std::lock_guard<OptionalLock> guard(tx_lock);
 	if (sq->full() || (is_read && sq->reads_in_flight() >= effective.outbound)) {
+		/* What FI_MORE held back must go before anything can retire. */
+		if ((ret = post_deferred(r.call)))
+			return ret;
 		/* Retire what has completed, then look again. */
 		tx_cq->progress();
 		if (sq->full())
@@ -382,13 +387,103 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	wr.imm_data = r.imm_data;
 	wr.wr.rdma.remote_addr = r.remote_addr;
 	wr.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
+	const bool more = (r.flags & FI_MORE) && start_batch();
 	sq->reads_posted += is_read;
 	/* Published before posting: the completion may be reaped at once. */
 	sq->commit();
+	if (more)
+		return defer(wr, inline_data && total, r.call);
+	if (batch && batch->count)
+		return post_batch(&wr, r.call);
 	ret = post_committed(wr, r.call);
 	if (ret)
 		sq->reads_posted -= is_read;
 	return ret;
+}
+
+/* Makes sure the FI_MORE batch exists; false (post at once) when it cannot
+ * be allocated. */
+bool Endpoint::start_batch() noexcept
+{
+	if (batch)
+		return true;
+	auto b = std::unique_ptr<SendBatch>(new (std::nothrow) SendBatch);
+	if (!b)
+		return false;
+	b->inline_capacity = SendBatch::kMaxRequests * max_inline;
+	b->inline_bytes.reset(new (std::nothrow) uint8_t[std::max<uint32_t>(b->inline_capacity, 1)]);
+	if (!b->inline_bytes)
+		return false;
+	batch = std::move(b);
+	return true;
+}
+
+/* Holds a committed request back for the next doorbell (SendBatch). */
+ssize_t Endpoint::defer(const ibv_send_wr &wr, bool copy_inline, const char *call)
+{
+	SendBatch &b = *batch;
+	ibv_send_wr &held = b.wr[b.count];
+	held = wr;
+	held.next = nullptr;
+	ibv_sge *sge = &b.sge[b.sges];
+	if (copy_inline) {
+		uint8_t *to = b.inline_bytes.get() + b.inline_used;
+		uint32_t len = 0;
+		for (int i = 0; i < wr.num_sge; i++) {
+			std::memcpy(to + len, reinterpret_cast<const void *>(wr.sg_list[i].addr), wr.sg_list[i].length);
+			len += wr.sg_list[i].length;
+		}
+		sge->addr = reinterpret_cast<uintptr_t>(to);
+		sge->length = len;
+		sge->lkey = 0;
+		held.num_sge = 1;
+		b.inline_used += len;
+	} else if (wr.num_sge) {
+		std::memcpy(sge, wr.sg_list, sizeof(ibv_sge) * static_cast<size_t>(wr.num_sge));
+	}
+	held.sg_list = sge;
+	b.sges += static_cast<uint32_t>(held.num_sge);
+	if (b.count)
+		b.wr[b.count - 1].next = &held;
+	++b.count;
+	return b.has_room(max_inline) ? 0 : post_batch(nullptr, call);
+}
+
+/* Posts what FI_MORE held back, if anything. */
+ssize_t Endpoint::post_deferred(const char *call)
+{
+	return batch && batch->count ? post_batch(nullptr, call) : 0;
+}
+
+/* Posts the held-back requests, followed by `last` (committed, or null),
+ * with one doorbell. On failure the slots of what was not posted are given
+ * back; held-back requests among them are lost, which the log says (the
+ * provider's own accounting keeps the queue within the device's limits, so
+ * this takes a device failure). */
+ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
+{
+	SendBatch &b = *batch;
+	ibv_send_wr *first = b.count ? &b.wr[0] : last;
+	if (b.count)
+		b.wr[b.count - 1].next = last;
+	b.count = b.sges = b.inline_used = 0;
+	if (!first)
+		return 0;
+	ibv_send_wr *bad = nullptr;
+	int rc = ibv_post_send(qp.get(), first, &bad);
+	if (!rc)
+		return 0;
+	if (!bad)
+		bad = first;
+	uint64_t unposted = 0;
+	for (ibv_send_wr *w = bad; w; w = w->next)
+		++unposted;
+	sq->reads_posted = record_of(bad->wr_id)->read_mark - (bad->opcode == IBV_WR_RDMA_READ);
+	sq->uncommit(unposted);
+	const uint64_t held_lost = unposted - (last ? 1 : 0);
+	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s%s\n", call, std::strerror(rc),
+		held_lost ? " (requests posted earlier with FI_MORE are lost with it)" : "");
+	return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
 }
 
 /* Posts a send request whose slot was just committed; a failure gives the
@@ -433,6 +528,8 @@ ssize_t Endpoint::post_inline(ibv_wr_opcode opcode, const void *buf, size_t len,
 
 	std::lock_guard<OptionalLock> guard(tx_lock);
 	if (sq->full()) {
+		if (ssize_t ret = post_deferred(call))
+			return ret;
 		tx_cq->progress();
 		if (sq->full())
 			return -FI_EAGAIN;
@@ -461,6 +558,8 @@ ssize_t Endpoint::post_inline(ibv_wr_opcode opcode, const void *buf, size_t len,
 	wr.wr.rdma.remote_addr = remote_addr;
 	wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
 	sq->commit();
+	if (batch && batch->count)
+		return post_batch(&wr, call);
 	return post_committed(wr, call);
 }
 

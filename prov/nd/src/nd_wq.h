@@ -22,6 +22,7 @@
 #ifndef ND_WQ_H
 #define ND_WQ_H
 
+#include <infiniband/verbs.h>
 #include <rdma/fabric.h>
 
 #include <atomic>
@@ -96,8 +97,11 @@ struct WorkQueue {
 	/* The next free slot, filled by the poster and published by commit. */
 	OpRecord &next() noexcept { return records[head.load(std::memory_order_relaxed) & mask]; }
 	void commit() noexcept { head.store(head.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
-	/* Gives back the slot just committed, when posting it failed. */
-	void uncommit() noexcept { head.store(head.load(std::memory_order_relaxed) - 1, std::memory_order_release); }
+	/* Gives back the last n slots committed, when posting them failed. */
+	void uncommit(uint64_t n = 1) noexcept
+	{
+		head.store(head.load(std::memory_order_relaxed) - n, std::memory_order_release);
+	}
 
 	uint32_t reads_in_flight() const noexcept
 	{
@@ -116,6 +120,36 @@ struct WorkQueue {
 		const uint64_t count = ((slot - t) & mask) + 1;
 		tail.store(count <= h - t ? t + count : h, std::memory_order_release);
 		reads_retired.store(last->read_mark, std::memory_order_release);
+	}
+};
+
+/*
+ * Send-queue requests posted with FI_MORE: their ring slots are committed at
+ * once, their work requests wait here, chained, and go to the device with
+ * one ibv_post_send (one doorbell, which on Soft-RoCE is a system call) at
+ * the endpoint's next send-queue call without FI_MORE, when the batch is
+ * full, or when the queue pair is flushed. Inline data is copied in, since
+ * the caller may reuse an FI_INJECT buffer at once. Allocated on the first
+ * FI_MORE; used under the endpoint's tx_lock.
+ */
+struct SendBatch {
+	static constexpr uint32_t kMaxRequests = 32;
+	static constexpr uint32_t kMaxSges = 4 * kMaxSge;
+
+	ibv_send_wr wr[kMaxRequests];
+	ibv_sge sge[kMaxSges];
+	std::unique_ptr<uint8_t[]> inline_bytes; /* kMaxRequests * max_inline */
+	uint32_t inline_capacity = 0;
+	uint32_t count = 0;
+	uint32_t sges = 0;
+	uint32_t inline_used = 0;
+
+	/* Whether any request still fits (one with kMaxSge entries, or with
+	 * max_inline bytes); when not, the batch is posted at once. */
+	bool has_room(uint32_t max_inline) const noexcept
+	{
+		return count < kMaxRequests && sges + kMaxSge <= kMaxSges &&
+		       inline_used + max_inline <= inline_capacity;
 	}
 };
 

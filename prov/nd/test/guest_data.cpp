@@ -473,6 +473,131 @@ Test(data, full_queues_say_eagain_and_lose_nothing)
 	f.close_data();
 }
 
+namespace {
+
+/* fi_sendmsg / fi_writemsg of one buffer, with the given flags. */
+ssize_t send_flags(fid_ep *ep, Buffer &src, size_t offset, size_t len, void *context, uint64_t flags)
+{
+	iovec iov{src.data() + offset, len};
+	void *desc = src.desc();
+	fi_msg msg{};
+	msg.msg_iov = &iov;
+	msg.desc = &desc;
+	msg.iov_count = 1;
+	msg.context = context;
+	return fi_sendmsg(ep, &msg, flags);
+}
+
+ssize_t write_flags(fid_ep *ep, Buffer &src, size_t len, uint64_t raddr, uint64_t key, void *context,
+		    uint64_t flags)
+{
+	iovec iov{src.data(), len};
+	void *desc = src.desc();
+	fi_rma_iov rma{raddr, len, key};
+	fi_msg_rma msg{};
+	msg.msg_iov = &iov;
+	msg.desc = &desc;
+	msg.iov_count = 1;
+	msg.rma_iov = &rma;
+	msg.rma_iov_count = 1;
+	msg.context = context;
+	return fi_writemsg(ep, &msg, flags);
+}
+
+void *ctx_of(int i)
+{
+	return reinterpret_cast<void *>(uintptr_t(i + 1));
+}
+
+} // namespace
+
+/* FI_MORE: requests wait for the next call without it and then go with one
+ * doorbell, in order; injected data is taken at the call. */
+Test(data, fi_more_holds_requests_until_the_next_call)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const int n = 8;
+	Buffer &src = f.buffer(16);
+	Buffer &dst = f.buffer(16 * n);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(recv_with_completion(s.ep, dst, 16 * i, 16, ctx_of(i)), 0);
+	for (int i = 0; i < n - 1; i++) {
+		std::memset(src.data(), 'a' + i, 16);
+		cr_assert_eq(send_flags(c.ep, src, 0, 16, ctx_of(i), FI_MORE | FI_INJECT | FI_COMPLETION), 0);
+	}
+	std::memset(src.data(), 'z', 16); /* the injected copies were taken already */
+	expect_cq_empty(s.cq, 300);	   /* nothing went out yet */
+	expect_cq_empty(c.cq, 1);
+	std::memset(src.data(), 'a' + n - 1, 16);
+	cr_assert_eq(send_flags(c.ep, src, 0, 16, ctx_of(n - 1), FI_COMPLETION), 0);
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(wait_cq(s.cq).op_context, ctx_of(i));
+		cr_assert_eq(wait_cq(c.cq).op_context, ctx_of(i));
+		cr_assert(dst.holds(std::vector<uint8_t>(16, uint8_t('a' + i)), 16 * i), "message %d", i);
+	}
+	/* Writes held back go out with the next fi_inject_write. */
+	Buffer &target = f.buffer(64, 0, FI_REMOTE_WRITE);
+	Buffer &wsrc = f.buffer(64, 'w');
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(write_flags(c.ep, wsrc, 64, target.addr(), target.key(), ctx_of(i),
+					 FI_MORE | FI_COMPLETION), 0);
+	expect_cq_empty(c.cq, 300);
+	cr_assert(!target.holds(std::vector<uint8_t>(64, 'w')), "a held-back write arrived");
+	uint8_t last = 'x';
+	cr_assert_eq(fi_inject_write(c.ep, &last, 1, 0, target.addr(63), target.key()), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(wait_cq(c.cq).op_context, ctx_of(i));
+	const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+	while (target.bytes[63] != 'x' && std::chrono::steady_clock::now() < end)
+		;
+	cr_assert(target.holds(std::vector<uint8_t>(63, 'w')));
+	cr_assert_eq(target.bytes[63], 'x');
+	expect_cq_empty(c.cq);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+/* Requests held back by FI_MORE are not lost when the connection ends:
+ * each completes exactly once (sent, or cancelled by the flush). */
+Test(data, fi_more_requests_complete_once_on_shutdown)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	Buffer &src = f.buffer(16, 's');
+	Buffer &dst = f.buffer(16 * 4);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(recv_with_completion(s.ep, dst, 16 * i, 16, ctx_of(i)), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(send_flags(c.ep, src, 0, 16, ctx_of(i), FI_MORE | FI_COMPLETION), 0);
+	cr_assert_eq(fi_shutdown(c.ep, 0), 0);
+	std::set<void *> seen;
+	for (int i = 0; i < 3; i++) {
+		fi_cq_data_entry e{};
+		ssize_t rc;
+		const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+		while ((rc = fi_cq_read(c.cq, &e, 1)) == -FI_EAGAIN)
+			cr_assert(std::chrono::steady_clock::now() < end, "held-back send %d never completed", i);
+		if (rc == -FI_EAVAIL) {
+			fi_cq_err_entry err{};
+			cr_assert_eq(fi_cq_readerr(c.cq, &err, 0), 1);
+			cr_assert_eq(err.err, FI_ECANCELED);
+			e.op_context = err.op_context;
+		} else {
+			cr_assert_eq(rc, 1);
+		}
+		cr_assert(seen.insert(e.op_context).second, "completion %p reported twice", e.op_context);
+	}
+	expect_cq_empty(c.cq);
+	cr_assert_eq(seen.size(), 3u);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
 Test(data, shutdown_flushes_every_receive_exactly_once)
 {
 	DataFixture f;
