@@ -7,7 +7,7 @@
  *   server: nd_perf [-p PROVIDER] -s [-a LOCAL_ADDR] [-P PORT] [-q]
  *   client: nd_perf [-p PROVIDER] -c SERVER_ADDR [-a LOCAL_ADDR] [-P PORT]
  *                   [-t TEST] [-b] [-S SIZES] [-n ITERS] [-m MAX_BYTES]
- *                   [-I INLINE] [-Q CQ_MOD] [-C] [-q]
+ *                   [-I INLINE] [-Q CQ_MOD] [-l POST_LIST] [-C] [-q]
  *
  * Like perftest, server and client are separate processes; the server serves
  * one client and exits. The client chooses everything (test, sizes,
@@ -32,6 +32,14 @@
  *              (perftest's MB/s is MiB/s) and message rate in Mpps.
  *              -b: both sides transmit at once; the figure is the sum of both
  *              directions, as perftest -b reports.
+ *              -l POST_LIST: post in lists of POST_LIST, as perftest -l does
+ *              with chained work requests: every post but the list's last
+ *              (and the last before the window is full) carries FI_MORE,
+ *              through fi_sendmsg / fi_writemsg / fi_readmsg (FI_INJECT for
+ *              sizes <= INLINE). A provider may ring the doorbell once per
+ *              list; one that ignores FI_MORE posts each at once. As in
+ *              perftest, iterations are rounded down to whole lists and
+ *              completions come once per list (unless -Q says otherwise).
  * Latency figures are per iteration: min, median (perftest's t_typical),
  * mean (t_avg), max, 99th percentile, in microseconds.
  *
@@ -57,7 +65,7 @@
  *   nd_perf test=send_lat prov=verbs size=8 iters=1000 inline=256
  *           lat_min_us=... lat_med_us=... lat_mean_us=... lat_max_us=... lat_p99_us=...
  *   nd_perf test=write_bw prov=verbs size=8 iters=1000 inline=256 bidir=0
- *           tx_depth=128 cq_mod=100 bw_mib_s=... mpps=...
+ *           tx_depth=128 cq_mod=100 post_list=1 bw_mib_s=... mpps=...
  *
  * -C (cost mode, for valgrind --tool=callgrind, see nd_perf.sh): the client
  * first polls its empty receive CQ 1000 times inside perf_cq_calibrate()
@@ -112,7 +120,7 @@ struct conn_data {
 enum ctl_type { CTL_HELLO = 1, CTL_READY, CTL_GO, CTL_RESULT, CTL_DONE };
 struct ctl {
 	uint32_t magic, type;
-	uint64_t size, iters, inline_size, cq_mod; /* READY */
+	uint64_t size, iters, inline_size, cq_mod, post_list; /* READY */
 	uint64_t addr, key; /* HELLO */
 	double bytes, usec; /* RESULT: the server's own transmit in -b */
 };
@@ -133,8 +141,9 @@ static struct {
 	int nsizes;
 	uint64_t iters, max_bytes;
 	long inline_size, cq_mod;
+	uint64_t post_list;
 } opt = { .prov = "nd", .port = "9228", .test = SEND_LAT, .iters = 1000,
-	  .inline_size = -1, .cq_mod = -1 };
+	  .inline_size = -1, .cq_mod = -1, .post_list = 1 };
 
 static struct fi_info *info;
 static struct fid_fabric *fabric;
@@ -173,7 +182,8 @@ static void usage(const char *argv0)
 	fprintf(stderr,
 		"usage: %s [-p PROVIDER] (-s | -c SERVER_ADDR) [-a LOCAL_ADDR] [-P PORT]\n"
 		"       [-t send_lat|write_lat|read_lat|send_bw|write_bw|read_bw] [-b]\n"
-		"       [-S SIZES] [-n ITERS] [-m MAX_BYTES] [-I INLINE] [-Q CQ_MOD] [-C] [-q]\n",
+		"       [-S SIZES] [-n ITERS] [-m MAX_BYTES] [-I INLINE] [-Q CQ_MOD] [-l POST_LIST]\n"
+		"       [-C] [-q]\n",
 		argv0);
 	exit(2);
 }
@@ -219,7 +229,7 @@ static void parse_options(int argc, char **argv)
 	int c;
 	opt.local = getenv("ND_GUEST_IP");
 	int local_given = 0;
-	while ((c = getopt(argc, argv, "p:sc:a:P:t:bS:n:m:I:Q:Cqh")) != -1) {
+	while ((c = getopt(argc, argv, "p:sc:a:P:t:bS:n:m:I:Q:l:Cqh")) != -1) {
 		switch (c) {
 		case 'p': opt.prov = optarg; break;
 		case 's': opt.is_server = 1; break;
@@ -239,6 +249,11 @@ static void parse_options(int argc, char **argv)
 		case 'm': opt.max_bytes = parse_size(optarg); break;
 		case 'I': opt.inline_size = atol(optarg); break;
 		case 'Q': opt.cq_mod = atol(optarg); break;
+		case 'l':
+			opt.post_list = strtoull(optarg, NULL, 0);
+			if (!opt.post_list)
+				die("-l takes a list size of at least 1");
+			break;
 		case 'C': opt.cost = 1; break;
 		case 'q': opt.quiet = 1; break;
 		default: usage(argv[0]);
@@ -275,6 +290,9 @@ static uint64_t iters_for(size_t size)
 		if (n < 8)
 			n = 8;
 	}
+	/* perftest -l wants whole lists; so does the comparison. */
+	if (opt.post_list > 1 && !is_lat(opt.test))
+		n = n < opt.post_list ? opt.post_list : n - n % opt.post_list;
 	return n;
 }
 
@@ -282,51 +300,54 @@ static uint64_t iters_for(size_t size)
 
 /* Every data-path call of the program goes through one of these four, never
  * inlined: callgrind --toggle-collect=perf_send measures exactly the sends. */
-static NOINLINE ssize_t perf_send(size_t size, size_t inl, struct op_ctx *ctx)
+static NOINLINE ssize_t perf_send(size_t size, size_t inl, struct op_ctx *ctx, uint64_t more)
 {
 	n_send++;
-	if (!ctx) {
+	if (!ctx && !more) {
 		if (size <= inl)
 			return fi_inject(ep, src, size, 0);
 		return fi_send(ep, src, size, desc, 0, &scratch_ctx.fi);
 	}
-	if (!selective && size > inl)
+	if (!selective && size > inl && !more)
 		return fi_send(ep, src, size, desc, 0, ctx);
 	struct iovec iov = { src, size };
-	struct fi_msg msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1, .context = ctx };
-	return fi_sendmsg(ep, &msg, FI_COMPLETION | (size <= inl ? FI_INJECT : 0));
+	struct fi_msg msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
+			      .context = ctx ? ctx : &scratch_ctx };
+	return fi_sendmsg(ep, &msg, (ctx ? FI_COMPLETION : 0) | (size <= inl ? FI_INJECT : 0) | more);
 }
 
-static NOINLINE ssize_t perf_write(size_t size, size_t inl, struct op_ctx *ctx)
+static NOINLINE ssize_t perf_write(size_t size, size_t inl, struct op_ctx *ctx, uint64_t more)
 {
 	uint64_t raddr = (virt_addr ? peer_addr : 0) + region; /* peer's RMA target */
 	n_write++;
-	if (!ctx) {
+	if (!ctx && !more) {
 		if (size <= inl)
 			return fi_inject_write(ep, src, size, 0, raddr, peer_key);
 		return fi_write(ep, src, size, desc, 0, raddr, peer_key, &scratch_ctx.fi);
 	}
-	if (!selective && size > inl)
+	if (!selective && size > inl && !more)
 		return fi_write(ep, src, size, desc, 0, raddr, peer_key, ctx);
 	struct iovec iov = { src, size };
 	struct fi_rma_iov rma = { raddr, size, peer_key };
 	struct fi_msg_rma msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
-				  .rma_iov = &rma, .rma_iov_count = 1, .context = ctx };
-	return fi_writemsg(ep, &msg, FI_COMPLETION | (size <= inl ? FI_INJECT : 0));
+				  .rma_iov = &rma, .rma_iov_count = 1,
+				  .context = ctx ? ctx : &scratch_ctx };
+	return fi_writemsg(ep, &msg, (ctx ? FI_COMPLETION : 0) | (size <= inl ? FI_INJECT : 0) | more);
 }
 
 /* Reads the peer's send region into the local RMA target region. */
-static NOINLINE ssize_t perf_read(size_t size, struct op_ctx *ctx)
+static NOINLINE ssize_t perf_read(size_t size, struct op_ctx *ctx, uint64_t more)
 {
 	uint64_t raddr = virt_addr ? peer_addr : 0;
 	n_read++;
-	if (!ctx || !selective)
+	if ((!ctx || !selective) && !more)
 		return fi_read(ep, rdst, size, desc, 0, raddr, peer_key, ctx ? ctx : &scratch_ctx);
 	struct iovec iov = { rdst, size };
 	struct fi_rma_iov rma = { raddr, size, peer_key };
 	struct fi_msg_rma msg = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
-				  .rma_iov = &rma, .rma_iov_count = 1, .context = ctx };
-	return fi_readmsg(ep, &msg, FI_COMPLETION);
+				  .rma_iov = &rma, .rma_iov_count = 1,
+				  .context = ctx ? ctx : &scratch_ctx };
+	return fi_readmsg(ep, &msg, (ctx || !selective ? FI_COMPLETION : 0) | more);
 }
 
 static NOINLINE ssize_t perf_cq_read(struct fid_cq *cq, struct fi_cq_entry *e, size_t n)
@@ -426,11 +447,13 @@ static struct op_ctx *next_tx_ctx(uint64_t covers)
 
 /* Posts one operation; ctx NULL asks for no completion. Retries while the
  * provider has no room, reading completions to make progress. */
-static void post_op(enum op op, size_t size, size_t inl, struct op_ctx *ctx, uint64_t *completed)
+static void post_op(enum op op, size_t size, size_t inl, struct op_ctx *ctx, uint64_t more,
+		    uint64_t *completed)
 {
 	for (;;) {
-		ssize_t rc = op == OP_SEND ? perf_send(size, inl, ctx) :
-			     op == OP_WRITE ? perf_write(size, inl, ctx) : perf_read(size, ctx);
+		ssize_t rc = op == OP_SEND ? perf_send(size, inl, ctx, more) :
+			     op == OP_WRITE ? perf_write(size, inl, ctx, more) :
+					      perf_read(size, ctx, more);
 		if (!rc)
 			return;
 		if (rc != -FI_EAGAIN) {
@@ -626,7 +649,7 @@ static void pingpong(enum op op, size_t size, uint64_t iters, size_t inl, double
 		struct op_ctx *c = size <= inl ? NULL : next_tx_ctx(1);
 		if (op == OP_WRITE)
 			src[size - 1] = v;
-		post_op(op, size, inl, c, NULL);
+		post_op(op, size, inl, c, 0, NULL);
 		if (!opt.is_server) {
 			if (op == OP_SEND)
 				rx_wait(1);
@@ -646,7 +669,7 @@ static void read_lat(size_t size, uint64_t iters, double *lat)
 	for (uint64_t i = 0; i < iters; i++) {
 		double t0 = now_us();
 		struct op_ctx *c = next_tx_ctx(1);
-		post_op(OP_READ, size, 0, c, NULL);
+		post_op(OP_READ, size, 0, c, 0, NULL);
 		tx_wait(c);
 		lat[i] = now_us() - t0;
 	}
@@ -656,7 +679,7 @@ static void read_lat(size_t size, uint64_t iters, double *lat)
  * completion every cq_mod, while receiving rx_expect messages; returns
  * microseconds from the first post to the last completion. */
 static double bw_loop(enum op op, size_t size, uint64_t iters, size_t inl, uint64_t cq_mod,
-		      int tx, uint64_t rx_expect)
+		      uint64_t post_list, int tx, uint64_t rx_expect)
 {
 	uint64_t window = tx_depth < iters ? tx_depth : iters;
 	uint64_t posted = 0, completed = 0, received = 0, last_signaled = 0;
@@ -669,7 +692,11 @@ static double bw_loop(enum op op, size_t size, uint64_t iters, size_t inl, uint6
 				c = next_tx_ctx(posted + 1 - last_signaled);
 				last_signaled = posted + 1;
 			}
-			post_op(op, size, inl, c, &completed);
+			/* Lists end every post_list posts, at the last post
+			 * and where the window fills. */
+			int list_end = (posted + 1) % post_list == 0 || posted + 1 == iters ||
+				       posted + 1 - completed >= window;
+			post_op(op, size, inl, c, list_end ? 0 : FI_MORE, &completed);
 			posted++;
 		}
 		if (tx)
@@ -683,7 +710,10 @@ static double bw_loop(enum op op, size_t size, uint64_t iters, size_t inl, uint6
 static uint64_t cq_mod_for(size_t size, uint64_t iters)
 {
 	uint64_t window = tx_depth < iters ? tx_depth : iters;
-	uint64_t m = opt.cq_mod > 0 ? (uint64_t)opt.cq_mod : size > CQ_MOD_SIZE_LIMIT ? 1 : DEF_CQ_MOD;
+	/* perftest -l moderates completions by the list size. */
+	uint64_t m = opt.cq_mod > 0	 ? (uint64_t)opt.cq_mod :
+		     opt.post_list > 1	 ? opt.post_list :
+		     size > CQ_MOD_SIZE_LIMIT ? 1 : DEF_CQ_MOD;
 	return m > window ? window : m;
 }
 
@@ -715,7 +745,7 @@ static void client_size(size_t size)
 	uint64_t cq_mod = cq_mod_for(size, iters);
 	memset(rdst, 0, region);
 	struct ctl m = { .type = CTL_READY, .size = size, .iters = iters, .inline_size = inl,
-			 .cq_mod = cq_mod };
+			 .cq_mod = cq_mod, .post_list = opt.post_list };
 	send_ctl(&m);
 	recv_ctl(&m, CTL_GO);
 
@@ -733,7 +763,7 @@ static void client_size(size_t size)
 		return;
 	}
 	uint64_t rx = opt.test == SEND_BW && opt.bidir ? iters : 0;
-	double usec = bw_loop(op, size, iters, inl, cq_mod, 1, rx);
+	double usec = bw_loop(op, size, iters, inl, cq_mod, opt.post_list, 1, rx);
 	double bytes = (double)size * iters, msgs = iters;
 	double mib_s = bytes / usec * 1e6 / (1 << 20), mpps = msgs / usec;
 	if (opt.bidir) {
@@ -742,9 +772,10 @@ static void client_size(size_t size)
 		mpps += m.bytes / size / m.usec;
 	}
 	printf("nd_perf test=%s prov=%s size=%zu iters=%lu inline=%zu bidir=%d tx_depth=%zu "
-	       "cq_mod=%lu bw_mib_s=%.2f mpps=%.6f\n",
+	       "cq_mod=%lu post_list=%lu bw_mib_s=%.2f mpps=%.6f\n",
 	       test_names[opt.test], opt.prov, size, (unsigned long)iters, inl, opt.bidir,
-	       tx_depth < iters ? tx_depth : (size_t)iters, (unsigned long)cq_mod, mib_s, mpps);
+	       tx_depth < iters ? tx_depth : (size_t)iters, (unsigned long)cq_mod,
+	       (unsigned long)opt.post_list, mib_s, mpps);
 	fflush(stdout);
 }
 
@@ -763,7 +794,8 @@ static void server_size(const struct ctl *r)
 		pingpong(op, size, iters, inl, NULL);
 	} else if (!is_lat(opt.test)) {
 		uint64_t rx = opt.test == SEND_BW ? iters : 0;
-		double usec = bw_loop(op, size, iters, inl, r->cq_mod, opt.bidir, rx);
+		double usec = bw_loop(op, size, iters, inl, r->cq_mod, r->post_list ? r->post_list : 1,
+				      opt.bidir, rx);
 		if (opt.bidir) {
 			struct ctl res = { .type = CTL_RESULT, .bytes = (double)size * iters,
 					   .usec = usec };

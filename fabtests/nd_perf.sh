@@ -21,6 +21,10 @@
 #                      not recognized to implement inline feature"), the table
 #                      says so when that happened.
 #   ND_BENCH_BIDIR=1   bandwidth tests in both directions (perftest -b, nd_perf -b)
+#   ND_BENCH_POST_LIST bandwidth tests post in lists of this many (default 1):
+#                      perftest -l N chains N work requests per ibv_post_send,
+#                      nd_perf -l N sets FI_MORE on all but each list's last
+#                      post (a provider that ignores FI_MORE posts each alone)
 #   ND_BENCH_CPU=0     skip the CPU-cost section
 #   ND_PERF            the nd_perf binary (default BUILDDIR/fabtests/nd_perf)
 #
@@ -78,6 +82,9 @@ sizes_csv=$(IFS=,; echo "${sizes[*]}")
 bidir=${ND_BENCH_BIDIR:-0}
 bflag=()
 [ "$bidir" = 1 ] && bflag=(-b)
+post_list=${ND_BENCH_POST_LIST:-1}
+lflag=()
+[ "$post_list" -gt 1 ] && lflag=(-l "$post_list")
 [ -x "$perf" ] || { echo "nd_perf.sh: $perf not built" >&2; exit 1; }
 port=$((20000 + RANDOM % 20000))
 next_port() { port=$((port + 1)); }
@@ -94,12 +101,16 @@ else
 	inl=$ND_BENCH_INLINE
 fi
 
-# Same rule as nd_perf -n ITERS -m MAX_BYTES.
+# Same rule as nd_perf -n ITERS -m MAX_BYTES [-l POST_LIST]: iters_for SIZE TEST.
 iters_for() {
 	local s=$1 n=$iters
 	if ((n * s > max_bytes)); then
 		n=$((max_bytes / s))
 		((n < 8)) && n=8
+	fi
+	if ((post_list > 1)) && [[ $2 == *_bw ]]; then
+		((n < post_list)) && n=$post_list
+		n=$((n - n % post_list))
 	fi
 	echo "$n"
 }
@@ -110,11 +121,11 @@ raw_inline_note=
 # perftest: one server and one client process per size, as perftest works.
 raw_run() {
 	local test=$1 size=$2 n out server bin metric tries
-	n=$(iters_for "$size")
+	n=$(iters_for "$size" "$test")
 	bin=ib_$test
 	local args=(-R -F -s "$size" -n "$n")
 	[[ $test == read_* ]] || args+=(-I "$inl")
-	[[ $test == *_bw ]] && args+=("${bflag[@]}")
+	[[ $test == *_bw ]] && args+=("${bflag[@]}" "${lflag[@]}")
 	next_port
 	timeout 300 "$bin" "${args[@]}" -p "$port" </dev/null >/dev/null 2>&1 &
 	server=$!
@@ -144,7 +155,9 @@ perf_run() {
 	timeout 600 "$perf" -p "$prov" -s -q -a "$ip" -P "$port" </dev/null >/dev/null 2>&1 &
 	server=$!
 	sleep 0.2
-	out=$(timeout 600 "$perf" -p "$prov" -c "$ip" -a "$ip" -P "$port" -t "$test" "${bflag[@]}" \
+	local list=()
+	[[ $test == *_bw ]] && list=("${lflag[@]}")
+	out=$(timeout 600 "$perf" -p "$prov" -c "$ip" -a "$ip" -P "$port" -t "$test" "${bflag[@]}" "${list[@]}" \
 		-S "$sizes_csv" -n "$iters" -m "$max_bytes" -I "$inl" -q </dev/null 2>&1)
 	kill "$server" 2>/dev/null
 	wait "$server" 2>/dev/null
@@ -181,6 +194,7 @@ printf '\nData path, medians of %s rounds, one boot; inline %s B; %s iterations 
 	"$rounds" "$inl" "$iters" "$max_bytes"
 printf 'latency: median usec per iteration, nd/raw and nd/verbs LOWER is better; bandwidth: MiB/s%s, ratios HIGHER is better\n' \
 	"$([ "$bidir" = 1 ] && echo ' both directions summed')"
+[ "$post_list" -gt 1 ] && echo "bandwidth tests post lists of $post_list (perftest -l $post_list, nd_perf -l $post_list: FI_MORE)"
 [ -n "$raw_inline_note" ] && echo "note: $raw_inline_note"
 printf '%-9s | %8s | %-6s | %10s | %10s | %10s | %7s | %8s\n' test size unit raw verbs nd nd/raw nd/verbs
 printf -- '----------+----------+--------+------------+------------+------------+---------+---------\n'
