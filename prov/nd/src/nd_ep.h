@@ -160,13 +160,23 @@ struct Endpoint {
 	void release_queues() noexcept;
 	void unbind_all() noexcept;
 	ssize_t post_tx(const TxRequest &request);
-	ssize_t post_committed(ibv_send_wr &wr, const char *call);
+	ssize_t post_committed(ibv_send_wr &wr, const char *call)
+	{
+		ibv_send_wr *bad = nullptr;
+		const int rc = ibv_post_send(qp.get(), &wr, &bad);
+		return rc ? post_failed(rc, call) : 0;
+	}
+	ssize_t post_failed(int rc, const char *call);
 	bool start_batch() noexcept;
 	ssize_t defer(const ibv_send_wr &wr, bool copy_inline, const char *call);
 	ssize_t post_batch(ibv_send_wr *last, const char *call);
 	ssize_t post_deferred(const char *call);
-	ssize_t post_inline(ibv_wr_opcode opcode, const void *buf, size_t len, uint32_t imm_data,
-			    uint64_t remote_addr, uint64_t remote_key, const char *call);
+	/* fi_inject and its kin (nd_ep_inject.h), and their slow paths. */
+	template <ibv_wr_opcode Op>
+	ssize_t post_inline(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
+			    uint64_t remote_key);
+	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
+	ssize_t make_room(const char *call);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
 	void post_pending_receives() noexcept;
 	void post_drain_marker() noexcept;

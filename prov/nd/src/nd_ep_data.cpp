@@ -11,6 +11,7 @@
 #include "nd_cq.h"
 #include "nd_domain.h"
 #include "nd_ep.h"
+#include "nd_ep_inject.h"
 #include "nd_mr.h"
 #include "nd_srx.h"
 
@@ -152,8 +153,11 @@ int Endpoint::setup_data_path()
 	rx_reserved = rx_completions;
 
 	sq = std::make_unique<WorkQueue>(QueueKind::send, this, tx);
-	if (!srx)
+	sq->counted = send_cntr || read_cntr || write_cntr; /* bound before fi_enable */
+	if (!srx) {
 		rq = std::make_unique<WorkQueue>(QueueKind::recv, this, rx);
+		rq->counted = recv_cntr != nullptr;
+	}
 	signal_interval = std::max<uint32_t>(sq->depth / 2, 1);
 	max_inline = static_cast<uint32_t>(info->tx_attr->inject_size);
 	max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
@@ -348,13 +352,10 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 
 	std::lock_guard<OptionalLock> guard(tx_lock);
 	if (sq->full() || (is_read && sq->reads_in_flight() >= effective.outbound)) {
-		/* What FI_MORE held back must go before anything can retire. */
-		if ((ret = post_deferred(r.call)))
+		/* Post what FI_MORE held back, retire what has completed, then
+		 * look again. */
+		if ((ret = make_room(r.call)))
 			return ret;
-		/* Retire what has completed, then look again. */
-		tx_cq->progress();
-		if (sq->full())
-			return -FI_EAGAIN;
 		if (is_read && sq->reads_in_flight() >= effective.outbound)
 			return -FI_EAGAIN; /* never more reads in flight than negotiated */
 	}
@@ -486,26 +487,17 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
 	return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
 }
 
-/* Posts a send request whose slot was just committed; a failure gives the
- * slot back. */
-ssize_t Endpoint::post_committed(ibv_send_wr &wr, const char *call)
+/* Posting the send request whose slot was just committed failed
+ * (post_committed): the slot goes back. */
+ssize_t Endpoint::post_failed(int rc, const char *call)
 {
-	ibv_send_wr *bad = nullptr;
-	int rc = ibv_post_send(qp.get(), &wr, &bad);
-	if (!rc)
-		return 0;
 	sq->uncommit();
 	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", call, std::strerror(rc));
 	return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
 }
 
-/*
- * fi_inject and its kin: one buffer, copied inline, never a completion.
- * A path of its own, because it is the hottest call of small-message
- * traffic and needs none of post_tx's iov and descriptor handling.
- */
-ssize_t Endpoint::post_inline(ibv_wr_opcode opcode, const void *buf, size_t len, uint32_t imm_data,
-			      uint64_t remote_addr, uint64_t remote_key, const char *call)
+/* Why fi_inject and its kin refuse a call (nd_ep_inject.h). */
+ssize_t Endpoint::inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const
 {
 	if (link.load(std::memory_order_relaxed) != LinkState::up)
 		return link_error(call);
@@ -518,49 +510,19 @@ ssize_t Endpoint::post_inline(ibv_wr_opcode opcode, const void *buf, size_t len,
 		ND_WARN(FI_LOG_EP_DATA, "%s: buffer is NULL with length %zu\n", call, len);
 		return -FI_EINVAL;
 	}
-	if (remote_key > UINT32_MAX) {
-		ND_WARN(FI_LOG_EP_DATA, "%s: key 0x%llx is wider than the 4 bytes of mr_key_size\n", call,
-			static_cast<unsigned long long>(remote_key));
-		return -FI_EINVAL;
-	}
-	const bool is_send = opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM;
-	Counter *counter = is_send ? send_cntr : write_cntr;
+	ND_WARN(FI_LOG_EP_DATA, "%s: key 0x%llx is wider than the 4 bytes of mr_key_size\n", call,
+		static_cast<unsigned long long>(remote_key));
+	return -FI_EINVAL;
+}
 
-	std::lock_guard<OptionalLock> guard(tx_lock);
-	if (sq->full()) {
-		if (ssize_t ret = post_deferred(call))
-			return ret;
-		tx_cq->progress();
-		if (sq->full())
-			return -FI_EAGAIN;
-	}
-	const bool signaled = counter || ++sq->unsignaled_run >= signal_interval;
-	if (signaled)
-		sq->unsignaled_run = 0;
-	OpRecord &record = sq->next();
-	record.context = nullptr;
-	record.flags = is_send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE;
-	record.len = static_cast<uint32_t>(len);
-	record.read_mark = sq->reads_posted;
-	record.report = false;
-	ibv_sge sge;
-	sge.addr = reinterpret_cast<uintptr_t>(buf);
-	sge.length = static_cast<uint32_t>(len);
-	sge.lkey = 0;
-	ibv_send_wr wr;
-	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
-	wr.next = nullptr;
-	wr.sg_list = &sge;
-	wr.num_sge = len ? 1 : 0;
-	wr.opcode = opcode;
-	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (len ? IBV_SEND_INLINE : 0);
-	wr.imm_data = imm_data;
-	wr.wr.rdma.remote_addr = remote_addr;
-	wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
-	sq->commit();
-	if (batch && batch->count)
-		return post_batch(&wr, call);
-	return post_committed(wr, call);
+/* The send queue is full: what FI_MORE held back goes, what completed
+ * retires; 0 when there is room now. Under tx_lock. */
+ssize_t Endpoint::make_room(const char *call)
+{
+	if (ssize_t ret = post_deferred(call))
+		return ret;
+	tx_cq->progress();
+	return sq->full() ? -FI_EAGAIN : 0;
 }
 
 ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
@@ -738,7 +700,7 @@ ssize_t ep_sendmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
 
 ssize_t ep_inject(fid_ep *fep, const void *buf, size_t len, fi_addr_t) noexcept
 {
-	return ep_of(fep)->post_inline(IBV_WR_SEND, buf, len, 0, 0, 0, "fi_inject");
+	return ep_of(fep)->post_inline<IBV_WR_SEND>(buf, len, 0, 0, 0);
 }
 
 ssize_t ep_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64_t data,
@@ -752,8 +714,7 @@ ssize_t ep_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64
 
 ssize_t ep_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t data, fi_addr_t) noexcept
 {
-	return ep_of(fep)->post_inline(IBV_WR_SEND_WITH_IMM, buf, len, imm_of(data), 0, 0,
-				       "fi_injectdata");
+	return ep_of(fep)->post_inline<IBV_WR_SEND_WITH_IMM>(buf, len, imm_of(data), 0, 0);
 }
 
 } // namespace

@@ -6,6 +6,7 @@
  * rkeys (FI_MR_PROV_KEY, 4 bytes).
  */
 #include "nd_ep.h"
+#include "nd_ep_inject.h"
 
 #include <rdma/fi_rma.h>
 
@@ -135,7 +136,7 @@ ssize_t ep_writemsg(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags) noexcept
 ssize_t ep_inject_write(fid_ep *fep, const void *buf, size_t len, fi_addr_t, uint64_t addr,
 			uint64_t key) noexcept
 {
-	return ep_of(fep)->post_inline(IBV_WR_RDMA_WRITE, buf, len, 0, addr, key, "fi_inject_write");
+	return ep_of(fep)->post_inline<IBV_WR_RDMA_WRITE>(buf, len, 0, addr, key);
 }
 
 ssize_t ep_writedata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64_t data,
@@ -150,9 +151,8 @@ ssize_t ep_writedata(fid_ep *fep, const void *buf, size_t len, void *desc, uint6
 ssize_t ep_inject_writedata(fid_ep *fep, const void *buf, size_t len, uint64_t data, fi_addr_t,
 			    uint64_t addr, uint64_t key) noexcept
 {
-	return ep_of(fep)->post_inline(IBV_WR_RDMA_WRITE_WITH_IMM, buf, len,
-				       htonl(static_cast<uint32_t>(data)), addr, key,
-				       "fi_inject_writedata");
+	return ep_of(fep)->post_inline<IBV_WR_RDMA_WRITE_WITH_IMM>(
+		buf, len, htonl(static_cast<uint32_t>(data)), addr, key);
 }
 
 } // namespace

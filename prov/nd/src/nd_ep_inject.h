@@ -1,0 +1,82 @@
+/*
+ * nd_ep_inject.h: fi_inject, fi_injectdata, fi_inject_write and
+ * fi_inject_writedata: one buffer, copied inline, never a completion.
+ *
+ * A path of its own, because it is the hottest call of small-message
+ * traffic and needs none of post_tx's iov and descriptor handling. It is a
+ * template on the opcode, defined here so that each entry point compiles
+ * into one function with the opcode's choices made at compile time; every
+ * refusal and the full queue take one predicted-not-taken branch each to
+ * out-of-line code (inject_refused, make_room, post_failed).
+ */
+#ifndef ND_EP_INJECT_H
+#define ND_EP_INJECT_H
+
+#include "nd_ep.h"
+
+#include <mutex>
+
+namespace nd {
+
+constexpr const char *inject_call_name(ibv_wr_opcode op) noexcept
+{
+	switch (op) {
+	case IBV_WR_SEND: return "fi_inject";
+	case IBV_WR_SEND_WITH_IMM: return "fi_injectdata";
+	case IBV_WR_RDMA_WRITE: return "fi_inject_write";
+	default: return "fi_inject_writedata";
+	}
+}
+
+template <ibv_wr_opcode Op>
+ssize_t Endpoint::post_inline(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
+			      uint64_t remote_key)
+{
+	static_assert(Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE ||
+		      Op == IBV_WR_RDMA_WRITE_WITH_IMM);
+	constexpr bool is_send = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
+	constexpr const char *call = inject_call_name(Op);
+	if (__builtin_expect(link.load(std::memory_order_relaxed) != LinkState::up || len > max_inline ||
+			     (!buf && len) || remote_key > UINT32_MAX, 0))
+		return inject_refused(buf, len, remote_key, call);
+	const bool counted = (is_send ? send_cntr : write_cntr) != nullptr;
+
+	WorkQueue &queue = *sq; /* loaded once: the stores below may alias */
+	std::lock_guard<OptionalLock> guard(tx_lock);
+	if (__builtin_expect(queue.full(), 0))
+		if (ssize_t ret = make_room(call))
+			return ret;
+	const bool signaled = counted || ++queue.unsignaled_run >= signal_interval;
+	if (signaled)
+		queue.unsignaled_run = 0;
+	OpRecord &record = queue.next();
+	record.context = nullptr;
+	record.flags = is_send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE;
+	record.len = static_cast<uint32_t>(len);
+	record.read_mark = queue.reads_posted;
+	record.report = false;
+	ibv_sge sge;
+	sge.addr = reinterpret_cast<uintptr_t>(buf);
+	sge.length = static_cast<uint32_t>(len);
+	sge.lkey = 0;
+	ibv_send_wr wr;
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.next = nullptr;
+	wr.sg_list = &sge;
+	wr.num_sge = len ? 1 : 0;
+	wr.opcode = Op;
+	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (len ? IBV_SEND_INLINE : 0);
+	wr.imm_data = imm_data;
+	if constexpr (!is_send) {
+		wr.wr.rdma.remote_addr = remote_addr;
+		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
+	}
+	queue.commit();
+	if (__builtin_expect(batch && batch->count, 0))
+		return post_batch(&wr, call);
+	return post_committed(wr, call);
+}
+
+} // namespace nd
+
+#endif /* ND_EP_INJECT_H */
