@@ -75,9 +75,36 @@ Counter *counter_for(const Endpoint *ep, uint64_t flags) noexcept
 /* A request is done: its counter, if one is bound. */
 void account(WorkQueue *queue, const OpRecord &record, bool ok) noexcept
 {
-	if (queue->ep)
+	if (queue->counted)
 		if (Counter *counter = counter_for(queue->ep, record.flags))
 			counter->count(ok);
+}
+
+/* The CQ entry of a request that succeeded. */
+inline void success_entry(const ibv_wc &wc, void *context, uint64_t flags, CqEntry *out) noexcept
+{
+	out->op_context = context;
+	out->buf = nullptr;
+	out->data = 0;
+	switch (wc.opcode) {
+	case IBV_WC_RECV:
+		out->flags = FI_RECV | FI_MSG;
+		out->len = wc.byte_len;
+		break;
+	case IBV_WC_RECV_RDMA_WITH_IMM:
+		/* A remote fi_writedata consumed this receive. */
+		out->flags = FI_RMA | FI_REMOTE_WRITE;
+		out->len = wc.byte_len;
+		break;
+	default:
+		out->flags = flags;
+		out->len = 0;
+		break;
+	}
+	if ((wc.opcode & IBV_WC_RECV) && (wc.wc_flags & IBV_WC_WITH_IMM)) {
+		out->flags |= FI_REMOTE_CQ_DATA;
+		out->data = ntohl(wc.imm_data);
+	}
 }
 
 /* Writes one entry in the CQ's format. */
@@ -398,28 +425,7 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 	}
 	if (internal || !done.report)
 		return false;
-	out->op_context = done.context;
-	out->buf = nullptr;
-	out->data = 0;
-	switch (wc.opcode) {
-	case IBV_WC_RECV:
-		out->flags = FI_RECV | FI_MSG;
-		out->len = wc.byte_len;
-		break;
-	case IBV_WC_RECV_RDMA_WITH_IMM:
-		/* A remote fi_writedata consumed this receive. */
-		out->flags = FI_RMA | FI_REMOTE_WRITE;
-		out->len = wc.byte_len;
-		break;
-	default:
-		out->flags = done.flags;
-		out->len = 0;
-		break;
-	}
-	if ((wc.opcode & IBV_WC_RECV) && (wc.wc_flags & IBV_WC_WITH_IMM)) {
-		out->flags |= FI_REMOTE_CQ_DATA;
-		out->data = ntohl(wc.imm_data);
-	}
+	success_entry(wc, done.context, done.flags, out);
 	return true;
 }
 
@@ -487,6 +493,28 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 		const int want = static_cast<int>(std::min<size_t>(count - n, kPollBatch));
 		const int got = ibv_poll_cq(verbs_cq.get(), want, wc);
 		for (int i = 0; i < got; i++) {
+			/* The common case inline: success, an endpoint's own
+			 * queue, no counter; complete() takes everything else. */
+			OpRecord *record = record_of(wc[i].wr_id);
+			WorkQueue *queue = record->owner;
+			if (__builtin_expect(wc[i].status == IBV_WC_SUCCESS && !queue->counted &&
+						     queue->kind != QueueKind::shared_recv,
+					     1)) {
+				void *context = record->context;
+				const uint32_t flags = record->flags;
+				const bool report = record->report && !internal;
+				queue->retire_through(record); /* the slot may be reused now */
+				if (!report)
+					continue;
+				if constexpr (Format == FI_CQ_FORMAT_CONTEXT) {
+					static_cast<fi_cq_entry *>(buf)[n++].op_context = context;
+				} else {
+					CqEntry entry;
+					success_entry(wc[i], context, flags, &entry);
+					store<Format>(buf, n++, entry);
+				}
+				continue;
+			}
 			CqEntry entry;
 			if (complete(wc[i], &entry))
 				store<Format>(buf, n++, entry);

@@ -76,6 +76,7 @@ struct WorkQueue {
 	SharedRx *srx;			/* shared_recv: the context */
 	std::unique_ptr<OpRecord[]> records;
 	uint32_t depth;			/* most requests outstanding at once */
+	bool counted = false;		/* a counter is bound to some of its requests */
 	uint32_t mask;			/* ring size - 1 (a power of two > depth: one
 					 * slot always free for the close marker) */
 	std::atomic<uint64_t> head{0};	/* posted: written by the poster */
