@@ -2,7 +2,7 @@
  * nd_cm_bench: connection setup through libfabric, server and client in one
  * process on one device, for any FI_EP_MSG provider (-p nd, -p verbs).
  *
- *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-q]
+ *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-Q] [-q]
  *
  * Each round opens CONNECTIONS client endpoints, starts every fi_connect at
  * once, accepts each request as it arrives, and waits for all 2 x
@@ -15,6 +15,11 @@
  * client sends a message whose bytes name the connection and the round,
  * the server checks it and answers with its own, which the client checks
  * (connect/transfer/disconnect cycles; a wrong byte fails the run).
+ * With -Q the queue pairs take cmtime's shape (1-deep send and receive
+ * queues, one scatter/gather entry: tx/rx size and iov_limit 1 in the
+ * hints), so that the comparison with cmtime creates the same queue pairs;
+ * without it they take the provider's default sizes, as applications
+ * usually do.
  * It also counts file descriptors before and after all rounds, so the
  * same program run under valgrind checks that cycles leave nothing behind.
  *
@@ -55,6 +60,26 @@ static struct fi_info *info, *client_info;
 static struct conn conns[MAX_CONN];
 static int quiet;
 static int transfer;
+static int small_queues;
+
+/* The hints both sides use; -Q shapes the queue pairs like cmtime's. */
+static struct fi_info *bench_hints(const char *prov, uint64_t mr_mode)
+{
+	struct fi_info *hints = fi_allocinfo();
+	hints->fabric_attr->prov_name = strdup(prov);
+	hints->ep_attr->type = FI_EP_MSG;
+	hints->caps = FI_MSG;
+	hints->mode = ~0ULL;
+	hints->addr_format = FI_SOCKADDR_IN;
+	hints->domain_attr->mr_mode = mr_mode;
+	if (small_queues) {
+		hints->tx_attr->size = 1;
+		hints->rx_attr->size = 1;
+		hints->tx_attr->iov_limit = 1;
+		hints->rx_attr->iov_limit = 1;
+	}
+	return hints;
+}
 #define MSG_LEN 64
 static uint8_t messages[MAX_CONN][2][MSG_LEN]; /* [conn][0 client, 1 server] */
 static struct fid_mr *messages_mr;
@@ -312,16 +337,17 @@ int main(int argc, char **argv)
 	int n = 16, rounds = 5, opt;
 	if (!address)
 		address = "10.0.2.15";
-	while ((opt = getopt(argc, argv, "p:a:n:r:xq")) != -1) {
+	while ((opt = getopt(argc, argv, "p:a:n:r:xQq")) != -1) {
 		switch (opt) {
 		case 'p': prov = optarg; break;
 		case 'a': address = optarg; break;
 		case 'n': n = atoi(optarg); break;
 		case 'r': rounds = atoi(optarg); break;
 		case 'x': transfer = 1; break;
+		case 'Q': small_queues = 1; break;
 		case 'q': quiet = 1; break;
 		default:
-			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-q]\n",
+			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-q]\n",
 				argv[0]);
 			return 2;
 		}
@@ -331,14 +357,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	struct fi_info *hints = fi_allocinfo();
-	hints->fabric_attr->prov_name = strdup(prov);
-	hints->ep_attr->type = FI_EP_MSG;
-	hints->caps = FI_MSG;
-	hints->mode = ~0ULL;
-	hints->addr_format = FI_SOCKADDR_IN;
-	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-				      FI_MR_PROV_KEY;
+	struct fi_info *hints = bench_hints(prov, FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+						     FI_MR_PROV_KEY);
 	CHECK(fi_getinfo(FI_VERSION(1, 17), address, "0", FI_SOURCE, hints, &info));
 	fi_freeinfo(hints);
 	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
@@ -361,13 +381,7 @@ int main(int argc, char **argv)
 	CHECK(fi_getname(&pep->fid, &listen_addr, &listen_len));
 	char service[16];
 	snprintf(service, sizeof(service), "%u", ntohs(listen_addr.sin_port));
-	hints = fi_allocinfo();
-	hints->fabric_attr->prov_name = strdup(prov);
-	hints->ep_attr->type = FI_EP_MSG;
-	hints->caps = FI_MSG;
-	hints->mode = ~0ULL;
-	hints->addr_format = FI_SOCKADDR_IN;
-	hints->domain_attr->mr_mode = info->domain_attr->mr_mode;
+	hints = bench_hints(prov, info->domain_attr->mr_mode);
 	CHECK(fi_getinfo(FI_VERSION(1, 17), address, service, 0, hints, &client_info));
 	fi_freeinfo(hints);
 

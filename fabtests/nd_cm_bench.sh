@@ -4,6 +4,10 @@
 # through the same program (nd_cm_bench), for N connections established
 # concurrently. Prints one table with nd/verbs and nd/cmtime ratios.
 # Run where an RDMA device exists (util/nd-bench-cm runs it in the guest).
+# cmtime creates 1-deep queue pairs with one SGE; so does nd_cm_bench here
+# (-Q), for the same work on both sides. ND_BENCH_CM_QUEUES=default leaves
+# the providers' default queue sizes instead (what most applications get;
+# queue pair creation on Soft-RoCE grows with the queue size).
 set -euo pipefail
 builddir=$(cd "${1:?usage: nd_cm_bench.sh BUILDDIR [COUNTS...]}" && pwd)
 shift
@@ -13,6 +17,8 @@ export FI_PROVIDER_PATH=$builddir/.libs
 ip=${ND_GUEST_IP:-10.0.2.15}
 rounds=${ND_BENCH_ROUNDS:-5}
 bench=$builddir/fabtests/nd_cm_bench
+qflag=(-Q)
+[ "${ND_BENCH_CM_QUEUES:-small}" = default ] && qflag=()
 
 # rdma_cm alone: cmtime's "connect" step (REQ to ESTABLISHED for all N),
 # plus address and route resolution and QP creation, as connections/s.
@@ -32,13 +38,14 @@ cmtime_rate() {
 
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-printf '\nConnection setup, N concurrent connections, %s rounds (medians), one boot\n' "$rounds"
+printf '\nConnection setup, N concurrent connections, %s rounds (medians), one boot; %s\n' "$rounds" \
+	"$([ ${#qflag[@]} -gt 0 ] && echo "queue pairs as cmtime's (1-deep, 1 SGE)" || echo "providers' default queue sizes")"
 printf '%6s | %12s | %12s | %12s | %10s | %10s\n' N "cmtime c/s" "verbs c/s" "nd c/s" "nd/cmtime" "nd/verbs"
 printf -- '-------+--------------+--------------+--------------+------------+-----------\n'
 for n in "${counts[@]}"; do
 	raw=$(for _ in $(seq 3); do cmtime_rate "$n"; done | median)
-	verbs_line=$(timeout 600 "$bench" -p verbs -a "$ip" -n "$n" -r "$rounds" -q 2>&1 | tail -1)
-	nd_line=$(timeout 600 "$bench" -p nd -a "$ip" -n "$n" -r "$rounds" -q 2>&1 | tail -1)
+	verbs_line=$(timeout 600 "$bench" -p verbs -a "$ip" -n "$n" -r "$rounds" "${qflag[@]}" -q 2>&1 | grep "(medians)" | tail -1)
+	nd_line=$(timeout 600 "$bench" -p nd -a "$ip" -n "$n" -r "$rounds" "${qflag[@]}" -q 2>&1 | grep "(medians)" | tail -1)
 	verbs=$(sed -n 's/.*: \([0-9]*\) conn\/s.*/\1/p' <<<"$verbs_line")
 	nd=$(sed -n 's/.*: \([0-9]*\) conn\/s.*/\1/p' <<<"$nd_line")
 	ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a > 0) printf "%.2f", a / b; else print "-" }'; }
