@@ -45,17 +45,33 @@ void send_and_check(DataFixture &f, Side from, Side to, size_t len, uint8_t seed
 	cr_assert_eq(s.flags, FI_SEND | FI_MSG);
 }
 
+/* An fi_msg of one iov. */
+fi_msg one_iov_msg(iovec *iov, void **desc, void *context)
+{
+	fi_msg msg{};
+	msg.msg_iov = iov;
+	msg.desc = desc;
+	msg.iov_count = 1;
+	msg.context = context;
+	return msg;
+}
+
 /* fi_recvmsg with FI_COMPLETION into dst[offset, offset + len). */
 ssize_t recv_with_completion(fid_ep *ep, Buffer &dst, size_t offset, size_t len, void *context)
 {
 	iovec iov{dst.data() + offset, len};
 	void *desc = dst.desc();
-	fi_msg msg{};
-	msg.msg_iov = &iov;
-	msg.desc = &desc;
-	msg.iov_count = 1;
-	msg.context = context;
+	fi_msg msg = one_iov_msg(&iov, &desc, context);
 	return fi_recvmsg(ep, &msg, FI_COMPLETION);
+}
+
+/* fi_sendmsg of src[offset, offset + len) with the given flags. */
+ssize_t send_flags(fid_ep *ep, Buffer &src, size_t offset, size_t len, void *context, uint64_t flags)
+{
+	iovec iov{src.data() + offset, len};
+	void *desc = src.desc();
+	fi_msg msg = one_iov_msg(&iov, &desc, context);
+	return fi_sendmsg(ep, &msg, flags);
 }
 
 } // namespace
@@ -418,16 +434,9 @@ Test(data, selective_completion_reports_only_what_was_asked)
 		cr_assert_eq(dst.bytes[64 * i], static_cast<uint8_t>(i));
 	}
 	/* One send asks for its completion. */
-	iovec iov{src.data(), 8};
-	void *d = src.desc();
 	int ctx;
-	fi_msg m{};
-	m.msg_iov = &iov;
-	m.desc = &d;
-	m.iov_count = 1;
-	m.context = &ctx;
 	cr_assert_eq(fi_recv(s.ep, dst.data(), 64, dst.desc(), 0, nullptr), 0);
-	cr_assert_eq(fi_sendmsg(c.ep, &m, FI_COMPLETION), 0);
+	cr_assert_eq(send_flags(c.ep, src, 0, 8, &ctx, FI_COMPLETION), 0);
 	fi_cq_data_entry e = wait_cq(c.cq);
 	cr_assert_eq(e.op_context, &ctx);
 	expect_cq_empty(c.cq);
@@ -475,19 +484,7 @@ Test(data, full_queues_say_eagain_and_lose_nothing)
 
 namespace {
 
-/* fi_sendmsg / fi_writemsg of one buffer, with the given flags. */
-ssize_t send_flags(fid_ep *ep, Buffer &src, size_t offset, size_t len, void *context, uint64_t flags)
-{
-	iovec iov{src.data() + offset, len};
-	void *desc = src.desc();
-	fi_msg msg{};
-	msg.msg_iov = &iov;
-	msg.desc = &desc;
-	msg.iov_count = 1;
-	msg.context = context;
-	return fi_sendmsg(ep, &msg, flags);
-}
-
+/* fi_writemsg of one buffer, with the given flags. */
 ssize_t write_flags(fid_ep *ep, Buffer &src, size_t len, uint64_t raddr, uint64_t key, void *context,
 		    uint64_t flags)
 {
