@@ -494,9 +494,14 @@ static void send_ctl(struct ctl *m)
  * spinning idle peer takes the CPU the transfer needs. */
 static void recv_ctl(struct ctl *m, uint32_t type)
 {
-	const struct timespec nap = { 0, 20000 };
-	while (!rx_poll(1))
+	/* 20 us, doubling up to 1 ms: a short wait stays short, a whole
+	 * test's wait costs its peer next to nothing. */
+	struct timespec nap = { 0, 20000 };
+	while (!rx_poll(1)) {
 		nanosleep(&nap, NULL);
+		if (nap.tv_nsec < 1000000)
+			nap.tv_nsec *= 2;
+	}
 	memcpy(m, rbuf, sizeof(*m));
 	if (type == CTL_GO)
 		return;
