@@ -131,9 +131,12 @@ int Endpoint::setup_data_path()
 			kMaxSge);
 		return -FI_EINVAL;
 	}
+	const uint32_t rx_completions = srx ? srx->queue.depth : rx;
 	if (!user_tx_cq || !user_rx_cq) {
+		/* Sized for the reservations below (the send queue's includes the
+		 * close marker), so that they never resize it. */
 		fi_cq_attr attr{};
-		attr.size = (user_tx_cq ? 0 : tx) + (user_rx_cq ? 0 : rx);
+		attr.size = (user_tx_cq ? 0 : tx + 1) + (user_rx_cq ? 0 : rx_completions);
 		attr.format = FI_CQ_FORMAT_CONTEXT;
 		attr.wait_obj = FI_WAIT_NONE;
 		int ret = CompletionQueue::open(domain, &attr, nullptr, true, &own_cq);
@@ -142,7 +145,6 @@ int Endpoint::setup_data_path()
 	}
 	tx_cq = user_tx_cq ? user_tx_cq : own_cq;
 	rx_cq = user_rx_cq ? user_rx_cq : own_cq;
-	const uint32_t rx_completions = srx ? srx->queue.depth : rx;
 	int ret = tx_cq->reserve(static_cast<int>(tx + 1)); /* + the close marker */
 	if (ret)
 		return ret;
