@@ -35,7 +35,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "nd_ft.h"
+#include "nd_subtest.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -50,23 +50,6 @@
 #define QUIET_MS 200
 #define BUF_SIZE (2u << 20)
 #define QMAX 1024
-#define GUARD 0xee
-
-enum { T_PASS, T_FAIL };
-
-
-static char why[512];
-#define FAIL(...)                                         \
-	do {                                              \
-		snprintf(why, sizeof(why), __VA_ARGS__); \
-		return T_FAIL;                            \
-	} while (0)
-#define RUN(call)                          \
-	do {                               \
-		int r_ = (call);           \
-		if (r_ != T_PASS)          \
-			return r_;         \
-	} while (0)
 
 struct comp {
 	bool is_err;
@@ -94,37 +77,6 @@ static uint64_t mr_mode;
 static bool verbose;
 
 /* ---- helpers ---- */
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static uint8_t pat(unsigned seed, size_t i)
-{
-	return (uint8_t)(seed * 131u + i * 7u + (i >> 8) * 13u + (i >> 16) * 29u + 1u);
-}
-
-static void fill(uint8_t *p, size_t len, unsigned seed)
-{
-	for (size_t i = 0; i < len; i++)
-		p[i] = pat(seed, i);
-}
-
-static int check_data(const char *what, const uint8_t *p, size_t len, unsigned seed,
-		      size_t guard_len)
-{
-	for (size_t i = 0; i < len; i++)
-		if (p[i] != pat(seed, i))
-			FAIL("%s: byte %zu of %zu is 0x%02x, expected 0x%02x", what, i, len, p[i],
-			     pat(seed, i));
-	for (size_t i = 0; i < guard_len; i++)
-		if (p[len + i] != GUARD)
-			FAIL("%s: byte %zu after the %zu expected was overwritten", what, i, len);
-	return T_PASS;
-}
 
 static void *desc_of(struct side *s)
 {
