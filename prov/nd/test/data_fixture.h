@@ -58,6 +58,7 @@ struct DataOptions {
 	bool selective = false;
 	bool bind_cq = true;
 	fid_ep *srx = nullptr;				/* bound on both sides */
+	std::function<void(fid_ep *, bool client)> before_enable; /* counters */
 	std::function<void(fid_ep *)> before_connect;	/* after fi_enable */
 };
 
@@ -163,6 +164,8 @@ struct DataFixture : CmFixture {
 	{
 		Side c, s;
 		c.ep = make_ep(info.get(), o, &c.cq);
+		if (o.before_enable)
+			o.before_enable(c.ep, true);
 		cr_assert_eq(fi_enable(c.ep), 0);
 		if (o.before_connect)
 			o.before_connect(c.ep);
@@ -170,6 +173,8 @@ struct DataFixture : CmFixture {
 		Event req = expect_event(eq, FI_CONNREQ, &pep->fid);
 		s.ep = make_ep(req.info, o, &s.cq);
 		fi_freeinfo(req.info);
+		if (o.before_enable)
+			o.before_enable(s.ep, false);
 		cr_assert_eq(fi_enable(s.ep), 0);
 		if (o.before_connect)
 			o.before_connect(s.ep);

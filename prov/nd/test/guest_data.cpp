@@ -731,23 +731,16 @@ Test(data, reads_stay_within_the_negotiated_limit)
 	DataFixture f;
 	f.open();
 	/* Client offers one outstanding read. */
-	fid_cq *ccq = f.open_cq();
-	fid_ep *cep = nullptr;
-	cr_assert_eq(fi_endpoint(f.domain, f.info.get(), &cep, nullptr), 0);
-	cr_assert_eq(fi_ep_bind(cep, &f.eq->fid, 0), 0);
-	cr_assert_eq(fi_ep_bind(cep, &ccq->fid, FI_TRANSMIT | FI_RECV), 0);
-	uint32_t one = 1;
-	cr_assert_eq(fi_setopt(&cep->fid, FI_OPT_ENDPOINT, FI_OPT_ND_OUTBOUND_READ_LIMIT, &one, sizeof(one)), 0);
-	cr_assert_eq(fi_enable(cep), 0);
-	cr_assert_eq(fi_connect(cep, &f.listen_addr, nullptr, 0), 0);
-	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
-	fid_cq *scq = nullptr;
-	fid_ep *sep = f.make_ep(req.info, {}, &scq);
-	fi_freeinfo(req.info);
-	cr_assert_eq(fi_enable(sep), 0);
-	cr_assert_eq(fi_accept(sep, nullptr, 0), 0);
-	expect_event(f.eq, FI_CONNECTED, nullptr);
-	expect_event(f.eq, FI_CONNECTED, nullptr);
+	DataOptions o;
+	o.before_enable = [](fid_ep *ep, bool client) {
+		uint32_t one = 1;
+		if (client)
+			cr_assert_eq(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_ND_OUTBOUND_READ_LIMIT, &one,
+					       sizeof(one)), 0);
+	};
+	auto [c, s] = f.connect_data(o);
+	fid_ep *cep = c.ep, *sep = s.ep;
+	fid_cq *ccq = c.cq;
 	Buffer &local = f.buffer(1 << 16);
 	Buffer &remote = f.buffer(1 << 16, 0, FI_REMOTE_READ);
 	int first, second;
@@ -832,24 +825,20 @@ Test(data, counters_count_completions_and_errors)
 	cr_assert_eq(fi_cntr_open(f.domain, &attr, &recvs, nullptr), 0);
 	cr_assert_eq(fi_cntr_open(f.domain, &attr, &writes, nullptr), 0);
 	/* Bind counters before enable: client counts sends and writes,
-	 * server counts receives. */
-	fid_ep *cep = nullptr, *sep = nullptr;
-	cr_assert_eq(fi_endpoint(f.domain, f.info.get(), &cep, nullptr), 0);
-	cr_assert_eq(fi_ep_bind(cep, &f.eq->fid, 0), 0);
-	cr_assert_eq(fi_ep_bind(cep, &sends->fid, FI_SEND), 0);
-	cr_assert_eq(fi_ep_bind(cep, &writes->fid, FI_WRITE), 0);
-	cr_assert_eq(fi_ep_bind(cep, &sends->fid, FI_REMOTE_WRITE), -FI_ENOSYS);
-	cr_assert_eq(fi_enable(cep), 0);
-	cr_assert_eq(fi_connect(cep, &f.listen_addr, nullptr, 0), 0);
-	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
-	cr_assert_eq(fi_endpoint(f.domain, req.info, &sep, nullptr), 0);
-	fi_freeinfo(req.info);
-	cr_assert_eq(fi_ep_bind(sep, &f.eq->fid, 0), 0);
-	cr_assert_eq(fi_ep_bind(sep, &recvs->fid, FI_RECV), 0);
-	cr_assert_eq(fi_enable(sep), 0);
-	cr_assert_eq(fi_accept(sep, nullptr, 0), 0);
-	expect_event(f.eq, FI_CONNECTED, nullptr);
-	expect_event(f.eq, FI_CONNECTED, nullptr);
+	 * server counts receives. No CQ is bound. */
+	DataOptions o;
+	o.bind_cq = false;
+	o.before_enable = [&](fid_ep *ep, bool client) {
+		if (client) {
+			cr_assert_eq(fi_ep_bind(ep, &sends->fid, FI_SEND), 0);
+			cr_assert_eq(fi_ep_bind(ep, &writes->fid, FI_WRITE), 0);
+			cr_assert_eq(fi_ep_bind(ep, &sends->fid, FI_REMOTE_WRITE), -FI_ENOSYS);
+		} else {
+			cr_assert_eq(fi_ep_bind(ep, &recvs->fid, FI_RECV), 0);
+		}
+	};
+	auto [c, s] = f.connect_data(o);
+	fid_ep *cep = c.ep, *sep = s.ep;
 	Buffer &src = f.buffer(64);
 	Buffer &dst = f.buffer(64 * 10, 0, FI_REMOTE_WRITE | FI_RECV);
 	for (int i = 0; i < 10; i++)
@@ -875,21 +864,17 @@ Test(data, counters_with_selective_completion)
 	cr_assert_eq(fi_cntr_open(f.domain, nullptr, &writes, nullptr), 0);
 	DataOptions o;
 	o.selective = true;
-	/* make_ep binds the CQ; counters are bound here before enable. */
-	fid_cq *ccq = nullptr, *scq = nullptr;
-	fid_ep *cep = f.make_ep(f.info.get(), o, &ccq);
-	cr_assert_eq(fi_ep_bind(cep, &sends->fid, FI_SEND), 0);
-	cr_assert_eq(fi_ep_bind(cep, &writes->fid, FI_WRITE), 0);
-	cr_assert_eq(fi_enable(cep), 0);
-	cr_assert_eq(fi_connect(cep, &f.listen_addr, nullptr, 0), 0);
-	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
-	fid_ep *sep = f.make_ep(req.info, o, &scq);
-	fi_freeinfo(req.info);
-	cr_assert_eq(fi_ep_bind(sep, &recvs->fid, FI_RECV), 0);
-	cr_assert_eq(fi_enable(sep), 0);
-	cr_assert_eq(fi_accept(sep, nullptr, 0), 0);
-	expect_event(f.eq, FI_CONNECTED, nullptr);
-	expect_event(f.eq, FI_CONNECTED, nullptr);
+	/* connect_data binds the CQ; counters are bound before enable. */
+	o.before_enable = [&](fid_ep *ep, bool client) {
+		if (client) {
+			cr_assert_eq(fi_ep_bind(ep, &sends->fid, FI_SEND), 0);
+			cr_assert_eq(fi_ep_bind(ep, &writes->fid, FI_WRITE), 0);
+		} else {
+			cr_assert_eq(fi_ep_bind(ep, &recvs->fid, FI_RECV), 0);
+		}
+	};
+	auto [c, s] = f.connect_data(o);
+	fid_ep *cep = c.ep, *sep = s.ep;
 	Buffer &src = f.buffer(64);
 	Buffer &dst = f.buffer(64 * 10, 0, FI_REMOTE_WRITE);
 	for (int i = 0; i < 10; i++)
