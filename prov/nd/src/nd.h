@@ -96,6 +96,22 @@ private:
 	std::atomic<int> count_{0};
 };
 
+/* Closes a domain object that endpoints bind to (CQ, counter, shared
+ * receive context): -FI_EBUSY while an endpoint is bound; otherwise the
+ * object is deleted and its domain has one child less. */
+template <typename T>
+int close_bound_domain_child(T *object, fi_log_subsys subsys, const char *what)
+{
+	if (object->bound.busy()) {
+		ND_WARN(subsys, "fi_close(%s): %d endpoint(s) still bound\n", what, object->bound.value());
+		return -FI_EBUSY;
+	}
+	auto *domain = object->domain;
+	delete object;
+	domain->children.release();
+	return 0;
+}
+
 /* An fi_info owned until released (fi_freeinfo otherwise). */
 struct InfoDeleter {
 	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }

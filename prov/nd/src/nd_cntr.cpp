@@ -44,14 +44,7 @@ void Counter::progress()
 
 int Counter::close()
 {
-	if (bound.busy()) {
-		ND_WARN(FI_LOG_CNTR, "fi_close(cntr): %d endpoint(s) still bound\n", bound.value());
-		return -FI_EBUSY;
-	}
-	Domain *d = domain;
-	delete this;
-	d->children.release();
-	return 0;
+	return close_bound_domain_child(this, FI_LOG_CNTR, "cntr");
 }
 
 namespace {

@@ -349,14 +349,7 @@ CompletionQueue::~CompletionQueue()
 
 int CompletionQueue::close()
 {
-	if (bound.busy()) {
-		ND_WARN(FI_LOG_CQ, "fi_close(cq): %d endpoint(s) still bound\n", bound.value());
-		return -FI_EBUSY;
-	}
-	Domain *d = domain;
-	delete this;
-	d->children.release();
-	return 0;
+	return close_bound_domain_child(this, FI_LOG_CQ, "cq");
 }
 
 int CompletionQueue::reserve(int count)

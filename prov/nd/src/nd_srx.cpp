@@ -77,14 +77,8 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 
 int SharedRx::close()
 {
-	if (bound.busy()) {
-		ND_WARN(FI_LOG_EP_CTRL, "fi_close(srx): %d endpoint(s) still use it\n", bound.value());
-		return -FI_EBUSY;
-	}
-	Domain *d = domain;
-	delete this; /* receives still posted go with the SRQ, unreported */
-	d->children.release();
-	return 0;
+	/* Receives still posted go with the SRQ, unreported. */
+	return close_bound_domain_child(this, FI_LOG_EP_CTRL, "srx");
 }
 
 namespace {
