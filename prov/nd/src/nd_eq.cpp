@@ -374,6 +374,16 @@ void EventQueue::progress()
 	}
 }
 
+void EventQueue::progress_if_idle()
+{
+	{
+		std::lock_guard<std::mutex> guard(lock_);
+		if (!entries_.empty())
+			return;
+	}
+	progress();
+}
+
 int ensure_cm_id(EventQueue *eq, CmIdHolder &cm, CmTarget *target)
 {
 	rdma_event_channel *channel = nullptr;
@@ -405,7 +415,7 @@ ssize_t EventQueue::read(uint32_t *event, void *buf, size_t len, uint64_t flags)
 	ssize_t ret = check_read_args(event, buf, len);
 	if (ret)
 		return ret;
-	progress();
+	progress_if_idle();
 	std::lock_guard<std::mutex> guard(lock_);
 	if (entries_.empty())
 		return -FI_EAGAIN;
@@ -435,7 +445,7 @@ ssize_t EventQueue::readerr(fi_eq_err_entry *buf, uint64_t flags)
 		ND_WARN(FI_LOG_EQ, "fi_eq_readerr: buf is NULL\n");
 		return -FI_EINVAL;
 	}
-	progress();
+	progress_if_idle();
 	std::lock_guard<std::mutex> guard(lock_);
 	if (entries_.empty() || !entries_.front().is_error)
 		return -FI_EAGAIN;

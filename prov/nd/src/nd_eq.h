@@ -73,6 +73,10 @@ struct EventQueue {
 	int cm_channel(rdma_event_channel **out);
 	/* Drains the CM channel and dispatches its events (see nd_cm.h). */
 	void progress();
+	/* progress() only when nothing is queued: the queued head goes out
+	 * first anyway, and the drain would end in a failed
+	 * rdma_get_cm_event system call on a channel already read empty. */
+	void progress_if_idle();
 	/* Held by dispatch and by the connection calls of objects bound here. */
 	std::mutex &progress_lock() { return progress_lock_; }
 
