@@ -110,6 +110,10 @@ struct Endpoint {
 	bool recv_ready;			/* the QP takes receives (INIT or later) */
 	std::vector<PendingRecv> pending_recvs;	/* under rx_lock */
 	uint32_t signal_interval;
+	/* The fi_inject family's: signal_interval, or 1 where a counter
+	 * counts that kind of request and needs every completion. */
+	uint32_t send_signal_interval;
+	uint32_t write_signal_interval;
 	uint32_t max_inline;
 	size_t max_msg;
 	uint32_t tx_iov_limit;
@@ -175,6 +179,12 @@ struct Endpoint {
 	template <ibv_wr_opcode Op>
 	ssize_t post_inline(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
 			    uint64_t remote_key);
+	template <ibv_wr_opcode Op>
+	ssize_t post_inline_slow(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
+				 uint64_t remote_key);
+	template <ibv_wr_opcode Op>
+	ssize_t post_inline_unlocked(WorkQueue &queue, const void *buf, size_t len, uint32_t imm_data,
+				     uint64_t remote_addr, uint64_t remote_key);
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	ssize_t make_room(const char *call);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);

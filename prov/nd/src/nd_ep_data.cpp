@@ -161,6 +161,8 @@ int Endpoint::setup_data_path()
 		rq->counted = recv_cntr != nullptr;
 	}
 	signal_interval = std::max<uint32_t>(sq->depth / 2, 1);
+	send_signal_interval = send_cntr ? 1 : signal_interval;
+	write_signal_interval = write_cntr ? 1 : signal_interval;
 	max_inline = static_cast<uint32_t>(info->tx_attr->inject_size);
 	max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
 	/* FI_MORE is a promise about the next call, so it is taken from a

@@ -29,26 +29,52 @@ constexpr const char *inject_call_name(ibv_wr_opcode op) noexcept
 }
 
 /* Always inlined: each entry point is then this function, with nothing
- * to pass on (the compiler left the RDMA ones as calls otherwise). */
+ * to pass on (the compiler left the RDMA ones as calls otherwise). The
+ * common case (no lock, room in the ring) makes no call before
+ * ibv_post_send, so nothing has to live across one and the entry point
+ * saves almost no registers; a lock or a full ring go through
+ * post_inline_slow. */
 template <ibv_wr_opcode Op>
 [[gnu::always_inline]] inline ssize_t Endpoint::post_inline(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
 			      uint64_t remote_key)
 {
 	static_assert(Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE ||
 		      Op == IBV_WR_RDMA_WRITE_WITH_IMM);
-	constexpr bool is_send = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
-	constexpr const char *call = inject_call_name(Op);
 	if (__builtin_expect(link.load(std::memory_order_relaxed) != LinkState::up || len > max_inline ||
 			     (!buf && len) || remote_key > UINT32_MAX, 0))
-		return inject_refused(buf, len, remote_key, call);
-	const bool counted = (is_send ? send_cntr : write_cntr) != nullptr;
+		return inject_refused(buf, len, remote_key, inject_call_name(Op));
+	WorkQueue &queue = *sq;
+	if (__builtin_expect(tx_lock.enabled() || queue.full(), 0))
+		return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
+	return post_inline_unlocked<Op>(queue, buf, len, imm_data, remote_addr, remote_key);
+}
 
-	WorkQueue &queue = *sq; /* loaded once: the stores below may alias */
+/* Under the lock when the threading model asks for one, and after making
+ * room in a full ring. */
+template <ibv_wr_opcode Op>
+[[gnu::noinline]] ssize_t Endpoint::post_inline_slow(const void *buf, size_t len, uint32_t imm_data,
+						     uint64_t remote_addr, uint64_t remote_key)
+{
 	std::lock_guard<OptionalLock> guard(tx_lock);
-	if (__builtin_expect(queue.full(), 0))
-		if (ssize_t ret = make_room(call))
+	if (sq->full())
+		if (ssize_t ret = make_room(inject_call_name(Op)))
 			return ret;
-	const bool signaled = counted || ++queue.unsignaled_run >= signal_interval;
+	return post_inline_unlocked<Op>(*sq, buf, len, imm_data, remote_addr, remote_key);
+}
+
+/* The request itself: its ring record, its work request, and the post (or
+ * a place behind requests held back by FI_MORE). The ring has room; queue
+ * is *sq, loaded once by the caller (the stores below may alias it). */
+template <ibv_wr_opcode Op>
+[[gnu::always_inline]] inline ssize_t Endpoint::post_inline_unlocked(WorkQueue &queue, const void *buf, size_t len,
+								    uint32_t imm_data, uint64_t remote_addr,
+								    uint64_t remote_key)
+{
+	constexpr bool is_send = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
+	constexpr const char *call = inject_call_name(Op);
+	/* 1 where a counter needs every completion (set at fi_enable). */
+	const uint32_t interval = is_send ? send_signal_interval : write_signal_interval;
+	const bool signaled = ++queue.unsignaled_run >= interval;
 	if (signaled)
 		queue.unsignaled_run = 0;
 	OpRecord &record = queue.next();

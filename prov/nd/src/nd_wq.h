@@ -62,6 +62,7 @@ static_assert((FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REM
 class OptionalLock {
 public:
 	void enable(bool on) noexcept { enabled_ = on; }
+	bool enabled() const noexcept { return enabled_; }
 	void lock() { if (enabled_) mutex_.lock(); }
 	void unlock() { if (enabled_) mutex_.unlock(); }
 

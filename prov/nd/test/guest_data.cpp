@@ -888,9 +888,21 @@ Test(data, counters_with_selective_completion)
 	cr_assert_eq(fi_cntr_wait(sends, 11, 100), -FI_ETIMEDOUT);
 	cr_assert_eq(fi_write(cep, src.data(), 64, src.desc(), 0, dst.addr(), dst.key(), nullptr), 0);
 	cr_assert_eq(fi_cntr_wait(writes, 1, 10000), 0);
+	/* Injects never report to a CQ, but a counter counts every one. */
+	for (int i = 0; i < 5; i++)
+		cr_assert_eq(fi_recv(sep, dst.data() + 64 * i, 64, dst.desc(), 0, nullptr), 0);
+	for (int i = 0; i < 5; i++)
+		cr_assert_eq(fi_inject(cep, src.data(), 8, 0), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(fi_inject_write(cep, src.data(), 8, 0, dst.addr(64 * i), dst.key()), 0);
+	cr_assert_eq(fi_cntr_wait(sends, 15, 10000), 0);
+	cr_assert_eq(fi_cntr_wait(recvs, 15, 10000), 0);
+	cr_assert_eq(fi_cntr_wait(writes, 4, 10000), 0);
+	cr_assert_eq(fi_cntr_read(sends), 15u);
+	cr_assert_eq(fi_cntr_read(writes), 4u);
 	/* A write to a bad key counts as an error. */
 	cr_assert_eq(fi_write(cep, src.data(), 64, src.desc(), 0, dst.addr(), dst.key() ^ 0x1100, nullptr), 0);
-	cr_assert_eq(fi_cntr_wait(writes, 2, 10000), -FI_EAVAIL);
+	cr_assert_eq(fi_cntr_wait(writes, 5, 10000), -FI_EAVAIL);
 	cr_assert_eq(fi_cntr_readerr(writes), 1u);
 	cr_assert_eq(fi_close(&sends->fid), -FI_EBUSY, "an endpoint is bound");
 	cr_assert_eq(fi_close(&cep->fid), 0);
