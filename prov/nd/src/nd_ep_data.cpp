@@ -145,14 +145,22 @@ int Endpoint::setup_data_path()
 	}
 	tx_cq = user_tx_cq ? user_tx_cq : own_cq;
 	rx_cq = user_rx_cq ? user_rx_cq : own_cq;
-	int ret = tx_cq->reserve(static_cast<int>(tx + 1)); /* + the close marker */
+	/* Both sides on one CQ reserve in one step, so that a CQ that has to
+	 * grow grows once (on Soft-RoCE each resize is a system call and a new
+	 * mapping of the queue, and connection setup paid for two). */
+	const bool one_cq = tx_cq == rx_cq;
+	int ret = tx_cq->reserve(static_cast<int>(tx + 1 + (one_cq ? rx_completions : 0)));
 	if (ret)
 		return ret;
-	tx_reserved = tx + 1;
-	ret = rx_cq->reserve(static_cast<int>(rx_completions));
-	if (ret)
-		return ret;
-	rx_reserved = rx_completions;
+	tx_reserved = tx + 1; /* + the close marker */
+	if (one_cq) {
+		rx_reserved = rx_completions;
+	} else {
+		ret = rx_cq->reserve(static_cast<int>(rx_completions));
+		if (ret)
+			return ret;
+		rx_reserved = rx_completions;
+	}
 
 	sq = std::make_unique<WorkQueue>(QueueKind::send, this, tx);
 	sq->counted = send_cntr || read_cntr || write_cntr; /* bound before fi_enable */
