@@ -2,7 +2,8 @@
  * nd_cm_bench: connection setup through libfabric, server and client in one
  * process on one device, for any FI_EP_MSG provider (-p nd, -p verbs).
  *
- *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-Q] [-2] [-q]
+ *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-Q] [-2]
+ *               [-c CQ_SIZE] [-q]
  *
  * Each round opens CONNECTIONS client endpoints, starts every fi_connect at
  * once, accepts each request as it arrives, and waits for all 2 x
@@ -28,6 +29,9 @@
  * through a pipe, and each round ends when the server has seen every
  * FI_SHUTDOWN and closed its endpoints. Without -2 one thread serves both
  * sides, which halves the CPU either side gets on a small machine.
+ * -c sets the size of each endpoint's own CQ (default 16; not under -Q): a
+ * provider that never lets a CQ overflow (nd) grows a CQ smaller than the
+ * endpoint's queues at fi_enable, one that does not (verbs) leaves it.
  * It also counts file descriptors before and after all rounds, so the
  * same program run under valgrind checks that cycles leave nothing behind.
  */
@@ -68,6 +72,7 @@ static int quiet;
 static int transfer;
 static int small_queues;
 static int split;
+static int own_cq_size = 16;
 
 /* The hints both sides use; -Q shapes the queue pairs like cmtime's. */
 static struct fi_info *bench_hints(const char *prov, uint64_t mr_mode)
@@ -102,7 +107,7 @@ static struct fid_cq *shared_cq;
  * one under -Q, otherwise one of its own, returned in *own. */
 static void bind_cq(struct fid_ep *ep, struct fid_cq **own)
 {
-	struct fi_cq_attr attr = { .format = FI_CQ_FORMAT_CONTEXT, .size = 16 };
+	struct fi_cq_attr attr = { .format = FI_CQ_FORMAT_CONTEXT, .size = (size_t)own_cq_size };
 	*own = NULL;
 	if (small_queues && !transfer) {
 		if (!shared_cq) {
@@ -242,23 +247,24 @@ static double mean_accept_us(int n)
 	return sum / n;
 }
 
+static void close_ep_and_cq(struct fid_ep **ep, struct fid_cq **cq)
+{
+	fi_close(&(*ep)->fid);
+	if (*cq)
+		fi_close(&(*cq)->fid);
+	*ep = NULL;
+	*cq = NULL;
+}
+
 static void close_client(struct conn *c)
 {
 	fi_shutdown(c->client, 0);
-	fi_close(&c->client->fid);
-	if (c->client_cq)
-		fi_close(&c->client_cq->fid);
-	c->client = NULL;
-	c->client_cq = NULL;
+	close_ep_and_cq(&c->client, &c->client_cq);
 }
 
 static void close_server(struct conn *c)
 {
-	fi_close(&c->server->fid);
-	if (c->server_cq)
-		fi_close(&c->server_cq->fid);
-	c->server = NULL;
-	c->server_cq = NULL;
+	close_ep_and_cq(&c->server, &c->server_cq);
 }
 
 /* Events of closed endpoints never arrive; drain what may be queued. */
@@ -541,7 +547,7 @@ int main(int argc, char **argv)
 	int n = 16, rounds = 5, opt;
 	if (!address)
 		address = "10.0.2.15";
-	while ((opt = getopt(argc, argv, "p:a:n:r:xQ2q")) != -1) {
+	while ((opt = getopt(argc, argv, "p:a:n:r:xQ2c:q")) != -1) {
 		switch (opt) {
 		case 'p': prov = optarg; break;
 		case 'a': address = optarg; break;
@@ -550,12 +556,17 @@ int main(int argc, char **argv)
 		case 'x': transfer = 1; break;
 		case 'Q': small_queues = 1; break;
 		case '2': split = 1; break;
+		case 'c': own_cq_size = atoi(optarg); break;
 		case 'q': quiet = 1; break;
 		default:
-			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-2] [-q]\n",
+			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-2] [-c cq_size] [-q]\n",
 				argv[0]);
 			return 2;
 		}
+	}
+	if (own_cq_size < 1) {
+		fprintf(stderr, "-c: a CQ holds at least one entry\n");
+		return 2;
 	}
 	if (n < 1 || n > MAX_CONN || rounds < 1 || rounds > 1000) {
 		fprintf(stderr, "1 <= connections <= %d, 1 <= rounds <= 1000\n", MAX_CONN);
