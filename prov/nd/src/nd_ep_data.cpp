@@ -153,14 +153,9 @@ int Endpoint::setup_data_path()
 	if (ret)
 		return ret;
 	tx_reserved = tx + 1; /* + the close marker */
-	if (one_cq) {
-		rx_reserved = rx_completions;
-	} else {
-		ret = rx_cq->reserve(static_cast<int>(rx_completions));
-		if (ret)
-			return ret;
-		rx_reserved = rx_completions;
-	}
+	if (!one_cq && (ret = rx_cq->reserve(static_cast<int>(rx_completions))))
+		return ret;
+	rx_reserved = rx_completions;
 
 	sq = std::make_unique<WorkQueue>(QueueKind::send, this, tx);
 	sq->counted = send_cntr || read_cntr || write_cntr; /* bound before fi_enable */

@@ -376,12 +376,8 @@ void EventQueue::progress()
 
 void EventQueue::progress_if_idle()
 {
-	{
-		std::lock_guard<std::mutex> guard(lock_);
-		if (!entries_.empty())
-			return;
-	}
-	progress();
+	if (!depth())
+		progress();
 }
 
 int ensure_cm_id(EventQueue *eq, CmIdHolder &cm, CmTarget *target)
