@@ -56,6 +56,19 @@ fi_msg one_iov_msg(iovec *iov, void **desc, void *context)
 	return msg;
 }
 
+/* An fi_msg_rma of one iov and one remote range. */
+fi_msg_rma one_iov_rma_msg(iovec *iov, void **desc, fi_rma_iov *rma, void *context)
+{
+	fi_msg_rma msg{};
+	msg.msg_iov = iov;
+	msg.desc = desc;
+	msg.iov_count = 1;
+	msg.rma_iov = rma;
+	msg.rma_iov_count = 1;
+	msg.context = context;
+	return msg;
+}
+
 /* fi_recvmsg with FI_COMPLETION into dst[offset, offset + len). */
 ssize_t recv_with_completion(fid_ep *ep, Buffer &dst, size_t offset, size_t len, void *context)
 {
@@ -385,13 +398,7 @@ Test(data, unsignaled_reads_return_their_budget)
 	void *d = local.desc();
 	fi_rma_iov rma{remote.addr(), 8, remote.key()};
 	int ctx;
-	fi_msg_rma m{};
-	m.msg_iov = &iov;
-	m.desc = &d;
-	m.iov_count = 1;
-	m.rma_iov = &rma;
-	m.rma_iov_count = 1;
-	m.context = &ctx;
+	fi_msg_rma m = one_iov_rma_msg(&iov, &d, &rma, &ctx);
 	cr_assert_eq(fi_readmsg(c.ep, &m, FI_COMPLETION), 0);
 	fi_cq_data_entry e = wait_cq(c.cq);
 	cr_assert_eq(e.op_context, &ctx);
@@ -491,13 +498,7 @@ ssize_t write_flags(fid_ep *ep, Buffer &src, size_t len, uint64_t raddr, uint64_
 	iovec iov{src.data(), len};
 	void *desc = src.desc();
 	fi_rma_iov rma{raddr, len, key};
-	fi_msg_rma msg{};
-	msg.msg_iov = &iov;
-	msg.desc = &desc;
-	msg.iov_count = 1;
-	msg.rma_iov = &rma;
-	msg.rma_iov_count = 1;
-	msg.context = context;
+	fi_msg_rma msg = one_iov_rma_msg(&iov, &desc, &rma, context);
 	return fi_writemsg(ep, &msg, flags);
 }
 
