@@ -1,14 +1,16 @@
 #!/bin/bash
 # nd_demo.sh BUILDDIR: the main job's demonstration, run where an RDMA device
 # exists (util/nd-demo runs it in the Soft-RoCE guest). Shows the device as
-# rdma-core sees it and as the nd provider offers it through libfabric.
+# rdma-core sees it and as the nd provider offers it through libfabric, then
+# nd carrying traffic: connections that exchange checked messages, and a
+# ping-pong and a bandwidth run between two processes.
 set -euo pipefail
 builddir=$(cd "${1:?usage: nd_demo.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 dev=${ND_TEST_DEVICE:-rxe0}
 
 echo "== the RDMA device, as rdma-core sees it (ibv_devinfo -d $dev)"
-ibv_devinfo -d "$dev" | sed -n '1,4p;/port:/,$p' | grep -E "hca_id|transport|fw_ver|port:|state|active_mtu|link_layer" || true
+ibv_devinfo -d "$dev" | sed -n '1,4p;/^[[:space:]]*port:/,$p' | grep -E "hca_id|transport|fw_ver|port:|state|active_mtu|link_layer" || true
 echo
 echo "== the nd provider, as libfabric offers it (fi_info -p nd -t FI_EP_MSG)"
 fi_info -p nd -t FI_EP_MSG
@@ -20,4 +22,20 @@ echo
 echo "== libfabric's own layering works on top: ofi_rxm over nd (RDM)"
 fi_info -p "nd;ofi_rxm" -t FI_EP_RDM | grep -E "provider|domain|type" | head -3
 echo
-echo "nd-demo: the nd provider is loaded by libfabric and serves $dev"
+ip=${ND_GUEST_IP:-10.0.2.15}
+echo "== traffic: 3 rounds of 16 connections, each carrying a message both ways, every byte checked"
+"$builddir/fabtests/nd_cm_bench" -p nd -a "$ip" -n 16 -r 3 -x
+echo
+echo "== traffic: send/recv ping-pong and RDMA write bandwidth between two processes (nd_perf)"
+port=$((20000 + RANDOM % 20000))
+for test in send_lat write_bw; do
+	port=$((port + 1))
+	"$builddir/fabtests/nd_perf" -p nd -s -q -a "$ip" -P "$port" </dev/null >/dev/null 2>&1 &
+	server=$!
+	sleep 0.3
+	"$builddir/fabtests/nd_perf" -p nd -c "$ip" -a "$ip" -P "$port" -t "$test" -S 8,65536 -n 200 -q </dev/null |
+		grep '^nd_perf test=' | sed -E 's/ (lat_min_us|lat_max_us|lat_p99_us|inline|bidir|tx_depth|cq_mod|post_list)=[^ ]*//g'
+	wait "$server"
+done
+echo
+echo "nd-demo: the nd provider is loaded by libfabric, serves $dev and carries traffic"
