@@ -499,7 +499,7 @@ static unsigned listen_on(const char *address)
 {
 	struct fi_info *hints = bench_hints(prov, FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
 						     FI_MR_PROV_KEY);
-	CHECK(fi_getinfo(FI_VERSION(1, 17), address, "0", FI_SOURCE, hints, &info));
+	CHECK(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), address, "0", FI_SOURCE, hints, &info));
 	fi_freeinfo(hints);
 	open_domain(info);
 	CHECK(fi_passive_ep(fabric, info, &pep, NULL));
@@ -520,7 +520,7 @@ static void client_info_for(const char *address, unsigned port, uint64_t mr_mode
 	char service[16];
 	snprintf(service, sizeof(service), "%u", port);
 	struct fi_info *hints = bench_hints(prov, mr_mode);
-	CHECK(fi_getinfo(FI_VERSION(1, 17), address, service, 0, hints, &client_info));
+	CHECK(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), address, service, 0, hints, &client_info));
 	fi_freeinfo(hints);
 }
 

@@ -1431,7 +1431,7 @@ static void setup(const char *address)
 	hints->addr_format = FI_SOCKADDR_IN;
 	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
 				      FI_MR_PROV_KEY;
-	CHECK(fi_getinfo(FI_VERSION(1, 17), address, "0", FI_SOURCE, hints, &info));
+	CHECK(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), address, "0", FI_SOURCE, hints, &info));
 	fi_freeinfo(hints);
 	mr_mode = info->domain_attr->mr_mode;
 	max_msg = info->ep_attr->max_msg_size;
@@ -1462,7 +1462,7 @@ static void setup(const char *address)
 	hints->mode = FI_RX_CQ_DATA | FI_CONTEXT | FI_CONTEXT2;
 	hints->addr_format = FI_SOCKADDR_IN;
 	hints->domain_attr->mr_mode = mr_mode;
-	CHECK(fi_getinfo(FI_VERSION(1, 17), address, service, 0, hints, &client_info));
+	CHECK(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), address, service, 0, hints, &client_info));
 	fi_freeinfo(hints);
 
 	cbuf = mmap(NULL, BUF_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -55,7 +55,7 @@ static int one_cycle(const char *prov, const char *domain_name)
 	if (domain_name)
 		hints->domain_attr->name = strdup(domain_name);
 
-	ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info);
+	ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, hints, &info);
 	CHECK(ret == 0, "fi_getinfo: %s", fi_strerror(-ret));
 	if (ret)
 		goto out;

@@ -533,7 +533,7 @@ static struct fi_info *get_info(const char *node, const char *service, uint64_t 
 		hints->src_addr = sin;
 		hints->src_addrlen = sizeof(*sin);
 	}
-	CHECK(fi_getinfo(FI_VERSION(1, 17), node, service, flags, hints, &fi));
+	CHECK(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), node, service, flags, hints, &fi));
 	fi_freeinfo(hints);
 	return fi;
 }

@@ -404,7 +404,7 @@ int main(int argc, char **argv)
 	hints->addr_format = FI_SOCKADDR_IN;
 	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
 				      FI_MR_PROV_KEY | FI_MR_ENDPOINT;
-	CHECK(fi_getinfo(FI_VERSION(1, 17), address, NULL, FI_SOURCE, hints, &info));
+	CHECK(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), address, NULL, FI_SOURCE, hints, &info));
 	fi_freeinfo(hints);
 	mr_mode = info->domain_attr->mr_mode;
 	printf("# %s on %s: mr_mode 0x%llx, max_msg_size %zu, FI_UNIVERSE_SIZE=%s, "

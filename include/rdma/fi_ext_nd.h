@@ -29,6 +29,12 @@ extern "C" {
  * Provider-specific option names and values are built on it. */
 #define FI_PROV_SPECIFIC_ND (0x4e4 << 16)
 
+/* Bit 31 marks a provider-specific EQ event number. libfabric 1.x names it
+ * FI_PROV_SPECIFIC; 2.0 removed the name, so it is spelled out here and the
+ * value of FI_ND_CONNRESP is the same whichever libfabric an application
+ * was built with. */
+#define FI_ND_PROV_SPECIFIC_EVENT (1U << 31)
+
 /*
  * Attributes of an adapter that libfabric's fi_nic has no field for,
  * reachable from every fi_info the provider returns:
@@ -104,7 +110,7 @@ enum {
  * data, exact length = bytes read - sizeof(struct fi_eq_cm_entry)). The
  * effective read limits are readable with fi_getopt.
  */
-#define FI_ND_CONNRESP (FI_PROV_SPECIFIC | FI_PROV_SPECIFIC_ND | 1)
+#define FI_ND_CONNRESP (FI_ND_PROV_SPECIFIC_EVENT | FI_PROV_SPECIFIC_ND | 1)
 
 /* fi_control commands (on an endpoint, or on a connection request's handle). */
 enum {

@@ -26,6 +26,8 @@
 #include <rdma/providers/fi_prov.h>
 #include <rdma/providers/fi_log.h>
 
+#include "nd_api.h"
+
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
@@ -37,7 +39,6 @@
 /* The provider object: libfabric logs and looks up parameters through it. */
 extern struct fi_provider nd_prov;
 
-#define ND_API_VERSION FI_VERSION(1, 17)
 #define ND_PROV_VERSION FI_VERSION(0, 1)
 
 #define ND_WARN(subsys, ...) FI_WARN(&nd_prov, subsys, __VA_ARGS__)

@@ -280,21 +280,21 @@ int negotiate_mr_mode(uint32_t version, const fi_info *hints) noexcept
 {
 	const bool old_api = FI_VERSION_LT(version, FI_VERSION(1, 5));
 	if (!hints || !hints->domain_attr)
-		return old_api ? FI_MR_BASIC : kMrMode;
+		return old_api ? api::kMrBasic : kMrMode;
 	int user = hints->domain_attr->mr_mode;
 	/* Local registration: FI_MR_LOCAL, or the older FI_LOCAL_MR mode bit. */
-	bool local_ok = (user & FI_MR_LOCAL) || (hints->mode & FI_LOCAL_MR);
+	bool local_ok = (user & FI_MR_LOCAL) || (hints->mode & api::kModeLocalMr);
 	if (old_api) {
 		/* mr_mode was an enum: UNSPEC or BASIC are what we can do. */
-		if (user != FI_MR_UNSPEC && user != FI_MR_BASIC)
+		if (user != api::kMrUnspec && user != api::kMrBasic)
 			return -1;
-		return (hints->mode & FI_LOCAL_MR) ? FI_MR_BASIC : -1;
+		return (hints->mode & api::kModeLocalMr) ? api::kMrBasic : -1;
 	}
-	if (user & FI_MR_SCALABLE)
+	if (user & api::kMrScalable)
 		return -1;
-	if (user & FI_MR_BASIC) {
+	if (user & api::kMrBasic) {
 		/* FI_MR_BASIC alone stands for VIRT_ADDR|ALLOCATED|PROV_KEY. */
-		if ((user & ~(FI_MR_BASIC | FI_MR_LOCAL)) || !local_ok)
+		if ((user & ~(api::kMrBasic | FI_MR_LOCAL)) || !local_ok)
 			return -1;
 		return user;
 	}
@@ -332,7 +332,7 @@ std::string hints_mismatch(uint32_t version, const fi_info *hints, const Adapter
 		return why;
 	if (hints->rx_attr && !(why = check_rx(hints->rx_attr, a)).empty())
 		return why;
-	if (FI_VERSION_LT(version, FI_VERSION(1, 5)) && !(hints->mode & FI_LOCAL_MR))
+	if (FI_VERSION_LT(version, FI_VERSION(1, 5)) && !(hints->mode & api::kModeLocalMr))
 		return "API before 1.5 without the FI_LOCAL_MR mode bit the device needs";
 	return {};
 }
@@ -347,6 +347,7 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	const DeviceLimits &l = a.limits;
 	const CmDataLimits cm = user_cm_limits(a);
 	const bool old_api = FI_VERSION_LT(version, FI_VERSION(1, 5));
+	const uint64_t comp_order = api::is_v2(version) ? 0 : kCompOrder;
 
 	/* Remote CQ data arrives as immediate data, which consumes a posted
 	 * receive: only offered to applications that accept FI_RX_CQ_DATA. */
@@ -354,7 +355,7 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 				(hints->rx_attr && (hints->rx_attr->mode & FI_RX_CQ_DATA));
 	uint64_t mode = rx_cq_data ? FI_RX_CQ_DATA : 0;
 	if (old_api)
-		mode |= FI_LOCAL_MR;
+		mode |= api::kModeLocalMr;
 	uint64_t caps = kCaps;
 	if (hints && hints->caps)
 		caps = (hints->caps & kPrimaryCaps ? hints->caps & kPrimaryCaps : kPrimaryCaps) |
@@ -378,7 +379,7 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	tx->mode = mode;
 	tx->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
 	tx->msg_order = kMsgOrder;
-	tx->comp_order = kCompOrder;
+	tx->comp_order = comp_order;
 	tx->inject_size = l.max_inline;
 	tx->size = hints && hints->tx_attr && hints->tx_attr->size
 			   ? hints->tx_attr->size
@@ -393,7 +394,7 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	rx->mode = mode;
 	rx->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
 	rx->msg_order = kMsgOrder;
-	rx->comp_order = kCompOrder;
+	rx->comp_order = comp_order;
 	rx->total_buffered_recv = 0;
 	rx->size = hints && hints->rx_attr && hints->rx_attr->size
 			   ? hints->rx_attr->size

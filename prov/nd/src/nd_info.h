@@ -12,6 +12,8 @@
 #include "nd_device.h"
 #include "nd_params.h"
 
+#include "nd_api.h"
+
 #include <rdma/fabric.h>
 
 #include <string>
@@ -28,7 +30,9 @@ constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 constexpr uint64_t kMsgOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR |
 			       FI_ORDER_WAW | FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW |
 			       FI_ORDER_SAS;
-constexpr uint64_t kCompOrder = FI_ORDER_STRICT | FI_ORDER_DATA;
+/* Accepted in hints (an RC queue pair completes in order); reported only to
+ * applications of API 1.x: 2.x deprecated comp_order. */
+constexpr uint64_t kCompOrder = api::kOrderStrict | api::kOrderData;
 constexpr uint64_t kTxOpFlags = FI_INJECT | FI_MULTI_RECV | FI_COMPLETION | FI_INJECT_COMPLETE |
 				FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_MORE |
 				FI_REMOTE_CQ_DATA;

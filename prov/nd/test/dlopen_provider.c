@@ -2,6 +2,9 @@
  * dlopen_provider.c: a plain C program loads the built provider the way
  * libfabric does and checks its entry point, then asks libfabric itself
  * (with FI_PROVIDER_PATH pointing at the build) whether it found `nd`.
+ * Being C, it also checks that the public extension header compiles as C
+ * against the installed libfabric, and that its values do not depend on
+ * which libfabric generation (1.x or 2.x) that is.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -10,6 +13,7 @@
 
 #include <rdma/fabric.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_ext_nd.h>
 #include <rdma/providers/fi_prov.h>
 
 static int failures;
@@ -28,6 +32,12 @@ static int checks;
 
 int main(void)
 {
+	/* An application built against libfabric 1.x and a provider built
+	 * against 2.x (or the reverse) must agree on these. */
+	CHECK(FI_ND_CONNRESP == 0x84e40001u, "FI_ND_CONNRESP is 0x%x", (unsigned)FI_ND_CONNRESP);
+	CHECK(FI_OPT_ND_INBOUND_READ_LIMIT == -0x4e40000, "FI_OPT_ND_INBOUND_READ_LIMIT");
+	CHECK(FI_ND_COMPLETE_CONNECT == -0x4e40100, "FI_ND_COMPLETE_CONNECT");
+
 	void *handle = dlopen(ND_PROVIDER_SO, RTLD_NOW | RTLD_LOCAL);
 	CHECK(handle != NULL, "dlopen(%s): %s", ND_PROVIDER_SO, dlerror());
 	if (!handle)
@@ -39,7 +49,8 @@ int main(void)
 	if (ini) {
 		struct fi_provider *prov = ini();
 		CHECK(prov && strcmp(prov->name, "nd") == 0, "provider name");
-		CHECK(prov && prov->fi_version == FI_VERSION(1, 17), "built for API 1.17");
+		CHECK(prov && prov->fi_version == FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),
+		      "announces the API of the headers it was built with");
 		CHECK(prov && prov->version == FI_VERSION(0, 1), "provider version 0.1");
 		CHECK(prov && prov->getinfo && prov->fabric && prov->cleanup, "entry points set");
 	}
@@ -47,7 +58,7 @@ int main(void)
 	/* libfabric's own loader: FI_PROV_ATTR_ONLY lists every provider it
 	 * loaded, with no device needed. */
 	struct fi_info *list = NULL;
-	int ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, FI_PROV_ATTR_ONLY, NULL, &list);
+	int ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, FI_PROV_ATTR_ONLY, NULL, &list);
 	CHECK(ret == 0, "fi_getinfo(FI_PROV_ATTR_ONLY): %s", fi_strerror(-ret));
 	int found = 0;
 	for (struct fi_info *cur = list; cur; cur = cur->next)
@@ -63,7 +74,7 @@ int main(void)
 	struct fi_info *hints = fi_allocinfo();
 	hints->fabric_attr->prov_name = strdup("nd");
 	struct fi_info *info = NULL;
-	ret = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info);
+	ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, hints, &info);
 	CHECK(ret == 0 || ret == -FI_ENODATA, "fi_getinfo(nd): %s", fi_strerror(-ret));
 	for (struct fi_info *cur = info; cur; cur = cur->next)
 		CHECK(strcmp(cur->fabric_attr->prov_name, "nd") == 0, "info from %s",

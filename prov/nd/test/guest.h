@@ -7,6 +7,8 @@
 #ifndef ND_TEST_GUEST_H
 #define ND_TEST_GUEST_H
 
+#include "nd_api.h"
+
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_eq.h>
@@ -18,7 +20,10 @@
 
 namespace nd::test {
 
-constexpr uint32_t kApi = FI_VERSION(1, 17);
+namespace api = nd::api;
+
+/* What an application built against these headers asks for. */
+constexpr uint32_t kApi = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 
 inline const char *device_name()
 {

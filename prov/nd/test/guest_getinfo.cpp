@@ -249,11 +249,11 @@ Test(getinfo, dupinfo_and_tostr_of_a_real_info)
 Test(getinfo, api_1_4_applications_get_fi_mr_basic)
 {
 	InfoPtr hints = nd_hints(), info;
-	hints->domain_attr->mr_mode = FI_MR_BASIC;
-	hints->mode = FI_LOCAL_MR | FI_RX_CQ_DATA;
+	hints->domain_attr->mr_mode = api::kMrBasic;
+	hints->mode = api::kModeLocalMr | FI_RX_CQ_DATA;
 	fi_info *raw = nullptr;
 	cr_assert_eq(fi_getinfo(FI_VERSION(1, 4), nullptr, nullptr, 0, hints.get(), &raw), 0);
 	info.reset(raw);
-	cr_assert_eq(info->domain_attr->mr_mode, FI_MR_BASIC);
-	cr_assert(info->mode & FI_LOCAL_MR);
+	cr_assert_eq(info->domain_attr->mr_mode, api::kMrBasic);
+	cr_assert(info->mode & api::kModeLocalMr);
 }

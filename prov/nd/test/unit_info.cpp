@@ -133,39 +133,39 @@ Test(mr_mode, modern_api_needs_every_required_bit)
 	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), kMrMode);
 	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), -1, "FI_MR_LOCAL is required");
-	hints->mode |= FI_LOCAL_MR;
+	hints->mode |= api::kModeLocalMr;
 	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), kMrMode,
 		     "the old FI_LOCAL_MR mode bit stands for FI_MR_LOCAL");
-	hints->mode &= ~FI_LOCAL_MR;
+	hints->mode &= ~api::kModeLocalMr;
 	hints->domain_attr->mr_mode = 0;
 	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), -1);
 	cr_assert_not(mismatch(hints.get()).empty());
-	hints->domain_attr->mr_mode = ~(FI_MR_BASIC | FI_MR_SCALABLE);
+	hints->domain_attr->mr_mode = ~(api::kMrBasic | api::kMrScalable);
 	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), kMrMode);
 }
 
 Test(mr_mode, basic_and_scalable)
 {
 	InfoPtr hints = app_hints();
-	hints->domain_attr->mr_mode = FI_MR_BASIC | FI_MR_LOCAL;
-	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), FI_MR_BASIC | FI_MR_LOCAL);
-	hints->domain_attr->mr_mode = FI_MR_BASIC;
+	hints->domain_attr->mr_mode = api::kMrBasic | FI_MR_LOCAL;
+	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), api::kMrBasic | FI_MR_LOCAL);
+	hints->domain_attr->mr_mode = api::kMrBasic;
 	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), -1);
-	hints->domain_attr->mr_mode = FI_MR_SCALABLE | FI_MR_LOCAL;
+	hints->domain_attr->mr_mode = api::kMrScalable | FI_MR_LOCAL;
 	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), -1);
 }
 
 Test(mr_mode, api_before_1_5)
 {
 	InfoPtr hints = app_hints();
-	hints->domain_attr->mr_mode = FI_MR_BASIC;
-	hints->mode = FI_LOCAL_MR;
-	cr_assert_eq(negotiate_mr_mode(FI_VERSION(1, 4), hints.get()), FI_MR_BASIC);
+	hints->domain_attr->mr_mode = api::kMrBasic;
+	hints->mode = api::kModeLocalMr;
+	cr_assert_eq(negotiate_mr_mode(FI_VERSION(1, 4), hints.get()), api::kMrBasic);
 	cr_assert(mismatch(hints.get(), FI_VERSION(1, 4)).empty());
 	hints->mode = 0;
 	cr_assert_eq(negotiate_mr_mode(FI_VERSION(1, 4), hints.get()), -1);
 	cr_assert_not(mismatch(hints.get(), FI_VERSION(1, 4)).empty());
-	cr_assert_eq(negotiate_mr_mode(FI_VERSION(1, 4), nullptr), FI_MR_BASIC);
+	cr_assert_eq(negotiate_mr_mode(FI_VERSION(1, 4), nullptr), api::kMrBasic);
 }
 
 Test(address_request, node_and_service)
@@ -258,7 +258,8 @@ Test(build_info, attributes_come_from_the_adapter)
 	cr_assert_str_eq(info->domain_attr->name, "rxe0");
 	cr_assert_str_eq(info->fabric_attr->name, "10.0.2.0/24");
 	cr_assert_null(info->fabric_attr->prov_name, "libfabric fills in the provider name");
-	cr_assert_eq(info->fabric_attr->api_version, FI_VERSION(1, 17));
+	cr_assert_eq(info->fabric_attr->api_version, ND_API_VERSION,
+		     "the API of the headers the provider was built with");
 	cr_assert_eq(info->addr_format, (uint32_t)FI_SOCKADDR_IN);
 	cr_assert_eq(info->src_addrlen, sizeof(sockaddr_in));
 	cr_assert_null(info->dest_addr);
@@ -274,6 +275,38 @@ Test(build_info, queue_depth_defaults_are_capped_by_the_device)
 	InfoPtr info(build_info(kVersion, nullptr, a, a.addresses[0], {}, p));
 	cr_assert_eq(info->tx_attr->size, 100u);
 	cr_assert_eq(info->rx_attr->size, 100u);
+}
+
+Test(build_info, comp_order_follows_the_api_the_application_asked_for)
+{
+	Adapter a = rxe_adapter();
+	Params p;
+	InfoPtr v1(build_info(FI_VERSION(1, 17), nullptr, a, a.addresses[0], {}, p));
+	cr_assert_eq(v1->tx_attr->comp_order, kCompOrder, "1.x: RC completes in order");
+	cr_assert_eq(v1->rx_attr->comp_order, kCompOrder);
+	InfoPtr v2(build_info(FI_VERSION(2, 0), nullptr, a, a.addresses[0], {}, p));
+	cr_assert_eq(v2->tx_attr->comp_order, 0u, "2.x: deprecated, set to 0 (fi_endpoint(3))");
+	cr_assert_eq(v2->rx_attr->comp_order, 0u);
+
+	/* An application of either generation that still asks for strict
+	 * completion order is served: the queue pair gives it. */
+	InfoPtr hints = app_hints();
+	hints->tx_attr->comp_order = api::kOrderStrict;
+	hints->rx_attr->comp_order = api::kOrderStrict | api::kOrderData;
+	for (uint32_t version : {FI_VERSION(1, 17), FI_VERSION(2, 0)})
+		cr_assert_eq(hints_mismatch(version, hints.get(), a, a.addresses[0], p), "");
+	hints->tx_attr->comp_order = 1ULL << 40;
+	cr_assert_neq(hints_mismatch(FI_VERSION(2, 0), hints.get(), a, a.addresses[0], p), "",
+		      "an order bit nobody defined is refused");
+}
+
+Test(build_info, api_version_is_the_headers_one)
+{
+	cr_assert_eq(ND_API_VERSION, FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION));
+	cr_assert(!api::is_v2(FI_VERSION(1, 17)));
+	cr_assert(!api::is_v2(FI_VERSION(1, 99)));
+	cr_assert(api::is_v2(FI_VERSION(2, 0)));
+	cr_assert(api::is_v2(FI_VERSION(2, 3)));
 }
 
 Test(build_info, hints_shape_the_result)
