@@ -25,6 +25,10 @@ int getinfo_impl(uint32_t version, const char *node, const char *service, uint64
 		return -FI_EINVAL;
 	}
 	*info = nullptr;
+	if (std::string why = api_refusal(version); !why.empty()) {
+		ND_WARN(FI_LOG_CORE, "fi_getinfo: %s\n", why.c_str());
+		return -FI_ENODATA;
+	}
 	const Params params = read_params();
 
 	AddressRequest request;

@@ -306,6 +306,16 @@ int negotiate_mr_mode(uint32_t version, const fi_info *hints) noexcept
 	return kMrMode;
 }
 
+std::string api_refusal(uint32_t version)
+{
+	if (!FI_VERSION_LT(ND_API_VERSION, version))
+		return {};
+	return format("API %u.%u asked for; this nd was built against libfabric %u.%u headers "
+		      "(rebuild it against the libfabric that loads it)",
+		      FI_MAJOR(version), FI_MINOR(version), FI_MAJOR(ND_API_VERSION),
+		      FI_MINOR(ND_API_VERSION));
+}
+
 std::string hints_mismatch(uint32_t version, const fi_info *hints, const Adapter &a,
 			   const PortAddress &address, const Params &params)
 {

@@ -80,6 +80,16 @@ CmDataLimits user_cm_limits(const Adapter &adapter) noexcept;
 CmDataLimits user_cm_limits(bool iwarp) noexcept;
 
 /*
+ * Why an application asking for API `version` cannot be served by this
+ * build of the provider, in words for the log; empty when it can. A newer
+ * API than the headers nd was built with has meanings nd does not know:
+ * libfabric's core offers no such provider to the application (it logs
+ * "fi_version ... < requested"); nd refuses the same, should a core pass
+ * the call on, and says how to fix it.
+ */
+std::string api_refusal(uint32_t version);
+
+/*
  * Why `hints` cannot be satisfied by this adapter/address, in words for the
  * log; empty when they can. `version` is the API version of the call.
  */

@@ -309,6 +309,17 @@ Test(build_info, api_version_is_the_headers_one)
 	cr_assert(api::is_v2(FI_VERSION(2, 3)));
 }
 
+Test(build_info, an_api_newer_than_the_build_is_refused_with_the_reason)
+{
+	cr_assert_eq(api_refusal(ND_API_VERSION), "");
+	cr_assert_eq(api_refusal(FI_VERSION(1, 0)), "", "old applications keep old meanings");
+	cr_assert_eq(api_refusal(FI_VERSION(1, 5)), "");
+	uint32_t newer = FI_VERSION(FI_MAJOR(ND_API_VERSION), FI_MINOR(ND_API_VERSION) + 1);
+	std::string why = api_refusal(newer);
+	cr_assert(why.find("rebuild") != std::string::npos, "%s", why.c_str());
+	cr_assert_neq(api_refusal(FI_VERSION(FI_MAJOR(ND_API_VERSION) + 1, 0)), "");
+}
+
 Test(build_info, hints_shape_the_result)
 {
 	InfoPtr hints = app_hints();
