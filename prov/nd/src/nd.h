@@ -22,9 +22,12 @@
 #define ND_H
 
 #include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/providers/fi_prov.h>
 #include <rdma/providers/fi_log.h>
+#include <sys/uio.h>
 
 #include "nd_api.h"
 
@@ -32,6 +35,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -113,6 +117,20 @@ int close_bound_domain_child(T *object, fi_log_subsys subsys, const char *what)
 	return 0;
 }
 
+/* A mutex that locks only when the threading model needs it; chosen when
+ * the object is opened, never per call. */
+class OptionalLock {
+public:
+	void enable(bool on) noexcept { enabled_ = on; }
+	bool enabled() const noexcept { return enabled_; }
+	void lock() { if (enabled_) mutex_.lock(); }
+	void unlock() { if (enabled_) mutex_.unlock(); }
+
+private:
+	std::mutex mutex_;
+	bool enabled_ = false;
+};
+
 /* An fi_info owned until released (fi_freeinfo otherwise). */
 struct InfoDeleter {
 	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }
@@ -121,6 +139,35 @@ using UniqueInfo = std::unique_ptr<fi_info, InfoDeleter>;
 
 /* Converts a libfabric return value or an errno to a printable string. */
 const char *strerror_fi(int ret) noexcept;
+
+/* The provider's one errno -> -FI_E* map (for system, verbs and rdma_cm
+ * calls); an errno it does not name becomes `otherwise`, the meaning the
+ * caller's context gives a failure. */
+int fi_error_of_errno(int err, int otherwise = -FI_EINVAL) noexcept;
+
+/* fi_control(FI_GETWAIT / FI_GETWAITOBJ) of an object waitable through
+ * `fd` (an epoll set; -1 when it has none) with wait object `obj`; any other
+ * command is -FI_ENOSYS. Shared by EQs and CQs. */
+int control_wait(fi_log_subsys subsys, const char *object, int command, void *arg, int fd,
+		 fi_wait_obj obj);
+
+/*
+ * The provider's entry points that open objects, declared in one place, as
+ * libfabric's own providers declare theirs in their private header: a
+ * parent's ops table names its children's entry points without including
+ * the children's headers. Each is a noexcept thunk into its object's file.
+ */
+int open_domain(fid_fabric *fabric, fi_info *info, fid_domain **domain, void *context) noexcept;
+int open_passive_ep(fid_fabric *fabric, fi_info *info, fid_pep **pep, void *context) noexcept;
+int open_endpoint(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
+int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq, void *context) noexcept;
+int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr, void *context) noexcept;
+int srx_open(fid_domain *domain, fi_rx_attr *attr, fid_ep **rx_ep, void *context) noexcept;
+int mr_reg(fid *domain, const void *buf, size_t len, uint64_t access, uint64_t offset,
+	   uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept;
+int mr_regv(fid *domain, const iovec *iov, size_t count, uint64_t access, uint64_t offset,
+	    uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept;
+int mr_regattr(fid *domain, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr) noexcept;
 
 } // namespace nd
 

@@ -65,32 +65,6 @@ rdma_cm_id *CmIdHolder::release() noexcept
 	return out;
 }
 
-int fi_error_of_errno(int err) noexcept
-{
-	switch (err) {
-	case 0: return 0;
-	case ENOMEM: return -FI_ENOMEM;
-	case EMFILE:
-	case ENFILE: return -FI_EMFILE;
-	case EADDRINUSE: return -FI_EADDRINUSE;
-	case EADDRNOTAVAIL: return -FI_EADDRNOTAVAIL;
-	case ENETUNREACH: return -FI_ENETUNREACH;
-	case EHOSTUNREACH: return -FI_EHOSTUNREACH;
-	case ETIMEDOUT: return -FI_ETIMEDOUT;
-	case ECONNREFUSED: return -FI_ECONNREFUSED;
-	case ENODEV:
-	case ENXIO: return -FI_ENODEV;
-	case EISCONN: return -FI_EISCONN;
-	case ENOTCONN: return -FI_ENOTCONN;
-	case EAGAIN: return -FI_EAGAIN;
-	case EBUSY: return -FI_EBUSY;
-	case EPERM:
-	case EACCES: return -FI_EACCES;
-	case ENOSPC: return -FI_ENOSPC;
-	default: return -FI_EINVAL;
-	}
-}
-
 SockAddr local_address(rdma_cm_id *id) noexcept
 {
 	SockAddr out;

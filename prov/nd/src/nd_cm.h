@@ -74,8 +74,6 @@ struct CmIdHolder {
 	rdma_cm_id *release() noexcept;
 };
 
-/* The -FI_E* of an errno from a synchronous rdma_cm or verbs call. */
-int fi_error_of_errno(int err) noexcept;
 
 /* Local and peer addresses of an id. */
 SockAddr local_address(rdma_cm_id *id) noexcept;

@@ -2,7 +2,6 @@
 #include "nd_cntr.h"
 #include "nd_cq.h"
 #include "nd_domain.h"
-#include "nd_ep.h"
 #include "nd_unsupported.h"
 
 #include <algorithm>
@@ -12,34 +11,46 @@
 
 namespace nd {
 
-void Counter::attach(Endpoint *ep)
+void Counter::attach(const void *user)
 {
 	std::lock_guard<std::mutex> guard(sources_lock);
-	if (std::find(sources.begin(), sources.end(), ep) == sources.end()) {
-		sources.push_back(ep);
+	if (std::find(users.begin(), users.end(), user) == users.end()) {
+		users.push_back(user);
 		bound.acquire();
 	}
 }
 
-void Counter::detach(Endpoint *ep) noexcept
+void Counter::detach(const void *user) noexcept
 {
 	std::lock_guard<std::mutex> guard(sources_lock);
-	auto it = std::find(sources.begin(), sources.end(), ep);
-	if (it != sources.end()) {
-		sources.erase(it);
+	auto it = std::find(users.begin(), users.end(), user);
+	if (it != users.end()) {
+		users.erase(it);
 		bound.release();
 	}
+}
+
+void Counter::watch(CompletionQueue *cq)
+{
+	std::lock_guard<std::mutex> guard(sources_lock);
+	cqs.push_back(cq);
+}
+
+void Counter::unwatch(CompletionQueue *cq) noexcept
+{
+	std::lock_guard<std::mutex> guard(sources_lock);
+	auto it = std::find(cqs.begin(), cqs.end(), cq);
+	if (it != cqs.end())
+		cqs.erase(it);
 }
 
 void Counter::progress()
 {
 	std::lock_guard<std::mutex> guard(sources_lock);
-	for (Endpoint *ep : sources) {
-		if (ep->tx_cq)
-			ep->tx_cq->progress();
-		if (ep->rx_cq && ep->rx_cq != ep->tx_cq)
-			ep->rx_cq->progress();
-	}
+	/* A CQ watched through several endpoints is polled once per watch:
+	 * the second poll finds it empty, which costs less than sorting. */
+	for (CompletionQueue *cq : cqs)
+		cq->progress();
 }
 
 int Counter::close()

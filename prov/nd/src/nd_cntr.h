@@ -1,17 +1,19 @@
 /*
  * nd_cntr.h: counters (fid_cntr).
  *
- * A counter is two atomics that completion handling adds to. Completions
- * only surface when a verbs CQ is polled, so reading or waiting on a
- * counter first progresses the CQs of the endpoints bound to it (each
- * endpoint has a CQ per direction, its own internal one when the
- * application bound none). Waiting polls: there is no wait object
+ * A counter is two atomics (its CounterCells, nd_wq.h) that the retirement
+ * of a work request adds to. Completions only surface when a verbs CQ is
+ * polled, so reading or waiting on a counter first progresses the CQs that
+ * feed it: an enabled endpoint bound to the counter makes its CQs watched
+ * (one per direction, its own internal one when the application bound
+ * none). The counter knows CQs, never endpoints. Waiting polls: there is no wait object
  * (FI_WAIT_NONE/FI_WAIT_UNSPEC; FI_GETWAIT is not offered).
  */
 #ifndef ND_CNTR_H
 #define ND_CNTR_H
 
 #include "nd.h"
+#include "nd_wq.h"
 
 #include <rdma/fi_domain.h>
 
@@ -21,8 +23,8 @@
 
 namespace nd {
 
+struct CompletionQueue;
 struct Domain;
-struct Endpoint;
 
 struct Counter {
 	fid_cntr cntr;				/* first: from_fid<Counter> */
@@ -30,20 +32,21 @@ struct Counter {
 	std::atomic<uint64_t> value{0};
 	std::atomic<uint64_t> errors{0};
 	std::mutex sources_lock;
-	std::vector<Endpoint *> sources;	/* endpoints whose CQs feed it */
+	std::vector<const void *> users;	/* objects bound to it; each holds `bound` */
+	std::vector<CompletionQueue *> cqs;	/* CQs that feed it, once per watch */
 	ChildCount bound;
 
-	void count(bool ok) noexcept
-	{
-		(ok ? value : errors).fetch_add(1, std::memory_order_release);
-	}
-	void attach(Endpoint *ep);
-	void detach(Endpoint *ep) noexcept;
+	CounterCells cells() noexcept { return {&value, &errors}; }
+	/* A binding (fi_ep_bind): the counter cannot close while it lasts. */
+	void attach(const void *user);
+	void detach(const void *user) noexcept;
+	/* An enabled binding's CQ feeds the counter until unwatched. */
+	void watch(CompletionQueue *cq);
+	void unwatch(CompletionQueue *cq) noexcept;
 	void progress();
 	int close();
 };
 
-int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr, void *context) noexcept;
 
 } // namespace nd
 

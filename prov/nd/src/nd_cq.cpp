@@ -1,12 +1,6 @@
 /* nd_cq.cpp: completion queues: open, read in every format, errors, waiting. */
 #include "nd_cq.h"
-#include "nd_cm.h"
-#include "nd_cntr.h"
 #include "nd_domain.h"
-#include "nd_ep.h"
-#include "nd_eq.h"
-#include "nd_fabric.h"
-#include "nd_srx.h"
 #include "nd_unsupported.h"
 
 #include <arpa/inet.h>
@@ -22,18 +16,6 @@
 #include <thread>
 
 namespace nd {
-
-WorkQueue::WorkQueue(QueueKind k, Endpoint *owner_ep, uint32_t wanted_depth)
-	: kind(k), ep(owner_ep), srx(nullptr), depth(std::max<uint32_t>(wanted_depth, 1))
-{
-	uint32_t size = 1;
-	while (size <= depth)
-		size <<= 1;
-	mask = size - 1;
-	records = std::make_unique<OpRecord[]>(size);
-	for (uint32_t i = 0; i < size; i++)
-		records[i].owner = this;
-}
 
 int fi_error_of_wc_status(ibv_wc_status status) noexcept
 {
@@ -58,27 +40,6 @@ int fi_error_of_wc_status(ibv_wc_status status) noexcept
 }
 
 namespace {
-
-Counter *counter_for(const Endpoint *ep, uint64_t flags) noexcept
-{
-	if (flags & FI_SEND)
-		return ep->send_cntr;
-	if (flags & FI_RECV)
-		return ep->recv_cntr;
-	if (flags & FI_READ)
-		return ep->read_cntr;
-	if (flags & FI_WRITE)
-		return ep->write_cntr;
-	return nullptr;
-}
-
-/* A request is done: its counter, if one is bound. */
-void account(WorkQueue *queue, const OpRecord &record, bool ok) noexcept
-{
-	if (queue->counted)
-		if (Counter *counter = counter_for(queue->ep, record.flags))
-			counter->count(ok);
-}
 
 /* The CQ entry of a request that succeeded. */
 inline void success_entry(const ibv_wc &wc, void *context, uint64_t flags, CqEntry *out) noexcept
@@ -375,6 +336,16 @@ int CompletionQueue::reserve(int count)
 	return 0;
 }
 
+void CompletionQueue::adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	try {
+		orphans.push_back(std::move(queue));
+	} catch (const std::bad_alloc &) {
+		(void)queue.release(); /* leaked: a late completion stays safe */
+	}
+}
+
 void CompletionQueue::unreserve(int count) noexcept
 {
 	std::lock_guard<OptionalLock> guard(lock);
@@ -385,26 +356,11 @@ void CompletionQueue::unreserve(int count) noexcept
 
 bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 {
-	OpRecord *record = record_of(wc.wr_id);
-	WorkQueue *queue = record->owner;
-	const OpRecord done = *record; /* the slot may be reused once retired */
-	const bool ok = wc.status == IBV_WC_SUCCESS;
-	if (queue->kind == QueueKind::shared_recv) {
-		queue->srx->release(record);
-	} else {
-		queue->retire_through(record);
-		account(queue, done, ok);
-	}
-	if (!ok) {
-		const bool flushed = wc.status == IBV_WC_WR_FLUSH_ERR;
-		if (!flushed) {
-			ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", done.context,
-				ibv_wc_status_str(wc.status), wc.vendor_err);
-			if (queue->ep)
-				queue->ep->link.store(LinkState::broken, std::memory_order_relaxed);
-		}
+	const Retired done = WorkQueue::retire(wc);
+	if (wc.status != IBV_WC_SUCCESS) {
 		/* A flushed request the application asked no completion for
 		 * stays silent; a real failure is always reported. */
+		const bool flushed = wc.status == IBV_WC_WR_FLUSH_ERR;
 		if (internal || (!done.report && flushed))
 			return false;
 		CqError error;
@@ -486,24 +442,17 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 		const int want = static_cast<int>(std::min<size_t>(count - n, kPollBatch));
 		const int got = ibv_poll_cq(verbs_cq.get(), want, wc);
 		for (int i = 0; i < got; i++) {
-			/* The common case inline: success, an endpoint's own
-			 * queue, no counter; complete() takes everything else. */
-			OpRecord *record = record_of(wc[i].wr_id);
-			WorkQueue *queue = record->owner;
-			if (__builtin_expect(wc[i].status == IBV_WC_SUCCESS && !queue->counted &&
-						     queue->kind != QueueKind::shared_recv,
-					     1)) {
-				void *context = record->context;
-				const uint32_t flags = record->flags;
-				const bool report = record->report && !internal;
-				queue->retire_through(record); /* the slot may be reused now */
-				if (!report)
+			/* The common case inline: a success (retire() inlines its
+			 * own common case); complete() takes everything else. */
+			if (__builtin_expect(wc[i].status == IBV_WC_SUCCESS, 1)) {
+				const Retired done = WorkQueue::retire(wc[i]);
+				if (!done.report || internal)
 					continue;
 				if constexpr (Format == FI_CQ_FORMAT_CONTEXT) {
-					static_cast<fi_cq_entry *>(buf)[n++].op_context = context;
+					static_cast<fi_cq_entry *>(buf)[n++].op_context = done.context;
 				} else {
 					CqEntry entry;
-					success_entry(wc[i], context, flags, &entry);
+					success_entry(wc[i], done.context, done.flags, &entry);
 					store<Format>(buf, n++, entry);
 				}
 				continue;
@@ -550,7 +499,7 @@ ssize_t CompletionQueue::readerr(fi_cq_err_entry *buf, uint64_t flags)
 		errors.pop_front();
 	/* Before API 1.5 the structure ended at err_data; no error data is
 	 * carried, so a caller's own err_data buffer is left untouched. */
-	if (FI_VERSION_LT(domain->fabric->api_version, FI_VERSION(1, 5))) {
+	if (FI_VERSION_LT(domain->api_version, FI_VERSION(1, 5))) {
 		std::memcpy(buf, &entry, offsetof(fi_cq_err_entry, err_data_size));
 		buf->err_data = nullptr;
 	} else {

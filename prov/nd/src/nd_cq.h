@@ -73,6 +73,10 @@ struct CompletionQueue {
 			CompletionQueue **out);
 	int close();
 
+	/* Keeps a closed endpoint's queue whose requests are still
+	 * outstanding, until the CQ closes. */
+	void adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept;
+
 	/* Makes room for `count` more outstanding requests (fi_enable). */
 	int reserve(int count);
 	void unreserve(int count) noexcept;
@@ -109,7 +113,6 @@ struct CompletionQueue {
  * (positive, as fi_cq_err_entry.err carries it). */
 int fi_error_of_wc_status(ibv_wc_status status) noexcept;
 
-int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq, void *context) noexcept;
 
 } // namespace nd
 

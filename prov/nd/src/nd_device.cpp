@@ -9,6 +9,7 @@
  * per device per process.
  */
 #include "nd_device.h"
+#include "nd_cm_data.h"
 #include "nd.h"
 #include "nd_verbs.h"
 
@@ -355,6 +356,18 @@ std::vector<Adapter> discover_adapters(const Params &params)
 		adapters[found->second].addresses.push_back(candidate);
 	}
 	return adapters;
+}
+
+CmDataLimits user_cm_limits(bool iwarp) noexcept
+{
+	CmDataLimits t = transport_cm_limits(iwarp);
+	constexpr auto framing = static_cast<uint32_t>(cm::kFramingBytes);
+	return {t.connect - framing, t.accept - framing, t.reject - framing};
+}
+
+CmDataLimits user_cm_limits(const Adapter &adapter) noexcept
+{
+	return user_cm_limits(adapter.iwarp);
 }
 
 } // namespace nd

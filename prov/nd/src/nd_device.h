@@ -85,6 +85,9 @@ struct Adapter {
  * as the user sees them (rdma_cm's header already subtracted). */
 CmDataLimits transport_cm_limits(const Adapter &adapter) noexcept;
 CmDataLimits transport_cm_limits(bool iwarp) noexcept;
+/* The user-visible private data limits (transport limits minus framing). */
+CmDataLimits user_cm_limits(const Adapter &adapter) noexcept;
+CmDataLimits user_cm_limits(bool iwarp) noexcept;
 
 /* Converts verbs' active_speed / active_width codes to bits per second; 0
  * for codes it does not know. Pure. */

@@ -1,10 +1,5 @@
 /* nd_domain.cpp: the domain object (fid_domain). */
 #include "nd_domain.h"
-#include "nd_cntr.h"
-#include "nd_cq.h"
-#include "nd_mr.h"
-#include "nd_srx.h"
-#include "nd_ep.h"
 #include "nd_fabric.h"
 #include "nd_info.h"
 #include "nd_unsupported.h"
@@ -116,7 +111,7 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 		int err = errno ? errno : ENOMEM;
 		ND_WARN(FI_LOG_DOMAIN, "fi_domain(%s): ibv_alloc_pd: %s\n", info->domain_attr->name,
 			std::strerror(err));
-		return err == ENOMEM ? -FI_ENOMEM : -FI_ENODEV;
+		return fi_error_of_errno(err, -FI_ENODEV);
 	}
 	ibv_device_attr attr{};
 	int rc = ibv_query_device(domain->context, &attr);
@@ -141,6 +136,7 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 
 	domain->info = copy.release();
 	domain->fabric = fabric;
+	domain->api_version = fabric->api_version;
 	domain->domain.fid.fclass = FI_CLASS_DOMAIN;
 	domain->domain.fid.context = context;
 	domain->domain.fid.ops = &domain_fid_ops;

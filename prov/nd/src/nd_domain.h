@@ -34,12 +34,13 @@ struct Domain {
 	int max_cqe;
 	int max_srq_wr;
 	fi_threading threading;
+	/* The API version the application asked for (its fabric's), which
+	 * the domain's children follow. */
+	uint32_t api_version;
 
 	int close();
 };
 
-/* fi_domain: opens the device named by info->domain_attr->name. */
-int open_domain(fid_fabric *fabric, fi_info *info, fid_domain **domain, void *context) noexcept;
 
 } // namespace nd
 

@@ -37,15 +37,6 @@ struct Domain;
 struct EventQueue;
 struct SharedRx;
 
-/* Whether the queue pair carries data: set by connection management, read
- * by every post. */
-enum class LinkState : uint8_t {
-	idle,		/* not connected yet: receives may be posted, nothing sent */
-	up,		/* the queue pair is ready to send */
-	down,		/* shut down or disconnected: flushed */
-	broken,		/* a transfer failed; the queue pair is in error */
-};
-
 /* A receive posted before the queue pair could take it (before INIT). */
 struct PendingRecv {
 	ibv_recv_wr wr;
@@ -122,6 +113,7 @@ struct Endpoint {
 	uint64_t rx_op_flags;
 	uint32_t tx_reserved;			/* entries reserved on tx_cq / rx_cq */
 	uint32_t rx_reserved;
+	bool counters_watch = false;		/* the bound counters watch tx_cq/rx_cq */
 
 	/* Resources: created at fi_enable; the QP is destroyed first. */
 	UniqueQp qp;
@@ -162,6 +154,19 @@ struct Endpoint {
 	int bind_srx(SharedRx *rx);
 	int setup_data_path();
 	void release_queues() noexcept;
+	/* Each distinct counter bound to the endpoint, once. */
+	template <typename Fn>
+	void for_each_counter(Fn &&fn) const
+	{
+		Counter *const all[] = {send_cntr, recv_cntr, read_cntr, write_cntr};
+		for (size_t i = 0; i < 4; i++) {
+			bool seen = !all[i];
+			for (size_t j = 0; j < i && !seen; j++)
+				seen = all[j] == all[i];
+			if (!seen)
+				fn(all[i]);
+		}
+	}
 	void unbind_all() noexcept;
 	ssize_t post_tx(const TxRequest &request);
 	ssize_t post_committed(ibv_send_wr &wr, const char *call)
@@ -197,8 +202,6 @@ struct Endpoint {
 extern fi_ops_msg ep_msg_ops;
 extern fi_ops_rma ep_rma_ops;
 
-/* fi_endpoint / fi_endpoint2 */
-int open_endpoint(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
 
 } // namespace nd
 

@@ -485,6 +485,10 @@ void ep_cm_event(void *owner, const CmEventCopy &event)
 	} catch (const std::exception &e) {
 		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: %s handling %s\n", owner, e.what(),
 			cm::event_name(event.type));
+	} catch (...) {
+		/* Called from the EQ's progress, inside a noexcept entry point. */
+		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: unknown exception handling %s\n", owner,
+			cm::event_name(event.type));
 	}
 }
 

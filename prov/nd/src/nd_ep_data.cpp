@@ -157,12 +157,30 @@ int Endpoint::setup_data_path()
 		return ret;
 	rx_reserved = rx_completions;
 
-	sq = std::make_unique<WorkQueue>(QueueKind::send, this, tx);
-	sq->counted = send_cntr || read_cntr || write_cntr; /* bound before fi_enable */
+	/* What retiring a request touches (nd_wq.h): the counters bound for its
+	 * kind (bound before fi_enable), and this endpoint's link. */
+	auto cells = [](Counter *c) { return c ? c->cells() : CounterCells{}; };
+	RetireTargets send_targets;
+	send_targets.link = &link;
+	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(send_cntr);
+	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(read_cntr);
+	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(write_cntr);
+	sq = std::make_unique<WorkQueue>(QueueKind::send, tx);
+	sq->set_targets(send_targets);
 	if (!srx) {
-		rq = std::make_unique<WorkQueue>(QueueKind::recv, this, rx);
-		rq->counted = recv_cntr != nullptr;
+		RetireTargets recv_targets;
+		recv_targets.link = &link;
+		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(recv_cntr);
+		rq = std::make_unique<WorkQueue>(QueueKind::recv, rx);
+		rq->set_targets(recv_targets);
 	}
+	/* Reading a bound counter progresses the CQs its completions reach. */
+	counters_watch = true;
+	for_each_counter([&](Counter *c) {
+		c->watch(tx_cq);
+		if (rx_cq != tx_cq)
+			c->watch(rx_cq);
+	});
 	signal_interval = std::max<uint32_t>(sq->depth / 2, 1);
 	send_signal_interval = send_cntr ? 1 : signal_interval;
 	write_signal_interval = write_cntr ? 1 : signal_interval;
@@ -195,13 +213,16 @@ void Endpoint::release_queues() noexcept
 		if (!d.cq->drain(*d.queue, kDrainMs) && d.cq != own_cq) {
 			ND_WARN(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) not flushed yet; the CQ keeps their records\n",
 				static_cast<unsigned long long>(d.queue->outstanding()));
-			std::lock_guard<OptionalLock> guard(d.cq->lock);
-			try {
-				d.cq->orphans.push_back(std::move(d.queue));
-			} catch (const std::bad_alloc &) {
-				(void)d.queue.release(); /* leaked: a late completion stays safe */
-			}
+			d.cq->adopt_orphan(std::move(d.queue));
 		}
+	}
+	if (counters_watch) {
+		for_each_counter([&](Counter *c) {
+			c->unwatch(tx_cq);
+			if (rx_cq != tx_cq)
+				c->unwatch(rx_cq);
+		});
+		counters_watch = false;
 	}
 	qp.reset();
 	if (tx_cq && tx_reserved)

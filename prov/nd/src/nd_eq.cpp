@@ -204,13 +204,13 @@ int EventQueue::init_wait()
 	if (event_fd_ < 0) {
 		int err = errno;
 		ND_WARN(FI_LOG_EQ, "fi_eq_open: eventfd: %s\n", std::strerror(err));
-		return err == EMFILE || err == ENFILE ? -FI_EMFILE : -FI_ENOMEM;
+		return fi_error_of_errno(err, -FI_ENOMEM);
 	}
 	epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
 	if (epoll_fd_ < 0) {
 		int err = errno;
 		ND_WARN(FI_LOG_EQ, "fi_eq_open: epoll_create1: %s\n", std::strerror(err));
-		return err == EMFILE || err == ENFILE ? -FI_EMFILE : -FI_ENOMEM;
+		return fi_error_of_errno(err, -FI_ENOMEM);
 	}
 	epoll_event ev{};
 	ev.events = EPOLLIN;
@@ -532,32 +532,6 @@ ssize_t EventQueue::sread(uint32_t *event, void *buf, size_t len, int timeout, u
 		int rc = wait(left);
 		if (rc)
 			return rc;
-	}
-}
-
-int control_wait(fi_log_subsys subsys, const char *object, int command, void *arg, int fd,
-		 fi_wait_obj obj)
-{
-	switch (command) {
-	case FI_GETWAIT:
-		if (!arg) {
-			FI_WARN(&nd_prov, subsys, "fi_control(%s, FI_GETWAIT): arg is NULL\n", object);
-			return -FI_EINVAL;
-		}
-		if (fd < 0) {
-			FI_WARN(&nd_prov, subsys, "fi_control(%s, FI_GETWAIT): no fd wait object\n", object);
-			return -FI_ENODATA;
-		}
-		*static_cast<int *>(arg) = fd;
-		return 0;
-	case FI_GETWAITOBJ:
-		if (!arg)
-			return -FI_EINVAL;
-		*static_cast<fi_wait_obj *>(arg) = obj;
-		return 0;
-	default:
-		FI_WARN(&nd_prov, subsys, "fi_control(%s): command %d not supported\n", object, command);
-		return -FI_ENOSYS;
 	}
 }
 

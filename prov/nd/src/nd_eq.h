@@ -137,12 +137,6 @@ int ensure_cm_id(EventQueue *eq, CmIdHolder &cm, CmTarget *target);
  * binding. The caller has checked that the object has no EQ yet. */
 int bind_cm_to_eq(EventQueue *eq, CmIdHolder &cm, EventQueue **slot);
 
-/* fi_control(FI_GETWAIT / FI_GETWAITOBJ) of an object waitable through
- * `fd` (an epoll set; -1 when it has none) with wait object `obj`; any other
- * command is -FI_ENOSYS. Shared by EQs and CQs. */
-int control_wait(fi_log_subsys subsys, const char *object, int command, void *arg, int fd,
-		 fi_wait_obj obj);
-
 /* Default number of entries when the application asks for none. */
 constexpr size_t kDefaultEqSize = 1024;
 

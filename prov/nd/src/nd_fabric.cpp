@@ -1,9 +1,7 @@
 /* nd_fabric.cpp: the fabric object (fid_fabric). */
 #include "nd_fabric.h"
 #include "nd_cq.h"
-#include "nd_domain.h"
 #include "nd_eq.h"
-#include "nd_pep.h"
 #include "nd_unsupported.h"
 
 #include <cstdio>

@@ -1,6 +1,7 @@
 /* nd_info.cpp: fi_info construction and hint matching (pure logic). */
 #include "nd_info.h"
 #include "nd.h"
+#include "nd_cm_data.h"
 #include "nd_nic.h"
 
 #include <algorithm>
@@ -263,17 +264,6 @@ bool address_matches(const AddressRequest &request, const PortAddress &address) 
 std::string fabric_name(const PortAddress &address)
 {
 	return network_prefix(address.addr, address.prefix_len);
-}
-
-CmDataLimits user_cm_limits(bool iwarp) noexcept
-{
-	CmDataLimits t = transport_cm_limits(iwarp);
-	return {t.connect - kCmFramingBytes, t.accept - kCmFramingBytes, t.reject - kCmFramingBytes};
-}
-
-CmDataLimits user_cm_limits(const Adapter &adapter) noexcept
-{
-	return user_cm_limits(adapter.iwarp);
 }
 
 int negotiate_mr_mode(uint32_t version, const fi_info *hints) noexcept

@@ -33,20 +33,18 @@ constexpr uint64_t kMsgOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_O
 /* Accepted in hints (an RC queue pair completes in order); reported only to
  * applications of API 1.x: 2.x deprecated comp_order. */
 constexpr uint64_t kCompOrder = api::kOrderStrict | api::kOrderData;
-constexpr uint64_t kTxOpFlags = FI_INJECT | FI_MULTI_RECV | FI_COMPLETION | FI_INJECT_COMPLETE |
+/* FI_MULTI_RECV is not offered: refused here, by fi_recvmsg and by the
+ * shared receive context alike, each with a log line. */
+constexpr uint64_t kTxOpFlags = FI_INJECT | FI_COMPLETION | FI_INJECT_COMPLETE |
 				FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_MORE |
 				FI_REMOTE_CQ_DATA;
-constexpr uint64_t kRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
+constexpr uint64_t kRxOpFlags = FI_COMPLETION;
 /* Registration as verbs requires it: local descriptors, remote virtual
  * addresses, backed memory, keys chosen by the device. */
 constexpr int kMrMode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 /* Immediate data is 4 bytes; so are lkeys/rkeys. */
 constexpr size_t kCqDataSize = 4;
 constexpr size_t kMrKeySize = 4;
-/* Bytes of every CM private-data exchange the provider keeps for itself: a
- * length byte, because the transport delivers the whole field zero-padded
- * and the application must get back exactly the length it was sent. */
-constexpr uint32_t kCmFramingBytes = 1;
 
 /* The addressing a getinfo call asks for, from node/service/flags/hints. */
 struct AddressRequest {
@@ -75,9 +73,6 @@ bool address_matches(const AddressRequest &request, const PortAddress &address) 
 /* The fabric name of an address: its IP network ("10.0.2.0/24"). */
 std::string fabric_name(const PortAddress &address);
 
-/* The user-visible private data limits (transport limits minus framing). */
-CmDataLimits user_cm_limits(const Adapter &adapter) noexcept;
-CmDataLimits user_cm_limits(bool iwarp) noexcept;
 
 /*
  * Why an application asking for API `version` cannot be served by this

@@ -94,7 +94,7 @@ int register_region(Domain *domain, const void *buf, size_t len, uint64_t access
 	if (!region->handle) {
 		int err = errno;
 		ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
-		return err == ENOMEM ? -FI_ENOMEM : err == EFAULT ? -FI_EFAULT : -FI_EINVAL;
+		return fi_error_of_errno(err);
 	}
 	region->lkey = region->handle->lkey;
 	region->domain = domain;

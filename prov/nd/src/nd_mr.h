@@ -41,11 +41,6 @@ inline uint32_t lkey_of(void *desc) noexcept
  * access flags; 0 access means every access, as libfabric says. */
 int verbs_access_of(uint64_t access) noexcept;
 
-int mr_reg(fid *domain, const void *buf, size_t len, uint64_t access, uint64_t offset,
-	   uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept;
-int mr_regv(fid *domain, const iovec *iov, size_t count, uint64_t access, uint64_t offset,
-	    uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept;
-int mr_regattr(fid *domain, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr) noexcept;
 
 } // namespace nd
 

@@ -68,8 +68,6 @@ struct PassiveEndpoint {
 	int close();
 };
 
-/* fi_passive_ep */
-int open_passive_ep(fid_fabric *fabric, fi_info *info, fid_pep **pep, void *context) noexcept;
 
 } // namespace nd
 

@@ -13,19 +13,11 @@
 namespace nd {
 
 SharedRx::SharedRx(Domain *d, uint32_t depth)
-	: ep{}, domain(d), queue(QueueKind::shared_recv, nullptr, depth), iov_limit(1), op_flags(0)
+	: ep{}, domain(d), queue(QueueKind::shared_recv, depth), iov_limit(1), op_flags(0)
 {
-	queue.srx = this;
-	free_slots.reserve(queue.depth);
-	for (uint32_t i = queue.depth; i > 0; i--)
-		free_slots.push_back(i - 1);
+	/* Completed receives go back to the pool under the lock that posts. */
+	queue.pool_lock = &lock;
 	lock.enable(d->threading != FI_THREAD_DOMAIN && d->threading != FI_THREAD_COMPLETION);
-}
-
-void SharedRx::release(OpRecord *record) noexcept
-{
-	std::lock_guard<OptionalLock> guard(lock);
-	free_slots.push_back(static_cast<uint32_t>(record - queue.records.get()));
 }
 
 ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
@@ -51,9 +43,9 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 		total += iov[i].iov_len;
 	}
 	std::lock_guard<OptionalLock> guard(lock);
-	if (free_slots.empty())
+	if (queue.free_slots.empty())
 		return -FI_EAGAIN;
-	uint32_t slot = free_slots.back();
+	uint32_t slot = queue.free_slots.back();
 	OpRecord &record = queue.records[slot];
 	record.context = context;
 	record.flags = FI_RECV | FI_MSG;
@@ -70,7 +62,7 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
 		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
 	}
-	free_slots.pop_back();
+	queue.free_slots.pop_back();
 	(void)flags;
 	return 0;
 }
@@ -99,8 +91,14 @@ ssize_t srx_recvv(fid_ep *ep, const iovec *iov, void **desc, size_t count, fi_ad
 
 ssize_t srx_recvmsg(fid_ep *ep, const fi_msg *msg, uint64_t flags) noexcept
 {
-	if (!msg)
+	if (!msg) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recvmsg(srx): msg is NULL\n");
 		return -FI_EINVAL;
+	}
+	if (flags & FI_MULTI_RECV) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recvmsg(srx): FI_MULTI_RECV is not supported\n");
+		return -FI_EBADFLAGS;
+	}
 	return srx_of(ep)->post(msg->msg_iov, msg->desc, msg->iov_count, msg->context, flags);
 }
 
@@ -207,6 +205,10 @@ int srx_open(fid_domain *fdomain, fi_rx_attr *attr, fid_ep **out, void *context)
 		if (iov_limit > kMaxSge) {
 			ND_WARN(FI_LOG_EP_CTRL, "fi_srx_context: iov_limit %zu > %zu\n", iov_limit, kMaxSge);
 			return -FI_EINVAL;
+		}
+		if (rx && (rx->op_flags & FI_MULTI_RECV)) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_srx_context: FI_MULTI_RECV is not supported\n");
+			return -FI_EBADFLAGS;
 		}
 		auto srx = std::make_unique<SharedRx>(domain, static_cast<uint32_t>(depth));
 		ibv_srq_init_attr init{};

@@ -30,21 +30,17 @@ struct SharedRx {
 	fid_ep ep;				/* first: from_fid<SharedRx> */
 	Domain *domain;
 	UniqueSrq srq;
-	WorkQueue queue;			/* records only; the ring is not used */
-	OptionalLock lock;
-	std::vector<uint32_t> free_slots;
+	OptionalLock lock;			/* before queue, which points at it */
+	WorkQueue queue;			/* a pool of records; the ring is not used */
 	uint32_t iov_limit;
 	uint64_t op_flags;
 	ChildCount bound;
 
 	SharedRx(Domain *d, uint32_t depth);
-	/* A completed receive's record goes back to the pool. */
-	void release(OpRecord *record) noexcept;
 	ssize_t post(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
 	int close();
 };
 
-int srx_open(fid_domain *domain, fi_rx_attr *attr, fid_ep **rx_ep, void *context) noexcept;
 
 } // namespace nd
 

@@ -15,12 +15,22 @@
  * one. A shared receive context completes out of order and keeps its
  * records in a pool with a free list instead (nd_srx.h).
  *
+ * A completion belongs to a queue, never to an endpoint: what retiring one
+ * of its requests touches besides the ring (the counters bound for each kind
+ * of request, where a broken link is recorded) is handed to the queue when
+ * its endpoint is enabled (RetireTargets), and retire() below is the one
+ * place that decides what a work completion means. Both of the CQ's read
+ * paths call it; nothing here knows endpoints, counters or CQs, so the
+ * rules are unit-tested on the host with recorded work completions.
+ *
  * Threading: one thread posts (under the endpoint's lock if the domain is
  * FI_THREAD_SAFE) and one thread retires (under the CQ's lock), so the ring
  * needs only an acquire/release pair on its two counters.
  */
 #ifndef ND_WQ_H
 #define ND_WQ_H
+
+#include "nd.h"
 
 #include <infiniband/verbs.h>
 #include <rdma/fabric.h>
@@ -29,11 +39,18 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace nd {
 
-struct Endpoint;
-struct SharedRx;
+/* Whether the queue pair carries data: set by connection management, read
+ * by every post, and set to broken by the retirement of a failed request. */
+enum class LinkState : uint8_t {
+	idle,		/* not connected yet: receives may be posted, nothing sent */
+	up,		/* the queue pair is ready to send */
+	down,		/* shut down or disconnected: flushed */
+	broken,		/* a transfer failed; the queue pair is in error */
+};
 
 /* The most scatter/gather entries one request may carry (stack arrays on
  * the data path are this size). */
@@ -57,27 +74,58 @@ static_assert(sizeof(OpRecord) == 32, "a ring slot is half a cache line");
 static_assert((FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_WRITE |
 	       FI_REMOTE_CQ_DATA) <= UINT32_MAX, "OpRecord::flags holds every CQ flag used");
 
-/* A mutex that locks only when the threading model needs it; chosen when
- * the object is opened, never per call. */
-class OptionalLock {
-public:
-	void enable(bool on) noexcept { enabled_ = on; }
-	bool enabled() const noexcept { return enabled_; }
-	void lock() { if (enabled_) mutex_.lock(); }
-	void unlock() { if (enabled_) mutex_.unlock(); }
+/* Every work request's wr_id is its record. */
+inline OpRecord *record_of(uint64_t wr_id) noexcept
+{
+	return reinterpret_cast<OpRecord *>(static_cast<uintptr_t>(wr_id));
+}
 
-private:
-	std::mutex mutex_;
-	bool enabled_ = false;
+/* A counter's two cells (nd_cntr.h): completions and errors. */
+struct CounterCells {
+	std::atomic<uint64_t> *success = nullptr;
+	std::atomic<uint64_t> *errors = nullptr;
+
+	explicit operator bool() const noexcept { return success != nullptr; }
+	void count(bool ok) const noexcept
+	{
+		(ok ? success : errors)->fetch_add(1, std::memory_order_release);
+	}
+};
+
+/* Which counter a request feeds, by its CQ flags. */
+enum class CounterKind : uint8_t { send, recv, read, write, none };
+constexpr size_t kCounterKinds = 4;
+
+constexpr CounterKind counter_kind(uint64_t cq_flags) noexcept
+{
+	return (cq_flags & FI_SEND)    ? CounterKind::send
+	       : (cq_flags & FI_RECV)  ? CounterKind::recv
+	       : (cq_flags & FI_READ)  ? CounterKind::read
+	       : (cq_flags & FI_WRITE) ? CounterKind::write
+				       : CounterKind::none;
+}
+
+/* What retiring a queue's requests touches besides the ring, handed to the
+ * queue by its endpoint at fi_enable. */
+struct RetireTargets {
+	CounterCells counters[kCounterKinds];	/* by CounterKind; empty: none bound */
+	std::atomic<LinkState> *link = nullptr;	/* set to broken by a real failure */
+};
+
+/* What a work completion means to the CQ, decided by WorkQueue::retire. */
+struct Retired {
+	void *context;		/* the application's */
+	uint32_t flags;		/* the CQ entry's flags, for a send-queue request */
+	bool report;		/* the application wants a CQ entry (on success,
+				 * and when flushed; a real failure always has one) */
 };
 
 struct WorkQueue {
 	QueueKind kind;
-	Endpoint *ep;			/* send/recv: the endpoint */
-	SharedRx *srx;			/* shared_recv: the context */
 	std::unique_ptr<OpRecord[]> records;
 	uint32_t depth;			/* most requests outstanding at once */
 	bool counted = false;		/* a counter is bound to some of its requests */
+	RetireTargets targets;
 	uint32_t mask;			/* ring size - 1 (a power of two > depth: one
 					 * slot always free for the close marker) */
 	std::atomic<uint64_t> head{0};	/* posted: written by the poster */
@@ -88,7 +136,46 @@ struct WorkQueue {
 	uint32_t reads_posted = 0;		/* written by the poster */
 	std::atomic<uint32_t> reads_retired{0};	/* written by the reaper */
 
-	WorkQueue(QueueKind k, Endpoint *owner_ep, uint32_t wanted_depth);
+	/* shared_recv: a shared receive context completes out of order, so its
+	 * records are a pool of free slots instead of a ring, under the
+	 * context's lock (set by the context). */
+	std::vector<uint32_t> free_slots;
+	OptionalLock *pool_lock = nullptr;
+
+	/* Allocates the ring (or pool); throws std::bad_alloc. */
+	WorkQueue(QueueKind k, uint32_t wanted_depth);
+
+	/* Where completions leave their marks (fi_enable), before any post. */
+	void set_targets(const RetireTargets &t) noexcept
+	{
+		targets = t;
+		counted = false;
+		for (const CounterCells &cells : targets.counters)
+			counted = counted || static_cast<bool>(cells);
+	}
+
+	/*
+	 * The one place a work completion is given its meaning: retires the
+	 * request's slot (and the unsignaled run before it), counts it on the
+	 * counter bound for its kind, records a broken link when it failed for
+	 * real (a flush is the expected end of a closed link), and says what
+	 * the CQ reports. `wc.wr_id` is a record of this queue. The common
+	 * case (success, no counter, a ring) is inline; the rest is not.
+	 */
+	static Retired retire(const ibv_wc &wc) noexcept
+	{
+		OpRecord *record = record_of(wc.wr_id);
+		WorkQueue *queue = record->owner;
+		const Retired done{record->context, record->flags, record->report};
+		if (__builtin_expect(wc.status == IBV_WC_SUCCESS && !queue->counted &&
+					     queue->kind != QueueKind::shared_recv,
+				     1)) {
+			queue->retire_through(record); /* the slot may be reused now */
+			return done;
+		}
+		queue->retire_other(*record, wc);
+		return done;
+	}
 
 	uint64_t outstanding() const noexcept
 	{
@@ -123,6 +210,10 @@ struct WorkQueue {
 		tail.store(count <= h - t ? t + count : h, std::memory_order_release);
 		reads_retired.store(last->read_mark, std::memory_order_release);
 	}
+
+private:
+	/* retire() for a failure, a counted queue or a pool (nd_wq.cpp). */
+	void retire_other(OpRecord &record, const ibv_wc &wc) noexcept;
 };
 
 /*
@@ -154,11 +245,6 @@ struct SendBatch {
 		       inline_used + max_inline <= inline_capacity;
 	}
 };
-
-inline OpRecord *record_of(uint64_t wr_id) noexcept
-{
-	return reinterpret_cast<OpRecord *>(static_cast<uintptr_t>(wr_id));
-}
 
 } // namespace nd
 

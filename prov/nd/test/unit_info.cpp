@@ -300,6 +300,21 @@ Test(build_info, comp_order_follows_the_api_the_application_asked_for)
 		      "an order bit nobody defined is refused");
 }
 
+Test(hints, multi_recv_is_refused_until_it_is_offered)
+{
+	Adapter a = rxe_adapter();
+	InfoPtr hints = app_hints();
+	hints->rx_attr->op_flags = FI_MULTI_RECV;
+	std::string why = hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{});
+	cr_assert(why.find("rx_attr->op_flags") != std::string::npos, "%s", why.c_str());
+	hints->rx_attr->op_flags = 0;
+	hints->tx_attr->op_flags = FI_MULTI_RECV;
+	why = hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{});
+	cr_assert(why.find("tx_attr->op_flags") != std::string::npos, "%s", why.c_str());
+	hints->tx_attr->op_flags = FI_COMPLETION;
+	cr_assert_eq(hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{}), "");
+}
+
 Test(build_info, api_version_is_the_headers_one)
 {
 	cr_assert_eq(ND_API_VERSION, FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION));

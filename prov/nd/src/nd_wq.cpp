@@ -1,0 +1,52 @@
+/* nd_wq.cpp: the work queue's records and the retirement of its requests. */
+#include "nd_wq.h"
+#include "nd.h"
+
+#include <algorithm>
+
+namespace nd {
+
+WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth)
+	: kind(k), depth(std::max<uint32_t>(wanted_depth, 1))
+{
+	uint32_t size = 1;
+	while (size <= depth)
+		size <<= 1;
+	mask = size - 1;
+	records = std::make_unique<OpRecord[]>(size);
+	for (uint32_t i = 0; i < size; i++)
+		records[i].owner = this;
+	if (kind == QueueKind::shared_recv) {
+		/* Every slot's index fits, so giving one back never allocates. */
+		free_slots.reserve(depth);
+		for (uint32_t i = depth; i > 0; i--)
+			free_slots.push_back(i - 1);
+	}
+}
+
+void WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc) noexcept
+{
+	const bool ok = wc.status == IBV_WC_SUCCESS;
+	void *const context = record.context;	/* the slot may be reused once retired */
+	const uint32_t flags = record.flags;
+	if (kind == QueueKind::shared_recv) {
+		std::lock_guard<OptionalLock> guard(*pool_lock);
+		free_slots.push_back(static_cast<uint32_t>(&record - records.get()));
+	} else {
+		retire_through(&record);
+		/* Unsignaled requests before it never have a counter: binding one
+		 * makes every request of its kind signaled. */
+		const CounterKind which = counter_kind(flags);
+		if (counted && which != CounterKind::none)
+			if (const CounterCells &cells = targets.counters[static_cast<size_t>(which)])
+				cells.count(ok);
+	}
+	if (!ok && wc.status != IBV_WC_WR_FLUSH_ERR) {
+		ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", context,
+			ibv_wc_status_str(wc.status), wc.vendor_err);
+		if (targets.link)
+			targets.link->store(LinkState::broken, std::memory_order_relaxed);
+	}
+}
+
+} // namespace nd

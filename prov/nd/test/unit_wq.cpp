@@ -1,0 +1,230 @@
+/* Unit tests: the work queue's retirement rules (nd_wq.h), fed recorded work
+ * completions, as the connection state machine is fed recorded CM events. */
+#include <criterion/criterion.h>
+
+#include "nd_wq.h"
+
+#include <rdma/fabric.h>
+
+#include <cstdint>
+
+using namespace nd;
+
+namespace {
+
+constexpr uint32_t kSendFlags = FI_SEND | FI_MSG;
+constexpr uint32_t kWriteFlags = FI_RMA | FI_WRITE;
+constexpr uint32_t kReadFlags = FI_RMA | FI_READ;
+constexpr uint32_t kRecvFlags = FI_RECV | FI_MSG;
+
+/* Posts one request as the endpoint does: fills the next slot, counts a
+ * read, marks the record with the reads posted so far, commits. */
+OpRecord &post(WorkQueue &queue, void *context, uint32_t flags, bool report = true)
+{
+	OpRecord &record = queue.next();
+	record.context = context;
+	record.flags = flags;
+	record.len = 8;
+	record.report = report;
+	if (flags & FI_READ)
+		queue.reads_posted++;
+	record.read_mark = queue.reads_posted;
+	queue.commit();
+	return record;
+}
+
+ibv_wc completion_of(const OpRecord &record, ibv_wc_status status = IBV_WC_SUCCESS,
+		     ibv_wc_opcode opcode = IBV_WC_SEND)
+{
+	ibv_wc wc{};
+	wc.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wc.status = status;
+	wc.opcode = opcode;
+	return wc;
+}
+
+void *ctx(uintptr_t n) { return reinterpret_cast<void *>(n); }
+
+struct Cells {
+	std::atomic<uint64_t> success{0};
+	std::atomic<uint64_t> errors{0};
+	CounterCells cells() { return {&success, &errors}; }
+};
+
+} // namespace
+
+Test(work_queue, a_signaled_completion_retires_the_unsignaled_run_before_it)
+{
+	WorkQueue queue(QueueKind::send, 8);
+	post(queue, ctx(1), kSendFlags, false);
+	post(queue, ctx(2), kWriteFlags, false);
+	post(queue, ctx(3), kSendFlags, false);
+	const OpRecord &last = post(queue, ctx(4), kSendFlags);
+	cr_assert_eq(queue.outstanding(), 4u);
+	const Retired done = WorkQueue::retire(completion_of(last));
+	cr_assert_eq(queue.outstanding(), 0u, "the three unsignaled requests retire with it");
+	cr_assert_eq(done.context, ctx(4));
+	cr_assert_eq(done.flags, kSendFlags);
+	cr_assert(done.report);
+}
+
+Test(work_queue, a_request_without_a_cq_entry_retires_silently)
+{
+	WorkQueue queue(QueueKind::send, 4);
+	const OpRecord &r = post(queue, ctx(7), kWriteFlags, false);
+	const Retired done = WorkQueue::retire(completion_of(r));
+	cr_assert_not(done.report);
+	cr_assert_eq(queue.outstanding(), 0u);
+}
+
+Test(work_queue, reads_in_flight_are_retired_by_marks)
+{
+	WorkQueue queue(QueueKind::send, 16);
+	post(queue, ctx(1), kReadFlags, false);
+	post(queue, ctx(2), kReadFlags, false);
+	const OpRecord &third = post(queue, ctx(3), kReadFlags);
+	post(queue, ctx(4), kSendFlags, false);
+	const OpRecord &fifth = post(queue, ctx(5), kReadFlags);
+	cr_assert_eq(queue.reads_in_flight(), 4u);
+	WorkQueue::retire(completion_of(third, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
+	cr_assert_eq(queue.reads_in_flight(), 1u, "three reads retired by one completion");
+	cr_assert_eq(queue.outstanding(), 2u);
+	WorkQueue::retire(completion_of(fifth, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
+	cr_assert_eq(queue.reads_in_flight(), 0u);
+	cr_assert_eq(queue.outstanding(), 0u);
+}
+
+Test(work_queue, the_ring_wraps)
+{
+	WorkQueue queue(QueueKind::send, 3); /* a ring of 4 slots */
+	cr_assert_eq(queue.mask, 3u);
+	for (uintptr_t i = 1; i <= 50; i++) {
+		post(queue, ctx(i), kSendFlags, false);
+		const OpRecord &r = post(queue, ctx(i + 1000), kSendFlags);
+		cr_assert(queue.full() == false || queue.depth <= 2);
+		const Retired done = WorkQueue::retire(completion_of(r));
+		cr_assert_eq(done.context, ctx(i + 1000));
+		cr_assert_eq(queue.outstanding(), 0u);
+	}
+	cr_assert_eq(queue.head.load(), 100u);
+}
+
+Test(work_queue, a_full_queue_says_so)
+{
+	WorkQueue queue(QueueKind::send, 2);
+	post(queue, ctx(1), kSendFlags);
+	cr_assert_not(queue.full());
+	post(queue, ctx(2), kSendFlags);
+	cr_assert(queue.full());
+}
+
+Test(work_queue, a_flush_is_not_a_broken_link)
+{
+	std::atomic<LinkState> link{LinkState::down};
+	WorkQueue queue(QueueKind::recv, 4);
+	RetireTargets targets;
+	targets.link = &link;
+	queue.set_targets(targets);
+	cr_assert_not(queue.counted);
+	const OpRecord &r = post(queue, ctx(9), kRecvFlags);
+	const Retired done = WorkQueue::retire(completion_of(r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
+	cr_assert_eq(done.context, ctx(9));
+	cr_assert(done.report, "the CQ reports it FI_ECANCELED");
+	cr_assert_eq(link.load(), LinkState::down);
+	cr_assert_eq(queue.outstanding(), 0u);
+}
+
+Test(work_queue, a_real_failure_breaks_the_link)
+{
+	std::atomic<LinkState> link{LinkState::up};
+	WorkQueue queue(QueueKind::send, 4);
+	RetireTargets targets;
+	targets.link = &link;
+	queue.set_targets(targets);
+	post(queue, ctx(1), kSendFlags, false);
+	const OpRecord &r = post(queue, ctx(2), kWriteFlags, false);
+	const Retired done = WorkQueue::retire(completion_of(r, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE));
+	cr_assert_eq(link.load(), LinkState::broken);
+	cr_assert_eq(done.context, ctx(2));
+	cr_assert_eq(done.flags, kWriteFlags);
+	cr_assert_eq(queue.outstanding(), 0u);
+}
+
+Test(work_queue, counters_count_their_own_kind_only)
+{
+	Cells sends, writes;
+	WorkQueue queue(QueueKind::send, 8);
+	RetireTargets targets;
+	targets.counters[static_cast<size_t>(CounterKind::send)] = sends.cells();
+	targets.counters[static_cast<size_t>(CounterKind::write)] = writes.cells();
+	queue.set_targets(targets);
+	cr_assert(queue.counted);
+	WorkQueue::retire(completion_of(post(queue, ctx(1), kSendFlags)));
+	WorkQueue::retire(completion_of(post(queue, ctx(2), kSendFlags)));
+	WorkQueue::retire(completion_of(post(queue, ctx(3), kWriteFlags), IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
+	WorkQueue::retire(completion_of(post(queue, ctx(4), kReadFlags), IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
+	WorkQueue::retire(completion_of(post(queue, ctx(5), kWriteFlags), IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE));
+	WorkQueue::retire(completion_of(post(queue, ctx(6), kSendFlags), IBV_WC_WR_FLUSH_ERR));
+	cr_assert_eq(sends.success.load(), 2u);
+	cr_assert_eq(sends.errors.load(), 1u, "a flushed send is an error for its counter");
+	cr_assert_eq(writes.success.load(), 1u);
+	cr_assert_eq(writes.errors.load(), 1u);
+	cr_assert_eq(queue.outstanding(), 0u, "a read with no counter retires all the same");
+}
+
+Test(work_queue, a_receive_counter_counts_receives)
+{
+	Cells receives;
+	WorkQueue queue(QueueKind::recv, 4);
+	RetireTargets targets;
+	targets.counters[static_cast<size_t>(CounterKind::recv)] = receives.cells();
+	queue.set_targets(targets);
+	WorkQueue::retire(completion_of(post(queue, ctx(1), kRecvFlags), IBV_WC_SUCCESS, IBV_WC_RECV));
+	WorkQueue::retire(completion_of(post(queue, ctx(2), kRecvFlags), IBV_WC_LOC_LEN_ERR, IBV_WC_RECV));
+	cr_assert_eq(receives.success.load(), 1u);
+	cr_assert_eq(receives.errors.load(), 1u);
+}
+
+Test(work_queue, no_targets_means_no_counting)
+{
+	WorkQueue queue(QueueKind::send, 4);
+	queue.set_targets(RetireTargets{});
+	cr_assert_not(queue.counted);
+	const OpRecord &r = post(queue, ctx(1), kSendFlags);
+	WorkQueue::retire(completion_of(r, IBV_WC_RETRY_EXC_ERR)); /* no link to break: no crash */
+	cr_assert_eq(queue.outstanding(), 0u);
+}
+
+Test(work_queue, a_shared_receive_pool_takes_slots_back_in_any_order)
+{
+	OptionalLock lock;
+	WorkQueue queue(QueueKind::shared_recv, 3);
+	queue.pool_lock = &lock;
+	cr_assert_eq(queue.free_slots.size(), 3u);
+	OpRecord *taken[3];
+	for (int i = 0; i < 3; i++) {
+		const uint32_t slot = queue.free_slots.back();
+		queue.free_slots.pop_back();
+		taken[i] = &queue.records[slot];
+		taken[i]->context = ctx(static_cast<uintptr_t>(i + 1));
+		taken[i]->flags = kRecvFlags;
+		taken[i]->report = true;
+	}
+	cr_assert(queue.free_slots.empty());
+	const Retired second = WorkQueue::retire(completion_of(*taken[1], IBV_WC_SUCCESS, IBV_WC_RECV));
+	cr_assert_eq(second.context, ctx(2));
+	cr_assert_eq(queue.free_slots.size(), 1u);
+	cr_assert_eq(&queue.records[queue.free_slots.back()], taken[1]);
+	WorkQueue::retire(completion_of(*taken[2], IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
+	WorkQueue::retire(completion_of(*taken[0], IBV_WC_LOC_LEN_ERR, IBV_WC_RECV));
+	cr_assert_eq(queue.free_slots.size(), 3u, "every slot back, whatever the status");
+}
+
+Test(work_queue, counter_kind_follows_the_cq_flags)
+{
+	cr_assert_eq(counter_kind(kSendFlags), CounterKind::send);
+	cr_assert_eq(counter_kind(kRecvFlags), CounterKind::recv);
+	cr_assert_eq(counter_kind(kReadFlags), CounterKind::read);
+	cr_assert_eq(counter_kind(kWriteFlags), CounterKind::write);
+	cr_assert_eq(counter_kind(FI_RMA | FI_REMOTE_WRITE), CounterKind::none);
+}
