@@ -287,6 +287,10 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 		return fi_error_of_errno(err);
 	}
 	cq->capacity = cq->verbs_cq->cqe;
+	if (!internal) { /* an internal CQ reports nothing */
+		cq->ready.reserve(static_cast<size_t>(cq->capacity));
+		cq->errors.reserve(static_cast<size_t>(cq->capacity));
+	}
 	cq->cq.fid.fclass = FI_CLASS_CQ;
 	cq->cq.fid.context = context;
 	cq->cq.fid.ops = &cq_fid_ops;
@@ -331,6 +335,16 @@ int CompletionQueue::reserve(int count)
 			return -FI_ENOSPC;
 		}
 		capacity = verbs_cq->cqe;
+		if (!internal) {
+			try {
+				ready.reserve(static_cast<size_t>(capacity));
+				errors.reserve(static_cast<size_t>(capacity));
+			} catch (const std::bad_alloc &) {
+				ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for %d entries\n",
+					static_cast<void *>(this), capacity);
+				return -FI_ENOMEM;
+			}
+		}
 	}
 	reserved = needed;
 	return 0;
@@ -369,6 +383,15 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 		error.entry.len = 0;
 		error.entry.err = fi_error_of_wc_status(wc.status);
 		error.entry.prov_errno = wc.status;
+		if (!errors.room()) {
+			try {
+				errors.reserve(2 * errors.size());
+			} catch (const std::bad_alloc &) {
+				ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for the error of work request %p (%s); it is lost\n",
+					static_cast<void *>(this), done.context, ibv_wc_status_str(wc.status));
+				return false;
+			}
+		}
 		errors.push_back(error);
 		return false;
 	}

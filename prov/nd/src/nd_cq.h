@@ -30,7 +30,6 @@
 
 #include <rdma/fi_eq.h>
 
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -48,6 +47,52 @@ struct CqError {
 	fi_cq_err_entry entry{};
 };
 
+/*
+ * A FIFO whose storage is allocated ahead of use: when the CQ opens and
+ * when it grows (fi_enable's reservation), where a failure is reported as
+ * -FI_ENOMEM. Completion handling, reached from noexcept entry points
+ * (fi_cq_read, and fi_send through make_room), never allocates through it.
+ */
+template <typename T>
+class CompletionRing {
+public:
+	bool empty() const noexcept { return count_ == 0; }
+	size_t size() const noexcept { return count_; }
+	size_t room() const noexcept { return capacity_ - count_; }
+	T &front() noexcept { return slots_[head_]; }
+	void pop_front() noexcept
+	{
+		head_ = head_ + 1 == capacity_ ? 0 : head_ + 1;
+		count_--;
+	}
+	/* Needs room() > 0. */
+	void push_back(const T &value) noexcept
+	{
+		size_t at = head_ + count_;
+		slots_[at >= capacity_ ? at - capacity_ : at] = value;
+		count_++;
+	}
+	/* Makes room for `capacity` entries in all, keeping those queued;
+	 * throws std::bad_alloc. */
+	void reserve(size_t capacity)
+	{
+		if (capacity <= capacity_)
+			return;
+		auto slots = std::make_unique<T[]>(capacity);
+		for (size_t i = 0; i < count_; i++)
+			slots[i] = slots_[(head_ + i) % capacity_];
+		slots_ = std::move(slots);
+		capacity_ = capacity;
+		head_ = 0;
+	}
+
+private:
+	std::unique_ptr<T[]> slots_;
+	size_t capacity_ = 0;
+	size_t head_ = 0;
+	size_t count_ = 0;
+};
+
 struct CompletionQueue {
 	fid_cq cq;				/* first: from_fid<CompletionQueue> */
 	Domain *domain;
@@ -61,8 +106,13 @@ struct CompletionQueue {
 	int epoll_fd;
 	int signal_fd;
 	OptionalLock lock;
-	std::deque<CqEntry> ready;		/* found but not yet read */
-	std::deque<CqError> errors;
+	/* Found but not yet read. Both hold `capacity` entries: successes are
+	 * polled only while there is room; errors number at most the requests
+	 * outstanding (reserved <= capacity) unless the application leaves
+	 * them unread while it posts and fails more, the one case that grows
+	 * the ring while polling (and, out of memory, drops with a log). */
+	CompletionRing<CqEntry> ready;
+	CompletionRing<CqError> errors;
 	/* Queues of endpoints closed while requests were still outstanding:
 	 * their records must outlive any completion still to come. */
 	std::vector<std::unique_ptr<WorkQueue>> orphans;

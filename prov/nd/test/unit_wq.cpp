@@ -1,7 +1,9 @@
 /* Unit tests: the work queue's retirement rules (nd_wq.h), fed recorded work
- * completions, as the connection state machine is fed recorded CM events. */
+ * completions as the connection state machine is fed recorded CM events,
+ * and the CQ's preallocated completion ring (nd_cq.h). */
 #include <criterion/criterion.h>
 
+#include "nd_cq.h"
 #include "nd_wq.h"
 
 #include <rdma/fabric.h>
@@ -227,4 +229,36 @@ Test(work_queue, counter_kind_follows_the_cq_flags)
 	cr_assert_eq(counter_kind(kReadFlags), CounterKind::read);
 	cr_assert_eq(counter_kind(kWriteFlags), CounterKind::write);
 	cr_assert_eq(counter_kind(FI_RMA | FI_REMOTE_WRITE), CounterKind::none);
+}
+
+Test(completion_ring, keeps_order_across_wrap_and_growth)
+{
+	CompletionRing<int> ring;
+	cr_assert_eq(ring.room(), 0u, "no storage until reserved");
+	ring.reserve(3);
+	cr_assert_eq(ring.room(), 3u);
+	for (int round = 0; round < 10; round++) { /* wraps many times */
+		ring.push_back(round);
+		ring.push_back(round + 100);
+		cr_assert_eq(ring.front(), round);
+		ring.pop_front();
+		cr_assert_eq(ring.front(), round + 100);
+		ring.pop_front();
+		cr_assert(ring.empty());
+	}
+	ring.push_back(1);
+	ring.push_back(2);
+	ring.push_back(3);
+	cr_assert_eq(ring.room(), 0u);
+	ring.reserve(2); /* never shrinks */
+	cr_assert_eq(ring.size(), 3u);
+	ring.pop_front();
+	ring.push_back(4); /* the queue now starts mid-storage and wraps */
+	ring.reserve(8);
+	cr_assert_eq(ring.room(), 5u);
+	for (int expected : {2, 3, 4}) {
+		cr_assert_eq(ring.front(), expected, "growth keeps the order");
+		ring.pop_front();
+	}
+	cr_assert(ring.empty());
 }
