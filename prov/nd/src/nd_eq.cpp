@@ -1,5 +1,6 @@
 /* nd_eq.cpp: the event queue (fid_eq), see nd_eq.h. */
 #include "nd_eq.h"
+#include "nd_unsupported.h"
 #include "nd_cm.h"
 #include "nd_cm_data.h"
 
@@ -103,18 +104,12 @@ int eq_bind(fid *, fid *, uint64_t) noexcept
 	return -FI_ENOSYS;
 }
 
-int eq_ops_open(fid *, const char *name, uint64_t, void **, void *) noexcept
-{
-	ND_WARN(FI_LOG_EQ, "EQ has no extension ops '%s'\n", name ? name : "(null)");
-	return -FI_ENOSYS;
-}
-
 fi_ops eq_fid_ops = {
 	.size = sizeof(fi_ops),
 	.close = eq_close,
 	.bind = eq_bind,
 	.control = eq_control,
-	.ops_open = eq_ops_open,
+	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,
 	.ops_set = nullptr,
 };

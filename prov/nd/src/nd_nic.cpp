@@ -1,5 +1,6 @@
 /* nd_nic.cpp: the fid_nic of an adapter (FI_CLASS_NIC). */
 #include "nd_nic.h"
+#include "nd_unsupported.h"
 #include "nd.h"
 #include "nd_info.h"
 
@@ -96,11 +97,11 @@ int nic_tostr(const fid *fid, char *buf, size_t len) noexcept;
 fi_ops nic_ops = {
 	.size = sizeof(fi_ops),
 	.close = nic_close,
-	.bind = [](fid *, fid *, uint64_t) noexcept { return -FI_ENOSYS; },
+	.bind = unsupported::bind,
 	.control = nic_control,
-	.ops_open = [](fid *, const char *, uint64_t, void **, void *) noexcept { return -FI_ENOSYS; },
+	.ops_open = unsupported::ops_open,
 	.tostr = nic_tostr,
-	.ops_set = [](fid *, const char *, uint64_t, void *, void *) noexcept { return -FI_ENOSYS; },
+	.ops_set = nullptr,
 };
 
 /* A nic with every structure allocated, strings empty; nullptr when out

@@ -63,7 +63,7 @@ int request_control(fid *fid, int command, void *arg) noexcept
 fi_ops request_ops = {
 	.size = sizeof(fi_ops),
 	.close = request_close,
-	.bind = [](fid *, fid *, uint64_t) noexcept { return -FI_ENOSYS; },
+	.bind = unsupported::bind,
 	.control = request_control,
 	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,

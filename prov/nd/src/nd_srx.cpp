@@ -102,35 +102,17 @@ ssize_t srx_recvmsg(fid_ep *ep, const fi_msg *msg, uint64_t flags) noexcept
 	return srx_of(ep)->post(msg->msg_iov, msg->desc, msg->iov_count, msg->context, flags);
 }
 
-ssize_t srx_no_send(const char *what)
-{
-	ND_WARN(FI_LOG_EP_DATA, "%s on a shared receive context: it only receives\n", what);
-	return -FI_ENOSYS;
-}
-
 fi_ops_msg srx_msg_ops = {
 	.size = sizeof(fi_ops_msg),
 	.recv = srx_recv,
 	.recvv = srx_recvv,
 	.recvmsg = srx_recvmsg,
-	.send = [](fid_ep *, const void *, size_t, void *, fi_addr_t, void *) noexcept {
-		return srx_no_send("fi_send");
-	},
-	.sendv = [](fid_ep *, const iovec *, void **, size_t, fi_addr_t, void *) noexcept {
-		return srx_no_send("fi_sendv");
-	},
-	.sendmsg = [](fid_ep *, const fi_msg *, uint64_t) noexcept {
-		return srx_no_send("fi_sendmsg");
-	},
-	.inject = [](fid_ep *, const void *, size_t, fi_addr_t) noexcept {
-		return srx_no_send("fi_inject");
-	},
-	.senddata = [](fid_ep *, const void *, size_t, void *, uint64_t, fi_addr_t, void *) noexcept {
-		return srx_no_send("fi_senddata");
-	},
-	.injectdata = [](fid_ep *, const void *, size_t, uint64_t, fi_addr_t) noexcept {
-		return srx_no_send("fi_injectdata");
-	},
+	.send = unsupported::send,
+	.sendv = unsupported::sendv,
+	.sendmsg = unsupported::sendmsg,
+	.inject = unsupported::inject,
+	.senddata = unsupported::senddata,
+	.injectdata = unsupported::injectdata,
 };
 
 int srx_close(fid *fid) noexcept
@@ -163,7 +145,7 @@ fi_ops srx_fid_ops = {
 fi_ops_ep srx_ep_ops = {
 	.size = sizeof(fi_ops_ep),
 	.cancel = unsupported::cancel,
-	.getopt = [](fid *, int, int, void *, size_t *) noexcept { return -FI_ENOPROTOOPT; },
+	.getopt = unsupported::getopt,
 	.setopt = unsupported::setopt,
 	.tx_ctx = unsupported::tx_ctx,
 	.rx_ctx = unsupported::rx_ctx,
@@ -173,8 +155,8 @@ fi_ops_ep srx_ep_ops = {
 
 fi_ops_cm srx_cm_ops = {
 	.size = sizeof(fi_ops_cm),
-	.setname = [](fid *, void *, size_t) noexcept { return -FI_ENOSYS; },
-	.getname = [](fid *, void *, size_t *) noexcept { return -FI_ENOSYS; },
+	.setname = unsupported::setname,
+	.getname = unsupported::getname,
 	.getpeer = unsupported::getpeer,
 	.connect = unsupported::connect,
 	.listen = unsupported::listen,

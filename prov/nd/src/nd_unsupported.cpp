@@ -59,6 +59,11 @@ int ops_open(fid *, const char *name, uint64_t, void **, void *) noexcept
 	return -FI_ENOSYS;
 }
 
+int bind(fid *, fid *, uint64_t) noexcept
+{
+	return not_implemented("fi_bind", "this object binds to nothing");
+}
+
 ssize_t cancel(fid *, void *) noexcept
 {
 	return not_implemented("fi_cancel", kLater);
@@ -88,6 +93,63 @@ int setopt(fid *, int, int optname, const void *, size_t) noexcept
 {
 	ND_WARN(FI_LOG_EP_CTRL, "fi_setopt: option %d cannot be set on this object\n", optname);
 	return -FI_ENOPROTOOPT;
+}
+
+int getopt(fid *, int, int optname, void *, size_t *) noexcept
+{
+	ND_WARN(FI_LOG_EP_CTRL, "fi_getopt: option %d is not defined on this object\n", optname);
+	return -FI_ENOPROTOOPT;
+}
+
+int setname(fid *, void *, size_t) noexcept
+{
+	return not_implemented("fi_setname", "this object has no address of its own");
+}
+
+int getname(fid *, void *, size_t *) noexcept
+{
+	return not_implemented("fi_getname", "this object has no address of its own");
+}
+
+namespace {
+
+ssize_t receive_only(const char *operation) noexcept
+{
+	ND_WARN(FI_LOG_EP_DATA, "%s on an object that only receives (a shared receive context)\n",
+		operation);
+	return -FI_ENOSYS;
+}
+
+} // namespace
+
+ssize_t send(fid_ep *, const void *, size_t, void *, fi_addr_t, void *) noexcept
+{
+	return receive_only("fi_send");
+}
+
+ssize_t sendv(fid_ep *, const iovec *, void **, size_t, fi_addr_t, void *) noexcept
+{
+	return receive_only("fi_sendv");
+}
+
+ssize_t sendmsg(fid_ep *, const fi_msg *, uint64_t) noexcept
+{
+	return receive_only("fi_sendmsg");
+}
+
+ssize_t inject(fid_ep *, const void *, size_t, fi_addr_t) noexcept
+{
+	return receive_only("fi_inject");
+}
+
+ssize_t senddata(fid_ep *, const void *, size_t, void *, uint64_t, fi_addr_t, void *) noexcept
+{
+	return receive_only("fi_senddata");
+}
+
+ssize_t injectdata(fid_ep *, const void *, size_t, uint64_t, fi_addr_t) noexcept
+{
+	return receive_only("fi_injectdata");
 }
 
 int getpeer(fid_ep *, void *, size_t *) noexcept

@@ -1,8 +1,11 @@
 /*
  * nd_unsupported.h: entry points for operations the provider does not (or
  * does not yet) implement. Each logs which operation was asked for and
- * returns -FI_ENOSYS, so that an application learns at the call, never by a
- * silent success. Ops tables point here instead of leaving a slot NULL.
+ * returns -FI_ENOSYS (-FI_ENOPROTOOPT for options), so that an application
+ * learns at the call, never by a silent success. Every ops table fills the
+ * slots it does not serve from here, and in no other way; only the slots
+ * libfabric itself treats as optional (its FI_CHECK_OP guards fi_ops.tostr
+ * and fi_ops.ops_set) stay NULL.
  */
 #ifndef ND_UNSUPPORTED_H
 #define ND_UNSUPPORTED_H
@@ -27,6 +30,8 @@ int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) n
 int query_collective(fid_domain *, fi_collective_op, fi_collective_attr *, uint64_t) noexcept;
 
 int ops_open(fid *, const char *, uint64_t, void **, void *) noexcept;
+/* fi_bind on an object that binds to nothing. */
+int bind(fid *, fid *, uint64_t) noexcept;
 
 /* Endpoint and CM slots that do not apply to an object. */
 ssize_t cancel(fid *, void *) noexcept;
@@ -35,6 +40,9 @@ int rx_ctx(fid_ep *, int, fi_rx_attr *, fid_ep **, void *) noexcept;
 ssize_t rx_size_left(fid_ep *) noexcept;
 ssize_t tx_size_left(fid_ep *) noexcept;
 int setopt(fid *, int, int, const void *, size_t) noexcept;
+int getopt(fid *, int, int, void *, size_t *) noexcept;
+int setname(fid *, void *, size_t) noexcept;
+int getname(fid *, void *, size_t *) noexcept;
 int getpeer(fid_ep *, void *, size_t *) noexcept;
 int connect(fid_ep *, const void *, const void *, size_t) noexcept;
 int listen(fid_pep *) noexcept;
@@ -42,6 +50,15 @@ int accept(fid_ep *, const void *, size_t) noexcept;
 int reject(fid_pep *, fid_t, const void *, size_t) noexcept;
 int shutdown(fid_ep *, uint64_t) noexcept;
 int join(fid_ep *, const void *, uint64_t, fid_mc **, void *) noexcept;
+
+/* The send side of an object that only receives (a shared receive
+ * context): its receive slots are its own. */
+ssize_t send(fid_ep *, const void *, size_t, void *, fi_addr_t, void *) noexcept;
+ssize_t sendv(fid_ep *, const iovec *, void **, size_t, fi_addr_t, void *) noexcept;
+ssize_t sendmsg(fid_ep *, const fi_msg *, uint64_t) noexcept;
+ssize_t inject(fid_ep *, const void *, size_t, fi_addr_t) noexcept;
+ssize_t senddata(fid_ep *, const void *, size_t, void *, uint64_t, fi_addr_t, void *) noexcept;
+ssize_t injectdata(fid_ep *, const void *, size_t, uint64_t, fi_addr_t) noexcept;
 
 /* Data transfer tables of an endpoint whose data path is not there yet. */
 extern fi_ops_msg msg_ops;
