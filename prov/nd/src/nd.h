@@ -168,6 +168,13 @@ int mr_reg(fid *domain, const void *buf, size_t len, uint64_t access, uint64_t o
 int mr_regv(fid *domain, const iovec *iov, size_t count, uint64_t access, uint64_t offset,
 	    uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept;
 int mr_regattr(fid *domain, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr) noexcept;
+/* fi_eq_open, for a parent that counts its EQs in `parent` and whose
+ * application asked for `api_version`. */
+int eq_open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr, fid_eq **eq,
+	    void *context) noexcept;
+/* fi_trywait on one EQ or CQ (the fabric's fi_trywait dispatches by class). */
+int eq_trywait(fid *eq) noexcept;
+int cq_trywait(fid *cq) noexcept;
 
 } // namespace nd
 

@@ -627,6 +627,11 @@ int CompletionQueue::trywait()
 	return ready.empty() && errors.empty() ? 0 : -FI_EAGAIN;
 }
 
+int cq_trywait(fid *cq) noexcept
+{
+	return guarded("fi_trywait", [&] { return from_fid<CompletionQueue>(cq)->trywait(); });
+}
+
 int cq_open(fid_domain *fdomain, fi_cq_attr *attr, fid_cq **out, void *context) noexcept
 {
 	return guarded("fi_cq_open", [&] {

@@ -18,16 +18,8 @@
 namespace nd {
 
 Endpoint::Endpoint(Domain *d, fi_info *i, cm::Side side)
-	: ep{}, domain(d), info(i), eq(nullptr), target{CmTargetKind::endpoint, this}, cm{},
-	  fsm(side, false), wanted(d->adapter_read_limits), manual_complete(false),
-	  shared_addr(false), bound(false), enabled(false), tx_cq(nullptr), rx_cq(nullptr),
-	  user_tx_cq(nullptr), user_rx_cq(nullptr), own_cq(nullptr), tx_selective(false),
-	  rx_selective(false), send_cntr(nullptr), recv_cntr(nullptr), read_cntr(nullptr),
-	  write_cntr(nullptr), srx(nullptr), link(LinkState::idle), recv_ready(false),
-	  signal_interval(1), send_signal_interval(1),
-	  write_signal_interval(1), max_inline(0), max_msg(0), tx_iov_limit(1), rx_iov_limit(1),
-	  tx_op_flags(0), rx_op_flags(0), tx_reserved(0), rx_reserved(0), tuple_claimed(false),
-	  negotiated(false), has_request(false), request_peer_gone(false)
+	: ep{}, domain(d), info(i), target{CmTargetKind::endpoint, this}, cm{}, fsm(side, false),
+	  wanted(d->adapter_read_limits)
 {
 }
 

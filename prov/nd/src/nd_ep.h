@@ -59,37 +59,39 @@ struct TxRequest {
 	const char *call;		/* for the log */
 };
 
+/* Every member starts from the default given here; the constructor sets
+ * only what comes from its arguments. */
 struct Endpoint {
 	fid_ep ep;				/* first: from_fid<Endpoint> */
 	Domain *domain;
 	fi_info *info;
-	EventQueue *eq;
+	EventQueue *eq = nullptr;
 	CmTarget target;
 	CmIdHolder cm;
 	EpStateMachine fsm;
 
 	/* Options (fi_ext_nd.h). */
 	cm::ReadLimits wanted;			/* as set; capped when offered */
-	bool manual_complete;
-	bool shared_addr;
+	bool manual_complete = false;
+	bool shared_addr = false;
 
 	/* Progress of the object itself. */
-	bool bound;				/* fi_setname done */
-	bool enabled;
+	bool bound = false;				/* fi_setname done */
+	bool enabled = false;
 
 	/* Completion: what the application bound, else internal CQs. */
-	CompletionQueue *tx_cq;
-	CompletionQueue *rx_cq;
-	CompletionQueue *user_tx_cq;
-	CompletionQueue *user_rx_cq;
-	CompletionQueue *own_cq;		/* internal; closed with the endpoint */
-	bool tx_selective;
-	bool rx_selective;
-	Counter *send_cntr;
-	Counter *recv_cntr;
-	Counter *read_cntr;
-	Counter *write_cntr;
-	SharedRx *srx;
+	CompletionQueue *tx_cq = nullptr;
+	CompletionQueue *rx_cq = nullptr;
+	CompletionQueue *user_tx_cq = nullptr;
+	CompletionQueue *user_rx_cq = nullptr;
+	CompletionQueue *own_cq = nullptr;		/* internal; closed with the endpoint */
+	bool tx_selective = false;
+	bool rx_selective = false;
+	Counter *send_cntr = nullptr;
+	Counter *recv_cntr = nullptr;
+	Counter *read_cntr = nullptr;
+	Counter *write_cntr = nullptr;
+	SharedRx *srx = nullptr;
 
 	/* Data path, fixed at fi_enable. */
 	std::unique_ptr<WorkQueue> sq;
@@ -97,22 +99,22 @@ struct Endpoint {
 	std::unique_ptr<SendBatch> batch;	/* FI_MORE requests not yet posted */
 	OptionalLock tx_lock;
 	OptionalLock rx_lock;
-	std::atomic<LinkState> link;
-	bool recv_ready;			/* the QP takes receives (INIT or later) */
+	std::atomic<LinkState> link{LinkState::idle};
+	bool recv_ready = false;			/* the QP takes receives (INIT or later) */
 	std::vector<PendingRecv> pending_recvs;	/* under rx_lock */
-	uint32_t signal_interval;
+	uint32_t signal_interval = 1;
 	/* The fi_inject family's: signal_interval, or 1 where a counter
 	 * counts that kind of request and needs every completion. */
-	uint32_t send_signal_interval;
-	uint32_t write_signal_interval;
-	uint32_t max_inline;
-	size_t max_msg;
-	uint32_t tx_iov_limit;
-	uint32_t rx_iov_limit;
-	uint64_t tx_op_flags;
-	uint64_t rx_op_flags;
-	uint32_t tx_reserved;			/* entries reserved on tx_cq / rx_cq */
-	uint32_t rx_reserved;
+	uint32_t send_signal_interval = 1;
+	uint32_t write_signal_interval = 1;
+	uint32_t max_inline = 0;
+	size_t max_msg = 0;
+	uint32_t tx_iov_limit = 1;
+	uint32_t rx_iov_limit = 1;
+	uint64_t tx_op_flags = 0;
+	uint64_t rx_op_flags = 0;
+	uint32_t tx_reserved = 0;			/* entries reserved on tx_cq / rx_cq */
+	uint32_t rx_reserved = 0;
 	bool counters_watch = false;		/* the bound counters watch tx_cq/rx_cq */
 
 	/* Resources: created at fi_enable; the QP is destroyed first. */
@@ -121,15 +123,15 @@ struct Endpoint {
 	/* The connection. */
 	SockAddr peer;
 	SockAddr tuple_local;			/* claimed (shared endpoints) */
-	bool tuple_claimed;
+	bool tuple_claimed = false;
 	std::vector<uint8_t> connect_wire;	/* framed, until rdma_connect */
 	std::vector<uint8_t> response_data;	/* the accepter's, for FI_CONNECTED */
-	bool negotiated;
+	bool negotiated = false;
 	cm::ReadLimits effective;
 	cm::ReadLimits peer_offer;
 	/* Passive side: a connection request was taken from a listener. */
-	bool has_request;
-	bool request_peer_gone;
+	bool has_request = false;
+	bool request_peer_gone = false;
 
 	Endpoint(Domain *domain, fi_info *info, cm::Side side);
 	int close();

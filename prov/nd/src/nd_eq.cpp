@@ -554,4 +554,16 @@ int EventQueue::close()
 	return 0;
 }
 
+int eq_open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr, fid_eq **eq,
+	    void *context) noexcept
+{
+	return guarded("fi_eq_open",
+		       [&] { return EventQueue::open(api_version, parent, attr, context, eq); });
+}
+
+int eq_trywait(fid *eq) noexcept
+{
+	return guarded("fi_trywait", [&] { return from_fid<EventQueue>(eq)->trywait(); });
+}
+
 } // namespace nd

@@ -1,7 +1,5 @@
 /* nd_fabric.cpp: the fabric object (fid_fabric). */
 #include "nd_fabric.h"
-#include "nd_cq.h"
-#include "nd_eq.h"
 #include "nd_unsupported.h"
 
 #include <cstdio>
@@ -18,9 +16,7 @@ int fabric_eq_open(fid_fabric *f, fi_eq_attr *attr, fid_eq **eq, void *context) 
 	if (!f)
 		return -FI_EINVAL;
 	Fabric *fabric = fabric_of(f);
-	return guarded("fi_eq_open", [&] {
-		return EventQueue::open(fabric->api_version, &fabric->children, attr, context, eq);
-	});
+	return eq_open(fabric->api_version, &fabric->children, attr, eq, context);
 }
 
 int fabric_trywait(fid_fabric *, fid **fids, int count) noexcept
@@ -33,12 +29,10 @@ int fabric_trywait(fid_fabric *, fid **fids, int count) noexcept
 		int ret;
 		switch (fids[i]->fclass) {
 		case FI_CLASS_EQ:
-			ret = guarded("fi_trywait",
-				      [&] { return from_fid<EventQueue>(fids[i])->trywait(); });
+			ret = eq_trywait(fids[i]);
 			break;
 		case FI_CLASS_CQ:
-			ret = guarded("fi_trywait",
-				      [&] { return from_fid<CompletionQueue>(fids[i])->trywait(); });
+			ret = cq_trywait(fids[i]);
 			break;
 		default:
 			ND_WARN(FI_LOG_FABRIC, "fi_trywait: fid class %zu has no wait object\n",
