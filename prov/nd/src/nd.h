@@ -176,6 +176,12 @@ int eq_open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr, fid_eq *
 int eq_trywait(fid *eq) noexcept;
 int cq_trywait(fid *cq) noexcept;
 
+/* A counter progresses the CQs its endpoints complete into without knowing
+ * what a CQ holds: this polls `cq`'s device queue into its rings, under the
+ * CQ's lock, and returns the number of work completions. */
+struct CompletionQueue;
+int cq_progress(CompletionQueue &cq);
+
 } // namespace nd
 
 #endif /* ND_H */

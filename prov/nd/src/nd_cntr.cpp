@@ -1,6 +1,5 @@
 /* nd_cntr.cpp: counters (fi_cntr_open and its operations). */
 #include "nd_cntr.h"
-#include "nd_cq.h"
 #include "nd_domain.h"
 #include "nd_unsupported.h"
 
@@ -50,7 +49,7 @@ void Counter::progress()
 	/* A CQ watched through several endpoints is polled once per watch:
 	 * the second poll finds it empty, which costs less than sorting. */
 	for (CompletionQueue *cq : cqs)
-		cq->progress();
+		cq_progress(*cq);
 }
 
 int Counter::close()

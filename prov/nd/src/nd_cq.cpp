@@ -627,6 +627,11 @@ int CompletionQueue::trywait()
 	return ready.empty() && errors.empty() ? 0 : -FI_EAGAIN;
 }
 
+int cq_progress(CompletionQueue &cq)
+{
+	return cq.progress();
+}
+
 int cq_trywait(fid *cq) noexcept
 {
 	return guarded("fi_trywait", [&] { return from_fid<CompletionQueue>(cq)->trywait(); });

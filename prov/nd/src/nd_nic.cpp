@@ -2,7 +2,6 @@
 #include "nd_nic.h"
 #include "nd_unsupported.h"
 #include "nd.h"
-#include "nd_info.h"
 
 #include <rdma/fi_ext_nd.h>
 
