@@ -233,12 +233,19 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 		ND_WARN(FI_LOG_CQ, "fi_cq_open: wait condition %d not supported\n", attr->wait_cond);
 		return -FI_ENOSYS;
 	}
+	/* A size beyond the device's is opened at the device's: the size only
+	 * guards against an overrun, and nd reserves room for every request
+	 * its endpoints may have outstanding when each is enabled, so no
+	 * completion is ever lost; fi_enable refuses what truly does not fit.
+	 * (libfabric's rxm asks for its whole universe, 262144 by default.) */
+	int size = std::min(kDefaultCqSize, domain->max_cqe);
 	if (attr->size > static_cast<size_t>(domain->max_cqe)) {
-		ND_WARN(FI_LOG_CQ, "fi_cq_open: size %zu > the device's %d entries\n", attr->size,
-			domain->max_cqe);
-		return -FI_EINVAL;
+		ND_INFO(FI_LOG_CQ, "fi_cq_open: size %zu > the device's %d entries: opened with %d\n",
+			attr->size, domain->max_cqe, domain->max_cqe);
+		size = domain->max_cqe;
+	} else if (attr->size) {
+		size = static_cast<int>(attr->size);
 	}
-	int size = attr->size ? static_cast<int>(attr->size) : std::min(kDefaultCqSize, domain->max_cqe);
 	int vector = (attr->flags & FI_AFFINITY) ? attr->signaling_vector : 0;
 	if (vector < 0 || vector >= domain->context->num_comp_vectors) {
 		ND_WARN(FI_LOG_CQ, "fi_cq_open: signaling vector %d; the device has %d\n", vector,
@@ -432,6 +439,13 @@ int CompletionQueue::progress()
 	size_t before = ready.size() + errors.size();
 	progress_locked();
 	return static_cast<int>(ready.size() + errors.size() - before);
+}
+
+bool CompletionQueue::pending()
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	progress_locked();
+	return !ready.empty() || !errors.empty();
 }
 
 bool CompletionQueue::drain(const WorkQueue &queue, int timeout_ms)

@@ -134,6 +134,9 @@ struct CompletionQueue {
 	/* Polls the verbs CQ into the software queues (counters, trywait,
 	 * close). Takes the lock. Returns the number of work completions. */
 	int progress();
+	/* Progresses, then says whether a completion or an error entry waits
+	 * to be read (fi_poll). */
+	bool pending();
 	/* Polls until no record of `queue` is outstanding or `timeout_ms`
 	 * passes; true when the queue drained. */
 	bool drain(const WorkQueue &queue, int timeout_ms);

@@ -162,8 +162,6 @@ std::string check_domain(uint32_t version, const fi_info *hints, const Adapter &
 	why = check_progress("data_progress", d->data_progress, false);
 	if (!why.empty())
 		return why;
-	if (d->resource_mgmt == FI_RM_ENABLED)
-		return "domain_attr->resource_mgmt FI_RM_ENABLED not supported";
 	if (d->caps & ~kDomainCaps)
 		return "domain_attr->caps not supported";
 	if (d->cq_data_size > kCqDataSize)
@@ -272,8 +270,11 @@ int negotiate_mr_mode(uint32_t version, const fi_info *hints) noexcept
 	if (!hints || !hints->domain_attr)
 		return old_api ? api::kMrBasic : kMrMode;
 	int user = hints->domain_attr->mr_mode;
-	/* Local registration: FI_MR_LOCAL, or the older FI_LOCAL_MR mode bit. */
-	bool local_ok = (user & FI_MR_LOCAL) || (hints->mode & api::kModeLocalMr);
+	/* Local registration: FI_MR_LOCAL, or the older FI_LOCAL_MR mode bit,
+	 * which libfabric 2.0 removed (the bit means nothing to a 2.x API). */
+	const bool mode_bit_local = FI_VERSION_LT(version, FI_VERSION(2, 0)) &&
+				    (hints->mode & api::kModeLocalMr);
+	bool local_ok = (user & FI_MR_LOCAL) || mode_bit_local;
 	if (old_api) {
 		/* mr_mode was an enum: UNSPEC or BASIC are what we can do. */
 		if (user != api::kMrUnspec && user != api::kMrBasic)
@@ -293,7 +294,10 @@ int negotiate_mr_mode(uint32_t version, const fi_info *hints) noexcept
 	int need = kMrMode & ~FI_MR_LOCAL;
 	if ((user & need) != need)
 		return -1;
-	return kMrMode;
+	/* The reported mode never holds a bit the application did not offer
+	 * (fi_getinfo(3)): local registration asked through the mode bit is
+	 * reported through the mode bit (build_info). */
+	return (user & FI_MR_LOCAL) ? kMrMode : need;
 }
 
 std::string api_refusal(uint32_t version)
@@ -356,6 +360,9 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	uint64_t mode = rx_cq_data ? FI_RX_CQ_DATA : 0;
 	if (old_api)
 		mode |= api::kModeLocalMr;
+	const int mr_mode = negotiate_mr_mode(version, hints);
+	if (!old_api && mr_mode >= 0 && !(mr_mode & FI_MR_LOCAL))
+		mode |= api::kModeLocalMr;
 	uint64_t caps = kCaps;
 	if (hints && hints->caps)
 		caps = (hints->caps & kPrimaryCaps ? hints->caps & kPrimaryCaps : kPrimaryCaps) |
@@ -375,7 +382,9 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	}
 
 	fi_tx_attr *tx = info->tx_attr;
-	tx->caps = caps;
+	/* A context reports the capabilities of its own direction only
+	 * (fi_endpoint(3)), each a subset of the endpoint's. */
+	tx->caps = caps & kTxCaps;
 	tx->mode = mode;
 	tx->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
 	tx->msg_order = kMsgOrder;
@@ -390,7 +399,7 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	tx->rma_iov_limit = 1;
 
 	fi_rx_attr *rx = info->rx_attr;
-	rx->caps = caps;
+	rx->caps = caps & kRxCaps;
 	rx->mode = mode;
 	rx->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
 	rx->msg_order = kMsgOrder;
@@ -427,9 +436,18 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	fi_progress data = hints && hints->domain_attr ? hints->domain_attr->data_progress
 						       : FI_PROGRESS_UNSPEC;
 	d->data_progress = data == FI_PROGRESS_UNSPEC ? FI_PROGRESS_AUTO : data;
-	d->resource_mgmt = FI_RM_DISABLED;
+	/* nd always manages its resources (fi_domain(3) FI_RM_ENABLED): a full
+	 * send queue is -FI_EAGAIN, every CQ has room reserved at fi_enable for
+	 * every request its endpoints may have outstanding, and a message that
+	 * finds no receive posted waits at the sender (infinite RNR retries)
+	 * instead of failing. An application that asks for FI_RM_DISABLED gets
+	 * what it asked for, which only allows less. */
+	d->resource_mgmt = hints && hints->domain_attr &&
+				   hints->domain_attr->resource_mgmt == FI_RM_DISABLED
+			       ? FI_RM_DISABLED
+			       : FI_RM_ENABLED;
 	d->av_type = FI_AV_UNSPEC;
-	d->mr_mode = negotiate_mr_mode(version, hints);
+	d->mr_mode = mr_mode;
 	d->mr_key_size = kMrKeySize;
 	d->cq_data_size = rx_cq_data ? kCqDataSize : 0;
 	d->cq_cnt = l.max_cq;

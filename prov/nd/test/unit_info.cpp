@@ -123,8 +123,8 @@ Test(hints, progress_and_threading)
 	hints->domain_attr->control_progress = FI_PROGRESS_AUTO;
 	cr_assert(mismatch(hints.get()).find("control_progress") != std::string::npos);
 	hints->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
-	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
-	cr_assert_not(mismatch(hints.get()).empty());
+	hints->domain_attr->threading = static_cast<fi_threading>(99);
+	cr_assert(mismatch(hints.get()).find("threading") != std::string::npos);
 }
 
 Test(mr_mode, modern_api_needs_every_required_bit)
@@ -134,8 +134,12 @@ Test(mr_mode, modern_api_needs_every_required_bit)
 	hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), -1, "FI_MR_LOCAL is required");
 	hints->mode |= api::kModeLocalMr;
-	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), kMrMode,
-		     "the old FI_LOCAL_MR mode bit stands for FI_MR_LOCAL");
+	const int by_mode_bit = FI_VERSION_LT(kVersion, FI_VERSION(2, 0)) ? kMrMode & ~FI_MR_LOCAL : -1;
+	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), by_mode_bit,
+		     "before 2.0 the old FI_LOCAL_MR mode bit stands for FI_MR_LOCAL, and the "
+		     "reported mr_mode holds only bits the application offered");
+	cr_assert_eq(negotiate_mr_mode(FI_VERSION(2, 0), hints.get()), -1,
+		     "libfabric 2.0 removed the FI_LOCAL_MR mode bit");
 	hints->mode &= ~api::kModeLocalMr;
 	hints->domain_attr->mr_mode = 0;
 	cr_assert_eq(negotiate_mr_mode(kVersion, hints.get()), -1);
@@ -462,4 +466,71 @@ Test(device, cm_data_limits_per_transport)
 	CmDataLimits u = user_cm_limits(a);
 	cr_assert_eq(u.connect, 255u);
 	cr_assert_eq(u.reject, 255u);
+}
+
+/* fabtests getinfo_test mr_mode6: for every combination of mr_mode bits an
+ * application offers, the reported mr_mode holds none it did not offer, and
+ * local registration asked through the old mode bit is reported there. */
+Test(build_info, reported_mr_mode_is_within_the_offer)
+{
+	const uint64_t bits[] = {FI_MR_LOCAL, FI_MR_RAW, FI_MR_VIRT_ADDR, FI_MR_ALLOCATED,
+				 FI_MR_PROV_KEY, FI_MR_MMU_NOTIFY, FI_MR_RMA_EVENT, FI_MR_ENDPOINT};
+	int served = 0;
+	for (uint64_t mode_bit : {uint64_t(0), api::kModeLocalMr}) {
+		for (unsigned combo = 0; combo < (1u << 8); combo++) {
+			InfoPtr hints = app_hints();
+			hints->mode = mode_bit | FI_CONTEXT;
+			int offer = 0;
+			for (unsigned b = 0; b < 8; b++)
+				if (combo & (1u << b))
+					offer |= int(bits[b]);
+			hints->domain_attr->mr_mode = offer;
+			if (!mismatch(hints.get()).empty())
+				continue;
+			InfoPtr info = build(hints.get());
+			cr_assert_not_null(info.get());
+			const int reported = info->domain_attr->mr_mode;
+			cr_assert_eq(reported & ~offer, 0, "offer 0x%x, reported 0x%x", offer, reported);
+			if (!(reported & FI_MR_LOCAL))
+				cr_assert(info->mode & api::kModeLocalMr,
+					  "local registration must be asked for somewhere");
+			served++;
+		}
+	}
+	cr_assert_gt(served, 0);
+}
+
+/* fabtests getinfo_test caps1/caps2: each context reports its own
+ * direction's capabilities, a subset of the endpoint's, and the endpoint
+ * the primary capabilities asked for and no other. */
+Test(build_info, context_caps_are_per_direction)
+{
+	InfoPtr info = build(nullptr);
+	cr_assert_eq(info->tx_attr->caps, FI_MSG | FI_RMA | FI_SEND | FI_READ | FI_WRITE);
+	cr_assert_eq(info->rx_attr->caps, FI_MSG | FI_RMA | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE);
+	for (uint64_t asked : {FI_MSG, FI_RMA, FI_MSG | FI_RMA}) {
+		InfoPtr hints = app_hints();
+		hints->caps = asked;
+		InfoPtr shaped = build(hints.get());
+		cr_assert_eq(shaped->caps & (FI_MSG | FI_RMA), asked);
+		cr_assert_eq(shaped->tx_attr->caps & ~shaped->caps, 0u);
+		cr_assert_eq(shaped->rx_attr->caps & ~shaped->caps, 0u);
+		cr_assert_eq(shaped->tx_attr->caps & (FI_MSG | FI_RMA), asked);
+		cr_assert_eq(shaped->rx_attr->caps & (FI_MSG | FI_RMA), asked);
+	}
+}
+
+/* fi_domain(3) resource management: nd reserves CQ room at fi_enable and
+ * retries a send that finds no receive forever, so it offers FI_RM_ENABLED,
+ * and reports FI_RM_DISABLED only to an application that asked for it. */
+Test(build_info, resource_management)
+{
+	InfoPtr info = build(nullptr);
+	cr_assert_eq(info->domain_attr->resource_mgmt, FI_RM_ENABLED);
+	InfoPtr hints = app_hints();
+	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	cr_assert(mismatch(hints.get()).empty());
+	cr_assert_eq(build(hints.get())->domain_attr->resource_mgmt, FI_RM_ENABLED);
+	hints->domain_attr->resource_mgmt = FI_RM_DISABLED;
+	cr_assert_eq(build(hints.get())->domain_attr->resource_mgmt, FI_RM_DISABLED);
 }
