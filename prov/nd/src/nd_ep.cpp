@@ -274,6 +274,46 @@ int ep_setopt(struct fid *fid, int level, int optname, const void *optval, size_
 
 /* ---- names ---- */
 
+/* Binds the endpoint's id to `address` (fi_setname, or the address taken
+ * from a passive endpoint at fi_endpoint). Under the progress lock. */
+int bind_endpoint(Endpoint *ep, const SockAddr &address, const char *call)
+{
+	if (ep->bound || ep->fsm.state() != EpState::idle || ep->has_request) {
+		ND_WARN(FI_LOG_EP_CTRL, "%s: the endpoint already has an address\n", call);
+		return -FI_EOPBADSTATE;
+	}
+	int ret = ensure_cm_id(ep->eq, ep->cm, &ep->target);
+	if (ret)
+		return ret;
+	if (ep->shared_addr) {
+		int one = 1;
+		if (rdma_set_option(ep->cm.id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one,
+				    sizeof(one))) {
+			int err = errno;
+			ND_WARN(FI_LOG_EP_CTRL, "%s: cannot share the address: %s\n", call,
+				std::strerror(err));
+			return fi_error_of_errno(err);
+		}
+	}
+	SockAddr bind_to = address;
+	if (rdma_bind_addr(ep->cm.id, &bind_to.sa)) {
+		int err = errno;
+		ND_INFO(FI_LOG_EP_CTRL, "%s(%s): %s\n", call, address.to_string().c_str(),
+			std::strerror(err));
+		/* A failed bind leaves the id unusable for another try. */
+		ep->cm.reset();
+		return fi_error_of_errno(err);
+	}
+	if (ep->cm.id->verbs && ep->cm.id->verbs != ep->domain->context) {
+		ND_WARN(FI_LOG_EP_CTRL, "%s(%s): the address is on another device\n", call,
+			address.to_string().c_str());
+		ep->cm.reset();
+		return -FI_EINVAL;
+	}
+	ep->bound = true;
+	return 0;
+}
+
 int ep_setname(struct fid *fid, void *addr, size_t addrlen) noexcept
 {
 	Endpoint *ep = ep_of(fid);
@@ -283,41 +323,7 @@ int ep_setname(struct fid *fid, void *addr, size_t addrlen) noexcept
 			ND_WARN(FI_LOG_EP_CTRL, "fi_setname: not an IPv4/IPv6 address of %zu bytes\n", addrlen);
 			return -FI_EINVAL;
 		}
-		return under_progress_lock(ep->eq, [&]() -> int {
-			if (ep->bound || ep->fsm.state() != EpState::idle || ep->has_request) {
-				ND_WARN(FI_LOG_EP_CTRL, "fi_setname: the endpoint already has an address\n");
-				return -FI_EOPBADSTATE;
-			}
-			int ret = ensure_cm_id(ep->eq, ep->cm, &ep->target);
-			if (ret)
-				return ret;
-			if (ep->shared_addr) {
-				int one = 1;
-				if (rdma_set_option(ep->cm.id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR,
-						    &one, sizeof(one))) {
-					int err = errno;
-					ND_WARN(FI_LOG_EP_CTRL, "fi_setname: cannot share the address: %s\n",
-						std::strerror(err));
-					return fi_error_of_errno(err);
-				}
-			}
-			if (rdma_bind_addr(ep->cm.id, &address.sa)) {
-				int err = errno;
-				ND_INFO(FI_LOG_EP_CTRL, "fi_setname(%s): %s\n", address.to_string().c_str(),
-					std::strerror(err));
-				/* A failed bind leaves the id unusable for another try. */
-				ep->cm.reset();
-				return fi_error_of_errno(err);
-			}
-			if (ep->cm.id->verbs && ep->cm.id->verbs != ep->domain->context) {
-				ND_WARN(FI_LOG_EP_CTRL, "fi_setname(%s): the address is on another device\n",
-					address.to_string().c_str());
-				ep->cm.reset();
-				return -FI_EINVAL;
-			}
-			ep->bound = true;
-			return 0;
-		});
+		return under_progress_lock(ep->eq, [&] { return bind_endpoint(ep, address, "fi_setname"); });
 	});
 }
 
@@ -422,9 +428,21 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 		return -FI_ENOMEM;
 
 	ConnRequest *request = nullptr;
+	SockAddr taken_address;
+	bool takes_address = false;
 	if (info->handle) {
-		/* Checked by address against the live requests before anything
-		 * reads it: a handle already rejected or taken is freed memory. */
+		/* A passive endpoint hands over its address (fi_getinfo(3)
+		 * handle); anything else must be a live connection request.
+		 * Both are checked by address against the live objects before
+		 * anything reads them: a handle already rejected, taken or
+		 * closed is freed memory. */
+		int ret = take_pep_address(info->handle, &taken_address);
+		if (ret == 0)
+			takes_address = true;
+		else if (ret != -FI_ENOENT)
+			return ret;
+	}
+	if (info->handle && !takes_address) {
 		request = take_request(info->handle);
 		if (!request)
 			return -FI_EINVAL;
@@ -435,8 +453,8 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 			release_request(request);
 			return -FI_EINVAL;
 		}
-		copy->handle = nullptr;
 	}
+	copy->handle = nullptr;
 	auto ep = std::make_unique<Endpoint>(domain, copy.get(),
 					     request ? cm::Side::passive : cm::Side::active);
 	copy.release();
@@ -456,6 +474,14 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 		ep->peer_offer = request->offer();
 		ep->peer = peer_address(request->id);
 		release_request(request);
+	}
+	if (takes_address) {
+		int ret = bind_endpoint(ep.get(), taken_address, "fi_endpoint");
+		if (ret) {
+			ep->cm.reset();
+			fi_freeinfo(ep->info);
+			return ret;
+		}
 	}
 	domain->children.acquire();
 	*out = &ep.release()->ep;

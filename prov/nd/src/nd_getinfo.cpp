@@ -10,6 +10,7 @@
 #include "nd_getinfo.h"
 #include "nd_info.h"
 #include "nd_params.h"
+#include "nd_pep.h"
 
 #include <cstring>
 
@@ -35,6 +36,26 @@ int getinfo_impl(uint32_t version, const char *node, const char *service, uint64
 	int ret = address_request(node, service, flags, hints, &request);
 	if (ret)
 		return ret;
+
+	/* fi_getinfo(3): a passive endpoint as hints->handle lends its
+	 * address, port included, to the endpoint the info will open. */
+	const fid *lender = nullptr;
+	if (hints && hints->handle) {
+		SockAddr lent;
+		ret = pep_address(hints->handle, &lent);
+		if (ret == 0) {
+			if (request.has_src && !(request.src == lent)) {
+				ND_INFO(FI_LOG_CORE, "hints->handle is bound to %s, not the source %s asked for\n",
+					lent.to_string().c_str(), request.src.to_string().c_str());
+				return -FI_ENODATA;
+			}
+			request.has_src = true;
+			request.src = lent;
+			lender = hints->handle;
+		} else if (ret == -FI_EADDRNOTAVAIL) {
+			lender = hints->handle;
+		}
+	}
 
 	std::vector<Adapter> adapters = discover_adapters(params);
 	if (adapters.empty()) {
@@ -80,6 +101,7 @@ int getinfo_impl(uint32_t version, const char *node, const char *service, uint64
 				fi_freeinfo(head);
 				throw;
 			}
+			one->handle = const_cast<fid *>(lender);
 			if (tail)
 				tail->next = one;
 			else

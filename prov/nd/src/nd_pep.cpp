@@ -21,6 +21,9 @@ namespace {
  * application (fi_endpoint, fi_reject) is checked before it is used. */
 std::mutex request_lock;
 std::set<ConnRequest *> live_requests;
+/* Every open passive endpoint, so that one named as fi_info's handle (its
+ * address handed to an active endpoint) is checked before it is used. */
+std::set<PassiveEndpoint *> live_peps;
 
 constexpr int kDefaultBacklog = 128;
 
@@ -516,10 +519,62 @@ int PassiveEndpoint::close()
 			drop_request(request, "the listener closed");
 		cm.reset();
 	};
+	{
+		std::lock_guard<std::mutex> guard(request_lock);
+		live_peps.erase(this);
+	}
 	teardown_and_unbind(eq, teardown);
 	fabric->children.release();
 	fi_freeinfo(info);
 	delete this;
+	return 0;
+}
+
+/* A live passive endpoint of nd named by `handle`, else nullptr. Compared by
+ * address before anything reads it: the handle may be another provider's
+ * object, or a closed one. */
+PassiveEndpoint *live_pep(const fid *handle)
+{
+	std::lock_guard<std::mutex> guard(request_lock);
+	auto *pep = reinterpret_cast<PassiveEndpoint *>(const_cast<fid *>(handle));
+	return handle && live_peps.count(pep) ? pep : nullptr;
+}
+
+int pep_address(const fid *handle, SockAddr *out)
+{
+	PassiveEndpoint *pep = live_pep(handle);
+	if (!pep)
+		return -FI_ENOENT;
+	std::unique_lock<std::mutex> progress;
+	if (pep->eq)
+		progress = std::unique_lock<std::mutex>(pep->eq->progress_lock());
+	if (!pep->bound)
+		return -FI_EADDRNOTAVAIL;
+	*out = local_address(pep->cm.id);
+	return 0;
+}
+
+int take_pep_address(const fid *handle, SockAddr *out)
+{
+	PassiveEndpoint *pep = live_pep(handle);
+	if (!pep)
+		return -FI_ENOENT;
+	std::unique_lock<std::mutex> progress;
+	if (pep->eq)
+		progress = std::unique_lock<std::mutex>(pep->eq->progress_lock());
+	if (pep->listening) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is a listening passive endpoint; "
+					"its address stays with it\n");
+		return -FI_EOPBADSTATE;
+	}
+	if (!pep->bound) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is a passive endpoint without an address\n");
+		return -FI_EADDRNOTAVAIL;
+	}
+	*out = local_address(pep->cm.id);
+	/* Its id lets go of the port, which the new endpoint binds at once. */
+	pep->cm.reset();
+	pep->bound = false;
 	return 0;
 }
 
@@ -552,6 +607,10 @@ int open_passive_ep(fid_fabric *f, fi_info *info, fid_pep **out, void *context) 
 		pep->backlog = kDefaultBacklog;
 		pep->bound = false;
 		pep->listening = false;
+		{
+			std::lock_guard<std::mutex> guard(request_lock);
+			live_peps.insert(pep.get());
+		}
 		fabric->children.acquire();
 		*out = &pep.release()->pep;
 		return 0;

@@ -51,6 +51,16 @@ struct ConnRequest {
 ConnRequest *take_request(fid *handle);
 void release_request(ConnRequest *request) noexcept;
 
+/* fi_getinfo(3) with hints->handle a passive endpoint: the address it is
+ * bound to, port included. -FI_ENOENT when the handle is not a live passive
+ * endpoint of nd, -FI_EADDRNOTAVAIL when it has no address yet. */
+int pep_address(const fid *handle, SockAddr *out);
+/* fi_endpoint with info->handle a passive endpoint: the active endpoint
+ * takes over its address. The passive endpoint lets go of it (it must not
+ * be listening) and is left unbound. Same codes as pep_address, and
+ * -FI_EOPBADSTATE for a listener; logs why. */
+int take_pep_address(const fid *handle, SockAddr *out);
+
 struct PassiveEndpoint {
 	fid_pep pep;				/* first: from_fid<PassiveEndpoint> */
 	Fabric *fabric;

@@ -624,3 +624,64 @@ Test(cm, backlog_refuses_requests_beyond_it)
 		cr_assert_eq(fi_close(&c->fid), 0);
 	f.close();
 }
+
+/* fi_getinfo(3) handle: a passive endpoint lends its bound address, port
+ * included, to the active endpoint an info opens (fabtests msg_sockets). The
+ * endpoint reports it at once and connects from it; the passive endpoint is
+ * left without it, and a listener cannot lend its own. */
+Test(cm, passive_endpoint_lends_its_address_to_an_endpoint)
+{
+	CmFixture f;
+	f.open();
+	fid_pep *lender = nullptr;
+	cr_assert_eq(fi_passive_ep(f.fabric, f.info.get(), &lender, nullptr), 0);
+	sockaddr_in local = ipv4_addr(guest_ip(), 0);
+	cr_assert_eq(fi_setname(&lender->fid, &local, sizeof(local)), 0);
+	sockaddr_storage lent{};
+	size_t len = sizeof(lent);
+	cr_assert_eq(fi_getname(&lender->fid, &lent, &len), 0);
+	const uint16_t port = CmFixture::port_of(lent);
+	cr_assert_neq(port, 0);
+
+	InfoPtr hints = nd_hints();
+	hints->handle = &lender->fid;
+	char service[16];
+	snprintf(service, sizeof(service), "%u", CmFixture::port_of(f.listen_addr));
+	InfoPtr info;
+	cr_assert_eq(getinfo(guest_ip(), service, 0, hints.get(), &info), 0);
+	cr_assert_eq(info->handle, &lender->fid);
+	sockaddr_storage src{};
+	cr_assert_leq(info->src_addrlen, sizeof(src));
+	std::memcpy(&src, info->src_addr, info->src_addrlen);
+	cr_assert_eq(CmFixture::port_of(src), port, "the info's source is the lender's address");
+
+	fid_ep *c = nullptr;
+	cr_assert_eq(fi_endpoint(f.domain, info.get(), &c, nullptr), 0);
+	sockaddr_storage name{};
+	len = sizeof(name);
+	cr_assert_eq(fi_getname(&c->fid, &name, &len), 0);
+	cr_assert_eq(CmFixture::port_of(name), port, "bound at fi_endpoint, before any connect");
+	cr_assert_eq(fi_close(&lender->fid), 0, "the lender closes without taking the port back");
+
+	cr_assert_eq(fi_ep_bind(c, &f.eq->fid, 0), 0);
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_ep *s = f.server(req);
+	cr_assert_eq(fi_accept(s, nullptr, 0), 0);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	expect_event(f.eq, FI_CONNECTED, nullptr);
+	sockaddr_storage peer{};
+	len = sizeof(peer);
+	cr_assert_eq(fi_getpeer(s, &peer, &len), 0);
+	cr_assert_eq(CmFixture::port_of(peer), port, "the server sees the lent port");
+	f.close_pair(c, s);
+
+	/* A listener keeps its address. */
+	hints->handle = &f.pep->fid;
+	InfoPtr from_listener;
+	cr_assert_eq(getinfo(guest_ip(), service, 0, hints.get(), &from_listener), 0);
+	fid_ep *refused = nullptr;
+	cr_assert_eq(fi_endpoint(f.domain, from_listener.get(), &refused, nullptr), -FI_EOPBADSTATE);
+	f.close();
+}
