@@ -33,11 +33,6 @@ int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept
 	return not_implemented("fi_scalable_ep", "FI_EP_MSG endpoints have one context each");
 }
 
-int poll_open(fid_domain *, fi_poll_attr *, fid_poll **) noexcept
-{
-	return not_implemented("fi_poll_open", "poll sets are not supported; use FI_WAIT_FD and epoll");
-}
-
 int stx_ctx(fid_domain *, fi_tx_attr *, fid_stx **, void *) noexcept
 {
 	return not_implemented("fi_stx_context", "shared transmit contexts are not supported");
@@ -56,6 +51,12 @@ int query_collective(fid_domain *, fi_collective_op, fi_collective_attr *, uint6
 int ops_open(fid *, const char *name, uint64_t, void **, void *) noexcept
 {
 	ND_WARN(FI_LOG_CORE, "fi_open_ops: no extension ops named '%s'\n", name ? name : "(null)");
+	return -FI_ENOSYS;
+}
+
+int control(fid *, int command, void *) noexcept
+{
+	ND_WARN(FI_LOG_CORE, "fi_control: command %d; this object has no control commands\n", command);
 	return -FI_ENOSYS;
 }
 

@@ -24,12 +24,13 @@ int wait_open(fid_fabric *, fi_wait_attr *, fid_wait **) noexcept;
 
 int av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept;
 int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept;
-int poll_open(fid_domain *, fi_poll_attr *, fid_poll **) noexcept;
 int stx_ctx(fid_domain *, fi_tx_attr *, fid_stx **, void *) noexcept;
 int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) noexcept;
 int query_collective(fid_domain *, fi_collective_op, fi_collective_attr *, uint64_t) noexcept;
 
 int ops_open(fid *, const char *, uint64_t, void **, void *) noexcept;
+/* fi_control on an object that has no control commands. */
+int control(fid *, int, void *) noexcept;
 /* fi_bind on an object that binds to nothing. */
 int bind(fid *, fid *, uint64_t) noexcept;
 
