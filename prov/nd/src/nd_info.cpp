@@ -292,12 +292,19 @@ int negotiate_mr_mode(uint32_t version, const fi_info *hints) noexcept
 	if (!local_ok)
 		return -1;
 	int need = kMrMode & ~FI_MR_LOCAL;
-	if ((user & need) != need)
-		return -1;
+	if ((user & need) != need) {
+		/* Keys and virtual addresses matter only to a peer that reaches
+		 * the memory: an application that asks for no RMA need not offer
+		 * them, and gets messages only (build_info drops the RMA caps),
+		 * as libfabric's own ofi_cap_mr_mode reasons. */
+		if ((hints->caps & kRmaCaps) || !(user & FI_MR_ALLOCATED))
+			return -1;
+		need = FI_MR_ALLOCATED;
+	}
 	/* The reported mode never holds a bit the application did not offer
 	 * (fi_getinfo(3)): local registration asked through the mode bit is
 	 * reported through the mode bit (build_info). */
-	return (user & FI_MR_LOCAL) ? kMrMode : need;
+	return (user & FI_MR_LOCAL) ? (need | FI_MR_LOCAL) : need;
 }
 
 std::string api_refusal(uint32_t version)
@@ -368,6 +375,8 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 		caps = (hints->caps & kPrimaryCaps ? hints->caps & kPrimaryCaps : kPrimaryCaps) |
 		       (hints->caps & kSecondaryCaps ? hints->caps & kSecondaryCaps : kSecondaryCaps);
 
+	if (mr_mode >= 0 && !old_api && !(mr_mode & (FI_MR_VIRT_ADDR | api::kMrBasic)))
+		caps &= ~kRmaCaps; /* messages only: see negotiate_mr_mode */
 	info->caps = caps;
 	info->mode = mode;
 	info->addr_format = format_of(address.addr);

@@ -26,6 +26,8 @@ constexpr uint64_t kPrimaryCaps = FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ 
 constexpr uint64_t kSecondaryCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 constexpr uint64_t kCaps = kPrimaryCaps | kSecondaryCaps;
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+/* The capabilities that let a peer reach registered memory. */
+constexpr uint64_t kRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 /* The capabilities each direction's context reports (fi_endpoint(3)). */
 constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_SEND | FI_READ | FI_WRITE;
 constexpr uint64_t kRxCaps = FI_MSG | FI_RMA | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE;

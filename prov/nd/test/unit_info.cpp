@@ -534,3 +534,25 @@ Test(build_info, resource_management)
 	hints->domain_attr->resource_mgmt = FI_RM_DISABLED;
 	cr_assert_eq(build(hints.get())->domain_attr->resource_mgmt, FI_RM_DISABLED);
 }
+
+/* fabtests unexpected_msg: an application that asks for no RMA and offers
+ * only FI_MR_LOCAL | FI_MR_ALLOCATED gets messages only; one that asks for
+ * RMA must still offer keys and virtual addresses. */
+Test(build_info, messages_only_need_no_remote_registration_modes)
+{
+	InfoPtr hints = app_hints();
+	hints->caps = 0;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED;
+	cr_assert(mismatch(hints.get()).empty());
+	InfoPtr info = build(hints.get());
+	cr_assert_eq(info->domain_attr->mr_mode, FI_MR_LOCAL | FI_MR_ALLOCATED);
+	cr_assert_eq(info->caps & kRmaCaps, 0u, "no RMA without its registration modes");
+	cr_assert(info->caps & FI_MSG);
+	cr_assert_eq(info->tx_attr->caps & kRmaCaps, 0u);
+	cr_assert_eq(info->rx_attr->caps & kRmaCaps, 0u);
+	hints->caps = FI_MSG | FI_RMA;
+	cr_assert_not(mismatch(hints.get()).empty(), "RMA needs FI_MR_VIRT_ADDR and FI_MR_PROV_KEY");
+	hints->caps = FI_MSG;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL;
+	cr_assert_not(mismatch(hints.get()).empty(), "registration needs allocated memory");
+}
