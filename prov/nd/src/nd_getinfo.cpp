@@ -44,7 +44,11 @@ int getinfo_impl(uint32_t version, const char *node, const char *service, uint64
 		SockAddr lent;
 		ret = pep_address(hints->handle, &lent);
 		if (ret == 0) {
-			if (request.has_src && !(request.src == lent)) {
+			/* A source asked for as well must agree: the same IP (or
+			 * any), the same port (or any). */
+			if (request.has_src &&
+			    ((!request.src.is_any() && !request.src.same_ip(lent)) ||
+			     (request.src.port() && request.src.port() != lent.port()))) {
 				ND_INFO(FI_LOG_CORE, "hints->handle is bound to %s, not the source %s asked for\n",
 					lent.to_string().c_str(), request.src.to_string().c_str());
 				return -FI_ENODATA;
