@@ -300,9 +300,13 @@ ssize_t Endpoint::link_error(const char *call) const
 
 namespace {
 
-/* Builds the scatter/gather list; checks buffers, lengths, descriptors. */
+/* Builds the scatter/gather list; checks buffers, lengths, descriptors.
+ * Returns the number of entries built, or -FI_E*. A receive buffer that is
+ * NULL takes no bytes, whatever its length (fabtests post such receives for
+ * zero-byte messages): it gets no entry, so the adapter never touches it,
+ * and a message with bytes for it completes with a length error. */
 ssize_t gather(const char *call, const iovec *iov, void **desc, size_t count, uint32_t limit,
-	       bool needs_keys, ibv_sge *sge, uint64_t *total)
+	       bool needs_keys, bool receive, ibv_sge *sge, uint64_t *total)
 {
 	if (count > limit) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: %zu iovs; the limit is %u\n", call, count, limit);
@@ -313,8 +317,14 @@ ssize_t gather(const char *call, const iovec *iov, void **desc, size_t count, ui
 		return -FI_EINVAL;
 	}
 	uint64_t sum = 0;
+	size_t built = 0;
 	for (size_t i = 0; i < count; i++) {
 		const size_t len = iov[i].iov_len;
+		if (!iov[i].iov_base && receive) {
+			if (len)
+				ND_INFO(FI_LOG_EP_DATA, "%s: buffer %zu is NULL: it takes no bytes\n", call, i);
+			continue;
+		}
 		if (!iov[i].iov_base && len) {
 			ND_WARN(FI_LOG_EP_DATA, "%s: buffer %zu is NULL with length %zu\n", call, i, len);
 			return -FI_EINVAL;
@@ -329,13 +339,14 @@ ssize_t gather(const char *call, const iovec *iov, void **desc, size_t count, ui
 				call, i);
 			return -FI_EINVAL;
 		}
-		sge[i].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
-		sge[i].length = static_cast<uint32_t>(len);
-		sge[i].lkey = d ? lkey_of(d) : 0;
+		sge[built].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
+		sge[built].length = static_cast<uint32_t>(len);
+		sge[built].lkey = d ? lkey_of(d) : 0;
+		built++;
 		sum += len;
 	}
 	*total = sum;
-	return 0;
+	return static_cast<ssize_t>(built);
 }
 
 } // namespace
@@ -357,8 +368,9 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 		return -FI_EMSGSIZE;
 	}
 	ibv_sge sge[kMaxSge];
-	ssize_t ret = gather(r.call, r.iov, r.desc, r.count, tx_iov_limit, !inline_data, sge, &total);
-	if (ret)
+	ssize_t ret = gather(r.call, r.iov, r.desc, r.count, tx_iov_limit, !inline_data, false, sge,
+			     &total);
+	if (ret < 0)
 		return ret;
 	if (total > max_msg) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: %llu bytes; max_msg_size is %zu\n", r.call,
@@ -573,9 +585,9 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 	ibv_sge sge[kMaxSge];
 	uint64_t total = 0;
-	ssize_t ret = gather("fi_recv", iov, desc, count, rx_iov_limit, true, sge, &total);
-	if (ret)
-		return ret;
+	const ssize_t built = gather("fi_recv", iov, desc, count, rx_iov_limit, true, true, sge, &total);
+	if (built < 0)
+		return built;
 	if (total > max_msg) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: %llu bytes; max_msg_size is %zu\n",
 			static_cast<unsigned long long>(total), max_msg);
@@ -598,11 +610,11 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.next = nullptr;
 	wr.sg_list = sge;
-	wr.num_sge = static_cast<int>(count);
+	wr.num_sge = static_cast<int>(built);
 	if (!recv_ready) {
 		/* Before INIT the queue pair takes no receives: keep it for then. */
 		try {
-			PendingRecv pending{wr, std::vector<ibv_sge>(sge, sge + count)};
+			PendingRecv pending{wr, std::vector<ibv_sge>(sge, sge + built)};
 			pending_recvs.push_back(std::move(pending));
 		} catch (const std::bad_alloc &) {
 			return -FI_ENOMEM;

@@ -28,18 +28,23 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 	}
 	ibv_sge sge[kMaxSge];
 	uint64_t total = 0;
+	int built = 0;
 	for (size_t i = 0; i < count; i++) {
-		if (!iov[i].iov_base && iov[i].iov_len) {
-			ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): iov %zu has no buffer\n", i);
-			return -FI_EINVAL;
+		if (!iov[i].iov_base) {
+			/* Takes no bytes: no entry, as for an endpoint's receive
+			 * (nd_ep_data.cpp, gather). */
+			if (iov[i].iov_len)
+				ND_INFO(FI_LOG_EP_DATA, "fi_recv(srx): iov %zu is NULL: it takes no bytes\n", i);
+			continue;
 		}
 		if (iov[i].iov_len && (!desc || !desc[i])) {
 			ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): iov %zu has no descriptor (FI_MR_LOCAL)\n", i);
 			return -FI_EINVAL;
 		}
-		sge[i].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
-		sge[i].length = static_cast<uint32_t>(iov[i].iov_len);
-		sge[i].lkey = iov[i].iov_len ? lkey_of(desc[i]) : 0;
+		sge[built].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
+		sge[built].length = static_cast<uint32_t>(iov[i].iov_len);
+		sge[built].lkey = iov[i].iov_len ? lkey_of(desc[i]) : 0;
+		built++;
 		total += iov[i].iov_len;
 	}
 	std::lock_guard<OptionalLock> guard(lock);
@@ -55,7 +60,7 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 	ibv_recv_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.sg_list = sge;
-	wr.num_sge = static_cast<int>(count);
+	wr.num_sge = built;
 	ibv_recv_wr *bad = nullptr;
 	int rc = ibv_post_srq_recv(srq.get(), &wr, &bad);
 	if (rc) {
