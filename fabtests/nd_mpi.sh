@@ -24,11 +24,10 @@ trap 'rm -rf "$work"' EXIT
 mpicc -O2 -Wall -o "$work/nd_mpi_check" "$srcdir/fabtests/nd_mpi_check.c"
 
 export FI_PROVIDER_PATH=$builddir/.libs
-# ofi_rxm sizes its CQ for a universe of 256 peers by default: 262,144
-# entries, beyond rxe's largest CQ (32,767). Both nd and libfabric's verbs
-# provider refuse that CQ at fi_enable, so MPI over rxm on rxe needs a
-# smaller universe, unless the caller chose one.
-export FI_UNIVERSE_SIZE=${FI_UNIVERSE_SIZE:-64}
+# No tuning: ofi_rxm sizes its CQ for a universe of 256 peers by default,
+# 262,144 entries, beyond rxe's largest CQ (32,767); nd opens it at the
+# device's size and reserves room per endpoint at fi_enable (libfabric's
+# verbs provider refuses it, and needs FI_UNIVERSE_SIZE=64 here).
 # Environment rather than mpirun options: the same spelling works for Open
 # MPI 4.1 and 5, and every local rank inherits it.
 export OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi OMPI_MCA_mtl_ofi_provider_include=$provider
