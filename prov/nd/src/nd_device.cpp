@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <chrono>
 #include <map>
 #include <mutex>
 
@@ -306,6 +307,26 @@ bool parse_pci_address(const std::string &text, PciAddress *out) noexcept
 	out->device = static_cast<uint8_t>(device);
 	out->function = static_cast<uint8_t>(function);
 	return true;
+}
+
+std::vector<Adapter> recent_adapters(const Params &params)
+{
+	static std::mutex lock;
+	static std::vector<Adapter> found;
+	static std::chrono::steady_clock::time_point when;
+	static Params found_with;
+	static bool valid = false;
+	const auto now = std::chrono::steady_clock::now();
+	std::lock_guard<std::mutex> guard(lock);
+	const bool same = valid && found_with.iface == params.iface && found_with.ipv6 == params.ipv6 &&
+			  found_with.inline_probe == params.inline_probe;
+	if (!same || now - when > std::chrono::milliseconds(kDiscoveryReuseMs)) {
+		found = discover_adapters(params);
+		found_with = params;
+		when = now;
+		valid = true;
+	}
+	return found;
 }
 
 std::vector<Adapter> discover_adapters(const Params &params)

@@ -108,6 +108,14 @@ bool parse_pci_address(const std::string &text, PciAddress *out) noexcept;
  */
 std::vector<Adapter> discover_adapters(const Params &params);
 
+/* discover_adapters, done at most once per kDiscoveryReuseMs for the same
+ * parameters: applications call fi_getinfo in bursts (MPI at start-up,
+ * fabtests' getinfo_test some 1,300 times), and each discovery costs
+ * system calls per address and port. A change of address or port state is
+ * seen within that time. */
+constexpr int kDiscoveryReuseMs = 1000;
+std::vector<Adapter> recent_adapters(const Params &params);
+
 /* Orders adapters nearest-first to the calling thread's CPU set with hwloc
  * and sets is_local. Stable: equal locality keeps discovery order. */
 void order_by_locality(std::vector<Adapter> &adapters);

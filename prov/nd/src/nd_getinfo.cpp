@@ -61,7 +61,7 @@ int getinfo_impl(uint32_t version, const char *node, const char *service, uint64
 		}
 	}
 
-	std::vector<Adapter> adapters = discover_adapters(params);
+	std::vector<Adapter> adapters = recent_adapters(params);
 	if (adapters.empty()) {
 		ND_INFO(FI_LOG_CORE, "no active RDMA adapter port with an IP address\n");
 		return -FI_ENODATA;
