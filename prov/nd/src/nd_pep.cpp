@@ -540,7 +540,12 @@ PassiveEndpoint *live_pep(const fid *handle)
 	return handle && live_peps.count(pep) ? pep : nullptr;
 }
 
-int pep_address(const fid *handle, SockAddr *out)
+namespace {
+
+/* Runs fn on the live passive endpoint `handle` names, under its progress
+ * lock; -FI_ENOENT when the handle names none. */
+template <typename Fn>
+int with_live_pep(const fid *handle, Fn fn)
 {
 	PassiveEndpoint *pep = live_pep(handle);
 	if (!pep)
@@ -548,34 +553,39 @@ int pep_address(const fid *handle, SockAddr *out)
 	std::unique_lock<std::mutex> progress;
 	if (pep->eq)
 		progress = std::unique_lock<std::mutex>(pep->eq->progress_lock());
-	if (!pep->bound)
-		return -FI_EADDRNOTAVAIL;
-	*out = local_address(pep->cm.id);
-	return 0;
+	return fn(pep);
+}
+
+} // namespace
+
+int pep_address(const fid *handle, SockAddr *out)
+{
+	return with_live_pep(handle, [&](PassiveEndpoint *pep) {
+		if (!pep->bound)
+			return -FI_EADDRNOTAVAIL;
+		*out = local_address(pep->cm.id);
+		return 0;
+	});
 }
 
 int take_pep_address(const fid *handle, SockAddr *out)
 {
-	PassiveEndpoint *pep = live_pep(handle);
-	if (!pep)
-		return -FI_ENOENT;
-	std::unique_lock<std::mutex> progress;
-	if (pep->eq)
-		progress = std::unique_lock<std::mutex>(pep->eq->progress_lock());
-	if (pep->listening) {
-		ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is a listening passive endpoint; "
-					"its address stays with it\n");
-		return -FI_EOPBADSTATE;
-	}
-	if (!pep->bound) {
-		ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is a passive endpoint without an address\n");
-		return -FI_EADDRNOTAVAIL;
-	}
-	*out = local_address(pep->cm.id);
-	/* Its id lets go of the port, which the new endpoint binds at once. */
-	pep->cm.reset();
-	pep->bound = false;
-	return 0;
+	return with_live_pep(handle, [&](PassiveEndpoint *pep) {
+		if (pep->listening) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is a listening passive endpoint; "
+						"its address stays with it\n");
+			return -FI_EOPBADSTATE;
+		}
+		if (!pep->bound) {
+			ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is a passive endpoint without an address\n");
+			return -FI_EADDRNOTAVAIL;
+		}
+		*out = local_address(pep->cm.id);
+		/* Its id lets go of the port, which the new endpoint binds at once. */
+		pep->cm.reset();
+		pep->bound = false;
+		return 0;
+	});
 }
 
 int open_passive_ep(fid_fabric *f, fi_info *info, fid_pep **out, void *context) noexcept
