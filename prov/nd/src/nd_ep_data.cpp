@@ -298,58 +298,6 @@ ssize_t Endpoint::link_error(const char *call) const
 	}
 }
 
-namespace {
-
-/* Builds the scatter/gather list; checks buffers, lengths, descriptors.
- * Returns the number of entries built, or -FI_E*. A receive buffer that is
- * NULL takes no bytes, whatever its length (fabtests post such receives for
- * zero-byte messages): it gets no entry, so the adapter never touches it,
- * and a message with bytes for it completes with a length error. */
-ssize_t gather(const char *call, const iovec *iov, void **desc, size_t count, uint32_t limit,
-	       bool needs_keys, bool receive, ibv_sge *sge, uint64_t *total)
-{
-	if (count > limit) {
-		ND_WARN(FI_LOG_EP_DATA, "%s: %zu iovs; the limit is %u\n", call, count, limit);
-		return -FI_EINVAL;
-	}
-	if (count && !iov) {
-		ND_WARN(FI_LOG_EP_DATA, "%s: iov is NULL\n", call);
-		return -FI_EINVAL;
-	}
-	uint64_t sum = 0;
-	size_t built = 0;
-	for (size_t i = 0; i < count; i++) {
-		const size_t len = iov[i].iov_len;
-		if (!iov[i].iov_base && receive) {
-			if (len)
-				ND_INFO(FI_LOG_EP_DATA, "%s: buffer %zu is NULL: it takes no bytes\n", call, i);
-			continue;
-		}
-		if (!iov[i].iov_base && len) {
-			ND_WARN(FI_LOG_EP_DATA, "%s: buffer %zu is NULL with length %zu\n", call, i, len);
-			return -FI_EINVAL;
-		}
-		if (len > UINT32_MAX) {
-			ND_WARN(FI_LOG_EP_DATA, "%s: buffer %zu is %zu bytes\n", call, i, len);
-			return -FI_EMSGSIZE;
-		}
-		void *d = desc ? desc[i] : nullptr;
-		if (needs_keys && len && !d) {
-			ND_WARN(FI_LOG_EP_DATA, "%s: buffer %zu has no descriptor (FI_MR_LOCAL: pass fi_mr_desc)\n",
-				call, i);
-			return -FI_EINVAL;
-		}
-		sge[built].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
-		sge[built].length = static_cast<uint32_t>(len);
-		sge[built].lkey = d ? lkey_of(d) : 0;
-		built++;
-		sum += len;
-	}
-	*total = sum;
-	return static_cast<ssize_t>(built);
-}
-
-} // namespace
 
 ssize_t Endpoint::post_tx(const TxRequest &r)
 {
@@ -368,7 +316,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 		return -FI_EMSGSIZE;
 	}
 	ibv_sge sge[kMaxSge];
-	ssize_t ret = gather(r.call, r.iov, r.desc, r.count, tx_iov_limit, !inline_data, false, sge,
+	ssize_t ret = gather_sges(r.call, r.iov, r.desc, r.count, tx_iov_limit, !inline_data, false, sge,
 			     &total);
 	if (ret < 0)
 		return ret;
@@ -585,7 +533,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 	ibv_sge sge[kMaxSge];
 	uint64_t total = 0;
-	const ssize_t built = gather("fi_recv", iov, desc, count, rx_iov_limit, true, true, sge, &total);
+	const ssize_t built = gather_sges("fi_recv", iov, desc, count, rx_iov_limit, true, true, sge, &total);
 	if (built < 0)
 		return built;
 	if (total > max_msg) {

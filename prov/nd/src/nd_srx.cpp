@@ -22,31 +22,12 @@ SharedRx::SharedRx(Domain *d, uint32_t depth)
 
 ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
 {
-	if (count > iov_limit || (count && !iov)) {
-		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): %zu iovs; the limit is %u\n", count, iov_limit);
-		return -FI_EINVAL;
-	}
 	ibv_sge sge[kMaxSge];
 	uint64_t total = 0;
-	int built = 0;
-	for (size_t i = 0; i < count; i++) {
-		if (!iov[i].iov_base) {
-			/* Takes no bytes: no entry, as for an endpoint's receive
-			 * (nd_ep_data.cpp, gather). */
-			if (iov[i].iov_len)
-				ND_INFO(FI_LOG_EP_DATA, "fi_recv(srx): iov %zu is NULL: it takes no bytes\n", i);
-			continue;
-		}
-		if (iov[i].iov_len && (!desc || !desc[i])) {
-			ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): iov %zu has no descriptor (FI_MR_LOCAL)\n", i);
-			return -FI_EINVAL;
-		}
-		sge[built].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
-		sge[built].length = static_cast<uint32_t>(iov[i].iov_len);
-		sge[built].lkey = iov[i].iov_len ? lkey_of(desc[i]) : 0;
-		built++;
-		total += iov[i].iov_len;
-	}
+	const ssize_t built = gather_sges("fi_recv(srx)", iov, desc, count, iov_limit, true, true, sge,
+					  &total);
+	if (built < 0)
+		return built;
 	std::lock_guard<OptionalLock> guard(lock);
 	if (queue.free_slots.empty())
 		return -FI_EAGAIN;
@@ -60,7 +41,7 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 	ibv_recv_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.sg_list = sge;
-	wr.num_sge = built;
+	wr.num_sge = static_cast<int>(built);
 	ibv_recv_wr *bad = nullptr;
 	int rc = ibv_post_srq_recv(srq.get(), &wr, &bad);
 	if (rc) {
