@@ -60,6 +60,32 @@ enum class QueueKind : uint8_t { send, recv, shared_recv };
 
 struct WorkQueue;
 
+/*
+ * What a shared transmit context (fi_stx_context, nd_stx.h) shares: a budget
+ * of requests outstanding across every send queue bound to it. Verbs has no
+ * shared send queue, so each queue pair keeps its own, as deep as the whole
+ * context: the budget is what makes the context's size hold for all of them
+ * together. A queue counts a request against it when it commits the slot
+ * and gives it back when the slot retires or is uncommitted.
+ *
+ * The check (WorkQueue::full) and the count (commit) are two steps, so
+ * posters racing on different endpoints may pass the limit by one request
+ * each; no device queue overflows by it, since each is as deep as the
+ * context and the CQs reserve per endpoint.
+ */
+struct SendBudget {
+	std::atomic<uint64_t> used{0};
+	uint64_t limit;
+
+	explicit SendBudget(uint64_t l) noexcept : limit(l) {}
+	bool exhausted() const noexcept { return used.load(std::memory_order_acquire) >= limit; }
+	uint64_t left() const noexcept
+	{
+		const uint64_t u = used.load(std::memory_order_acquire);
+		return u < limit ? limit - u : 0;
+	}
+};
+
 struct OpRecord {
 	void *context;		/* the application's, for the CQ entry */
 	WorkQueue *owner;
@@ -142,8 +168,20 @@ struct WorkQueue {
 	std::vector<uint32_t> free_slots;
 	OptionalLock *pool_lock = nullptr;
 
+	/* send: the budget of the shared transmit context bound, if any;
+	 * shared, since the queue may outlive the context as an orphan. */
+	std::shared_ptr<SendBudget> budget;
+
 	/* Allocates the ring (or pool); throws std::bad_alloc. */
 	WorkQueue(QueueKind k, uint32_t wanted_depth);
+	/* Requests still counted go back to the budget with the queue. */
+	~WorkQueue()
+	{
+		if (budget)
+			budget->used.fetch_sub(outstanding(), std::memory_order_acq_rel);
+	}
+	WorkQueue(const WorkQueue &) = delete;
+	WorkQueue &operator=(const WorkQueue &) = delete;
 
 	/* Where completions leave their marks (fi_enable), before any post. */
 	void set_targets(const RetireTargets &t) noexcept
@@ -181,15 +219,25 @@ struct WorkQueue {
 	{
 		return head.load(std::memory_order_relaxed) - tail.load(std::memory_order_acquire);
 	}
-	bool full() const noexcept { return outstanding() >= depth; }
+	bool full() const noexcept
+	{
+		return outstanding() >= depth || (budget && budget->exhausted());
+	}
 
 	/* The next free slot, filled by the poster and published by commit. */
 	OpRecord &next() noexcept { return records[head.load(std::memory_order_relaxed) & mask]; }
-	void commit() noexcept { head.store(head.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+	void commit() noexcept
+	{
+		if (budget)
+			budget->used.fetch_add(1, std::memory_order_acq_rel);
+		head.store(head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+	}
 	/* Gives back the last n slots committed, when posting them failed. */
 	void uncommit(uint64_t n = 1) noexcept
 	{
 		head.store(head.load(std::memory_order_relaxed) - n, std::memory_order_release);
+		if (budget)
+			budget->used.fetch_sub(n, std::memory_order_acq_rel);
 	}
 
 	uint32_t reads_in_flight() const noexcept
@@ -207,8 +255,11 @@ struct WorkQueue {
 		const uint64_t h = head.load(std::memory_order_acquire);
 		const uint64_t slot = static_cast<uint64_t>(last - records.get());
 		const uint64_t count = ((slot - t) & mask) + 1;
-		tail.store(count <= h - t ? t + count : h, std::memory_order_release);
+		const uint64_t retired = count <= h - t ? count : h - t;
+		tail.store(t + retired, std::memory_order_release);
 		reads_retired.store(last->read_mark, std::memory_order_release);
+		if (budget)
+			budget->used.fetch_sub(retired, std::memory_order_acq_rel);
 	}
 
 private:

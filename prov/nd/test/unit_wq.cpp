@@ -9,6 +9,7 @@
 #include <rdma/fabric.h>
 
 #include <cstdint>
+#include <memory>
 
 using namespace nd;
 
@@ -195,6 +196,36 @@ Test(work_queue, no_targets_means_no_counting)
 	const OpRecord &r = post(queue, ctx(1), kSendFlags);
 	WorkQueue::retire(completion_of(r, IBV_WC_RETRY_EXC_ERR)); /* no link to break: no crash */
 	cr_assert_eq(queue.outstanding(), 0u);
+}
+
+Test(work_queue, a_shared_send_budget_spans_its_queues)
+{
+	auto budget = std::make_shared<SendBudget>(3);
+	WorkQueue a(QueueKind::send, 8), b(QueueKind::send, 8);
+	a.budget = b.budget = budget;
+	post(a, ctx(1), kSendFlags);
+	OpRecord &a2 = post(a, ctx(2), kSendFlags);
+	cr_assert_not(b.full(), "one request left in the budget");
+	OpRecord &b1 = post(b, ctx(3), kSendFlags);
+	cr_assert(a.full() && b.full(), "three in flight across both queues");
+	cr_assert_eq(budget->left(), 0u);
+
+	WorkQueue::retire(completion_of(a2));	/* retires a's first request too */
+	cr_assert_eq(budget->left(), 2u);
+	cr_assert_not(b.full());
+	post(b, ctx(4), kSendFlags);
+	b.uncommit();				/* posting it failed */
+	cr_assert_eq(budget->left(), 2u);
+	WorkQueue::retire(completion_of(b1, IBV_WC_WR_FLUSH_ERR));
+	cr_assert_eq(budget->left(), 3u, "a flushed request gives its share back");
+	{
+		WorkQueue orphan(QueueKind::send, 4);
+		orphan.budget = budget;
+		post(orphan, ctx(5), kSendFlags);
+		post(orphan, ctx(6), kSendFlags);
+		cr_assert_eq(budget->left(), 1u);
+	}
+	cr_assert_eq(budget->left(), 3u, "a queue destroyed with requests in flight gives them back");
 }
 
 Test(work_queue, a_shared_receive_pool_takes_slots_back_in_any_order)
