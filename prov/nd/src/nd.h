@@ -163,6 +163,7 @@ int open_endpoint(fid_domain *domain, fi_info *info, fid_ep **ep, void *context)
 int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq, void *context) noexcept;
 int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr, void *context) noexcept;
 int srx_open(fid_domain *domain, fi_rx_attr *attr, fid_ep **rx_ep, void *context) noexcept;
+int stx_open(fid_domain *domain, fi_tx_attr *attr, fid_stx **stx, void *context) noexcept;
 int poll_open(fid_domain *domain, fi_poll_attr *attr, fid_poll **pollset) noexcept;
 int mr_reg(fid *domain, const void *buf, size_t len, uint64_t access, uint64_t offset,
 	   uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept;

@@ -3,6 +3,7 @@
 #include "nd_cntr.h"
 #include "nd_cq.h"
 #include "nd_srx.h"
+#include "nd_stx.h"
 #include "nd_domain.h"
 #include "nd_eq.h"
 #include "nd_info.h"
@@ -71,6 +72,12 @@ int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags) noexcept
 				return ep->bind_srx(from_fid<SharedRx>(bfid));
 			});
 		});
+	case FI_CLASS_STX_CTX:
+		return guarded("fi_ep_bind(stx)", [&] {
+			return under_progress_lock(ep->eq, [&] {
+				return ep->bind_stx(from_fid<SharedTx>(bfid));
+			});
+		});
 	default:
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind a fid of class %zu\n", bfid->fclass);
 		return -FI_EINVAL;
@@ -85,6 +92,11 @@ int enable(Endpoint *ep)
 	}
 	if (ep->enabled)
 		return 0;
+	if (ep->info->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT && !ep->stx) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: the endpoint was opened with a shared transmit "
+			"context (tx_ctx_cnt FI_SHARED_CONTEXT); bind one (fi_stx_context) first\n");
+		return -FI_ENOENT;
+	}
 	int ret = ep->create_queue_pair();
 	if (ret)
 		return ret;

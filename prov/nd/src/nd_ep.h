@@ -36,6 +36,7 @@ struct Counter;
 struct Domain;
 struct EventQueue;
 struct SharedRx;
+struct SharedTx;
 
 /* A receive posted before the queue pair could take it (before INIT). */
 struct PendingRecv {
@@ -92,6 +93,7 @@ struct Endpoint {
 	Counter *read_cntr = nullptr;
 	Counter *write_cntr = nullptr;
 	SharedRx *srx = nullptr;
+	SharedTx *stx = nullptr;			/* its attributes replace tx_attr's */
 
 	/* Data path, fixed at fi_enable. */
 	std::unique_ptr<WorkQueue> sq;
@@ -154,6 +156,7 @@ struct Endpoint {
 	int bind_cq(CompletionQueue *cq, uint64_t flags);
 	int bind_cntr(Counter *cntr, uint64_t flags);
 	int bind_srx(SharedRx *rx);
+	int bind_stx(SharedTx *tx);
 	int setup_data_path();
 	void release_queues() noexcept;
 	/* Each distinct counter bound to the endpoint, once. */

@@ -14,6 +14,7 @@
 #include "nd_ep_inject.h"
 #include "nd_mr.h"
 #include "nd_srx.h"
+#include "nd_stx.h"
 
 #include <arpa/inet.h>
 
@@ -118,13 +119,36 @@ int Endpoint::bind_srx(SharedRx *rx)
 	return 0;
 }
 
+int Endpoint::bind_stx(SharedTx *tx)
+{
+	if (enabled) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(stx): bind before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	if (tx->domain != domain || stx) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(stx): %s\n",
+			stx ? "the endpoint already has one" : "the context belongs to another domain");
+		return -FI_EINVAL;
+	}
+	if (info->ep_attr->tx_ctx_cnt != FI_SHARED_CONTEXT) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(stx): the endpoint was opened with its own transmit "
+			"context; ask for ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT\n");
+		return -FI_EINVAL;
+	}
+	stx = tx;
+	tx->bound.acquire();
+	return 0;
+}
+
 /* ---- queues ---- */
 
 int Endpoint::setup_data_path()
 {
-	const uint32_t tx = static_cast<uint32_t>(info->tx_attr->size ? info->tx_attr->size : 1);
+	/* A shared transmit context's attributes stand for the endpoint's own. */
+	const fi_tx_attr &tx_attr = stx ? stx->attr : *info->tx_attr;
+	const uint32_t tx = static_cast<uint32_t>(tx_attr.size ? tx_attr.size : 1);
 	const uint32_t rx = static_cast<uint32_t>(info->rx_attr->size ? info->rx_attr->size : 1);
-	tx_iov_limit = static_cast<uint32_t>(info->tx_attr->iov_limit ? info->tx_attr->iov_limit : 1);
+	tx_iov_limit = static_cast<uint32_t>(tx_attr.iov_limit ? tx_attr.iov_limit : 1);
 	rx_iov_limit = static_cast<uint32_t>(info->rx_attr->iov_limit ? info->rx_attr->iov_limit : 1);
 	if (tx_iov_limit > kMaxSge || rx_iov_limit > kMaxSge) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: iov_limit %u/%u > %zu\n", tx_iov_limit, rx_iov_limit,
@@ -167,6 +191,8 @@ int Endpoint::setup_data_path()
 	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(write_cntr);
 	sq = std::make_unique<WorkQueue>(QueueKind::send, tx);
 	sq->set_targets(send_targets);
+	if (stx)
+		sq->budget = stx->budget;
 	if (!srx) {
 		RetireTargets recv_targets;
 		recv_targets.link = &link;
@@ -181,14 +207,18 @@ int Endpoint::setup_data_path()
 		if (rx_cq != tx_cq)
 			c->watch(rx_cq);
 	});
-	signal_interval = std::max<uint32_t>(sq->depth / 2, 1);
+	/* An unsignaled request retires only when a later one of its own
+	 * queue completes; under a shared budget, requests that completed but
+	 * wait for that could hold the budget that the signaled one needs. So
+	 * every request on a shared transmit context is signaled. */
+	signal_interval = stx ? 1 : std::max<uint32_t>(sq->depth / 2, 1);
 	send_signal_interval = send_cntr ? 1 : signal_interval;
 	write_signal_interval = write_cntr ? 1 : signal_interval;
-	max_inline = static_cast<uint32_t>(info->tx_attr->inject_size);
+	max_inline = static_cast<uint32_t>(tx_attr.inject_size);
 	max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
 	/* FI_MORE is a promise about the next call, so it is taken from a
 	 * call's own flags only, never as a default for every call. */
-	tx_op_flags = info->tx_attr->op_flags & ~FI_MORE;
+	tx_op_flags = tx_attr.op_flags & ~FI_MORE;
 	rx_op_flags = info->rx_attr->op_flags;
 	const bool locked = domain->threading == FI_THREAD_SAFE;
 	tx_lock.enable(locked);
@@ -237,7 +267,7 @@ void Endpoint::release_queues() noexcept
 	own_cq = tx_cq = rx_cq = nullptr;
 }
 
-/* At close: the CQs, counters and shared receive context let go. */
+/* At close: the CQs, counters and shared contexts let go. */
 void Endpoint::unbind_all() noexcept
 {
 	for (Counter *c : {send_cntr, recv_cntr, read_cntr, write_cntr})
@@ -250,8 +280,11 @@ void Endpoint::unbind_all() noexcept
 		user_rx_cq->bound.release();
 	if (srx)
 		srx->bound.release();
+	if (stx)
+		stx->bound.release();
 	user_tx_cq = user_rx_cq = nullptr;
 	srx = nullptr;
+	stx = nullptr;
 }
 
 /*

@@ -121,8 +121,9 @@ std::string check_ep(const fi_ep_attr *ep, const Adapter &a)
 	if (ep->max_msg_size > a.max_msg_sz)
 		return format("ep_attr->max_msg_size %zu > port max_msg_sz %u", ep->max_msg_size,
 			      a.max_msg_sz);
-	if (ep->tx_ctx_cnt > 1 || (ep->rx_ctx_cnt > 1 && ep->rx_ctx_cnt != FI_SHARED_CONTEXT))
-		return "ep_attr: more than one transmit/receive context, or a shared transmit context, not supported";
+	if ((ep->tx_ctx_cnt > 1 && ep->tx_ctx_cnt != FI_SHARED_CONTEXT) ||
+	    (ep->rx_ctx_cnt > 1 && ep->rx_ctx_cnt != FI_SHARED_CONTEXT))
+		return "ep_attr: more than one transmit/receive context per endpoint not supported";
 	if (ep->auth_key_size || ep->auth_key)
 		return "ep_attr->auth_key not supported";
 	if (ep->max_order_raw_size > a.max_msg_sz || ep->max_order_war_size > a.max_msg_sz ||
@@ -171,9 +172,9 @@ std::string check_domain(uint32_t version, const fi_info *hints, const Adapter &
 	if (d->cq_cnt > l.max_cq || d->ep_cnt > l.max_qp || d->tx_ctx_cnt > l.max_qp ||
 	    d->rx_ctx_cnt > l.max_qp || d->mr_cnt > l.max_mr)
 		return "domain_attr object counts exceed the device's";
-	if (d->max_ep_tx_ctx > 1 || d->max_ep_rx_ctx > 1 || d->max_ep_stx_ctx > 0 ||
+	if (d->max_ep_tx_ctx > 1 || d->max_ep_rx_ctx > 1 || d->max_ep_stx_ctx > 1 ||
 	    d->max_ep_srx_ctx > 1)
-		return "domain_attr: several contexts or shared transmit contexts per endpoint not supported";
+		return "domain_attr: more than one context of a kind per endpoint not supported";
 	if (d->cntr_cnt > l.max_qp)
 		return format("domain_attr->cntr_cnt %zu > %u", d->cntr_cnt, l.max_qp);
 	if (d->mr_iov_limit > 1)
@@ -430,8 +431,11 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	ep->max_order_raw_size = a.max_msg_sz;
 	ep->max_order_war_size = a.max_msg_sz;
 	ep->max_order_waw_size = a.max_msg_sz;
-	ep->tx_ctx_cnt = 1;
-	/* A shared receive context (fi_srx_context) when the hints ask for one. */
+	/* Shared transmit and receive contexts (fi_stx_context, fi_srx_context)
+	 * when the hints ask for them. */
+	ep->tx_ctx_cnt = hints && hints->ep_attr && hints->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT
+				 ? FI_SHARED_CONTEXT
+				 : 1;
 	ep->rx_ctx_cnt = hints && hints->ep_attr && hints->ep_attr->rx_ctx_cnt == FI_SHARED_CONTEXT
 				 ? FI_SHARED_CONTEXT
 				 : 1;
@@ -465,7 +469,7 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	d->rx_ctx_cnt = l.max_qp;
 	d->max_ep_tx_ctx = 1;
 	d->max_ep_rx_ctx = 1;
-	d->max_ep_stx_ctx = 0;
+	d->max_ep_stx_ctx = 1;			/* a budget and attributes (nd_stx.h) */
 	d->max_ep_srx_ctx = 1;			/* fi_srx_context on an ibv_srq */
 	d->cntr_cnt = l.max_qp;			/* software counters; one per endpoint event is plenty */
 	d->mr_iov_limit = 1;

@@ -33,11 +33,6 @@ int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept
 	return not_implemented("fi_scalable_ep", "FI_EP_MSG endpoints have one context each");
 }
 
-int stx_ctx(fid_domain *, fi_tx_attr *, fid_stx **, void *) noexcept
-{
-	return not_implemented("fi_stx_context", "shared transmit contexts are not supported");
-}
-
 int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) noexcept
 {
 	return not_implemented("fi_query_atomic", "atomics are not offered (no FI_ATOMIC cap)");

@@ -24,7 +24,6 @@ int wait_open(fid_fabric *, fi_wait_attr *, fid_wait **) noexcept;
 
 int av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept;
 int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept;
-int stx_ctx(fid_domain *, fi_tx_attr *, fid_stx **, void *) noexcept;
 int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) noexcept;
 int query_collective(fid_domain *, fi_collective_op, fi_collective_attr *, uint64_t) noexcept;
 

@@ -58,6 +58,7 @@ struct DataOptions {
 	bool selective = false;
 	bool bind_cq = true;
 	fid_ep *srx = nullptr;				/* bound on both sides */
+	fid_stx *client_stx = nullptr;			/* the client's send side */
 	std::function<void(fid_ep *, bool client)> before_enable; /* counters */
 	std::function<void(fid_ep *)> before_connect;	/* after fi_enable */
 };
@@ -139,9 +140,11 @@ struct DataFixture : CmFixture {
 		return cq;
 	}
 
-	fid_ep *make_ep(fi_info *from, const DataOptions &o, fid_cq **cq_out)
+	fid_ep *make_ep(fi_info *from, const DataOptions &o, fid_cq **cq_out, fid_stx *stx = nullptr)
 	{
 		InfoPtr copy(fi_dupinfo(from));
+		if (stx)
+			copy->ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT;
 		if (o.tx_size)
 			copy->tx_attr->size = o.tx_size;
 		if (o.rx_size)
@@ -156,6 +159,8 @@ struct DataFixture : CmFixture {
 		}
 		if (o.srx)
 			cr_assert_eq(fi_ep_bind(ep, &o.srx->fid, 0), 0);
+		if (stx)
+			cr_assert_eq(fi_ep_bind(ep, &stx->fid, 0), 0);
 		return ep;
 	}
 
@@ -163,7 +168,7 @@ struct DataFixture : CmFixture {
 	std::pair<Side, Side> connect_data(const DataOptions &o = {})
 	{
 		Side c, s;
-		c.ep = make_ep(info.get(), o, &c.cq);
+		c.ep = make_ep(info.get(), o, &c.cq, o.client_stx);
 		if (o.before_enable)
 			o.before_enable(c.ep, true);
 		cr_assert_eq(fi_enable(c.ep), 0);

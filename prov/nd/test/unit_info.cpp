@@ -535,6 +535,28 @@ Test(build_info, resource_management)
 	cr_assert_eq(build(hints.get())->domain_attr->resource_mgmt, FI_RM_DISABLED);
 }
 
+/* fabtests shared_ctx -e msg: shared transmit and receive contexts. */
+Test(build_info, shared_contexts_when_asked)
+{
+	InfoPtr info = build(nullptr);
+	cr_assert_eq(info->ep_attr->tx_ctx_cnt, 1u);
+	cr_assert_eq(info->ep_attr->rx_ctx_cnt, 1u);
+	cr_assert_eq(info->domain_attr->max_ep_stx_ctx, 1u);
+	cr_assert_eq(info->domain_attr->max_ep_srx_ctx, 1u);
+	InfoPtr hints = app_hints();
+	hints->ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT;
+	hints->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;
+	cr_assert(mismatch(hints.get()).empty());
+	info = build(hints.get());
+	cr_assert_eq(info->ep_attr->tx_ctx_cnt, FI_SHARED_CONTEXT);
+	cr_assert_eq(info->ep_attr->rx_ctx_cnt, FI_SHARED_CONTEXT);
+	hints->ep_attr->tx_ctx_cnt = 2;
+	cr_assert(mismatch(hints.get()).find("more than one") != std::string::npos);
+	hints->ep_attr->tx_ctx_cnt = 1;
+	hints->domain_attr->max_ep_stx_ctx = 2;
+	cr_assert_not(mismatch(hints.get()).empty());
+}
+
 /* fabtests unexpected_msg: an application that asks for no RMA and offers
  * only FI_MR_LOCAL | FI_MR_ALLOCATED gets messages only; one that asks for
  * RMA must still offer keys and virtual addresses. */
