@@ -165,6 +165,7 @@ int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr, void *con
 int srx_open(fid_domain *domain, fi_rx_attr *attr, fid_ep **rx_ep, void *context) noexcept;
 int stx_open(fid_domain *domain, fi_tx_attr *attr, fid_stx **stx, void *context) noexcept;
 int poll_open(fid_domain *domain, fi_poll_attr *attr, fid_poll **pollset) noexcept;
+int wait_open(fid_fabric *fabric, fi_wait_attr *attr, fid_wait **waitset) noexcept;
 int mr_reg(fid *domain, const void *buf, size_t len, uint64_t access, uint64_t offset,
 	   uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept;
 int mr_regv(fid *domain, const iovec *iov, size_t count, uint64_t access, uint64_t offset,

@@ -2,6 +2,7 @@
 #include "nd_cq.h"
 #include "nd_domain.h"
 #include "nd_unsupported.h"
+#include "nd_wait.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -214,16 +215,16 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 	switch (attr->wait_obj) {
 	case FI_WAIT_NONE: waitable = false; break;
 	case FI_WAIT_UNSPEC:
-	case FI_WAIT_FD: waitable = true; break;
+	case FI_WAIT_FD:
+	case FI_WAIT_SET: waitable = true; break;
 	default:
-		ND_WARN(FI_LOG_CQ, "fi_cq_open: wait object %d not supported (FI_WAIT_NONE, FI_WAIT_FD, FI_WAIT_UNSPEC)\n",
+		ND_WARN(FI_LOG_CQ, "fi_cq_open: wait object %d not supported (FI_WAIT_NONE, FI_WAIT_FD, FI_WAIT_SET, FI_WAIT_UNSPEC)\n",
 			attr->wait_obj);
 		return -FI_ENOSYS;
 	}
-	if (attr->wait_set) {
-		ND_WARN(FI_LOG_CQ, "fi_cq_open: wait sets are not supported\n");
-		return -FI_ENOSYS;
-	}
+	WaitSet *wait_set = nullptr;
+	if (attr->wait_obj == FI_WAIT_SET && !(wait_set = wait_set_of(attr->wait_set, "fi_cq_open")))
+		return -FI_EINVAL;
 	if (attr->flags & ~static_cast<uint64_t>(FI_AFFINITY)) {
 		ND_WARN(FI_LOG_CQ, "fi_cq_open: flags 0x%llx not supported\n",
 			static_cast<unsigned long long>(attr->flags));
@@ -304,6 +305,11 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 	cq->cq.ops = format == FI_CQ_FORMAT_CONTEXT ? &cq_ops_context
 		     : format == FI_CQ_FORMAT_MSG   ? &cq_ops_msg
 						    : &cq_ops_data;
+	if (wait_set) { /* last: the set may try the CQ at once */
+		if (int ret = wait_set->add(&cq->cq.fid, cq->epoll_fd))
+			return ret;
+		cq->wait_set = wait_set;
+	}
 	domain->children.acquire();
 	*out = cq.release();
 	return 0;
@@ -311,6 +317,8 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 
 CompletionQueue::~CompletionQueue()
 {
+	if (wait_set)
+		wait_set->remove(&cq.fid, epoll_fd);
 	if (epoll_fd >= 0)
 		::close(epoll_fd);
 	if (signal_fd >= 0)

@@ -14,7 +14,7 @@
  * can post to it, to hold every request that may be outstanding on the
  * queues that complete into it (fi_enable reserves, fi_close releases).
  *
- * Waiting (FI_WAIT_FD, FI_WAIT_UNSPEC): a completion channel and an eventfd
+ * Waiting (FI_WAIT_FD, FI_WAIT_UNSPEC, FI_WAIT_SET): a completion channel and an eventfd
  * (fi_cq_signal) inside one epoll set; FI_GETWAIT returns the epoll fd and
  * fi_trywait arms the CQ.
  *
@@ -36,6 +36,7 @@
 namespace nd {
 
 struct Domain;
+struct WaitSet;
 
 using UniqueCompChannel = VerbsHandle<ibv_comp_channel, ibv_destroy_comp_channel>;
 
@@ -104,6 +105,7 @@ struct CompletionQueue {
 	int capacity;				/* entries the verbs CQ holds */
 	int reserved;				/* requests that may complete into it */
 	int epoll_fd;
+	WaitSet *wait_set = nullptr;		/* FI_WAIT_SET: joined with epoll_fd */
 	int signal_fd;
 	OptionalLock lock;
 	/* Found but not yet read. Both hold `capacity` entries: successes are

@@ -3,6 +3,7 @@
 #include "nd_unsupported.h"
 #include "nd_cm.h"
 #include "nd_cm_data.h"
+#include "nd_wait.h"
 
 #include <fcntl.h>
 
@@ -141,6 +142,8 @@ EventQueue::EventQueue(uint32_t api_version, ChildCount *parent, const fi_eq_att
 
 EventQueue::~EventQueue()
 {
+	if (wait_set_)
+		wait_set_->remove(&eq.fid, epoll_fd_);
 	if (epoll_fd_ >= 0)
 		::close(epoll_fd_);
 	if (event_fd_ >= 0)
@@ -161,8 +164,7 @@ int EventQueue::open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr,
 	case FI_WAIT_YIELD:
 		break;
 	case FI_WAIT_SET:
-		ND_WARN(FI_LOG_EQ, "fi_eq_open: wait sets are not supported; use FI_WAIT_FD\n");
-		return -FI_ENOSYS;
+		break;
 	default:
 		ND_WARN(FI_LOG_EQ, "fi_eq_open: wait object %d not supported; use FI_WAIT_FD\n",
 			attr->wait_obj);
@@ -173,11 +175,18 @@ int EventQueue::open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr,
 			static_cast<unsigned long long>(attr->flags));
 		return -FI_EBADFLAGS;
 	}
+	WaitSet *wait_set = nullptr;
+	if (attr->wait_obj == FI_WAIT_SET && !(wait_set = wait_set_of(attr->wait_set, "fi_eq_open")))
+		return -FI_EINVAL;
 	/* The provider picks the wait object for UNSPEC and says which. */
 	if (attr->wait_obj == FI_WAIT_UNSPEC)
 		attr->wait_obj = FI_WAIT_FD;
 
-	auto queue = std::make_unique<EventQueue>(api_version, parent, *attr);
+	/* In a wait set the EQ waits as with FI_WAIT_FD, its epoll fd in the set's. */
+	fi_eq_attr own = *attr;
+	if (wait_set)
+		own.wait_obj = FI_WAIT_FD;
+	auto queue = std::make_unique<EventQueue>(api_version, parent, own);
 	int ret = queue->init_wait();
 	if (ret)
 		return ret;
@@ -185,6 +194,11 @@ int EventQueue::open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr,
 	queue->eq.fid.context = context;
 	queue->eq.fid.ops = &eq_fid_ops;
 	queue->eq.ops = &eq_ops;
+	if (wait_set) { /* last: the set may try the EQ at once */
+		if ((ret = wait_set->add(&queue->eq.fid, queue->epoll_fd_)))
+			return ret;
+		queue->wait_set_ = wait_set;
+	}
 	if (parent)
 		parent->acquire();
 	*out = &queue.release()->eq;

@@ -28,6 +28,8 @@
 
 namespace nd {
 
+struct WaitSet;
+
 struct EqEntry {
 	uint32_t event = 0;
 	uint64_t flags = 0;
@@ -91,6 +93,7 @@ struct EventQueue {
 	size_t capacity_;
 	int event_fd_;
 	int epoll_fd_;
+	WaitSet *wait_set_ = nullptr;		/* FI_WAIT_SET: joined with epoll_fd_ */
 	std::mutex lock_;
 	std::mutex progress_lock_;
 	UniqueEventChannel cm_channel_;

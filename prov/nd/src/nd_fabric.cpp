@@ -88,7 +88,7 @@ fi_ops_fabric fabric_ops = {
 	.domain = open_domain,
 	.passive_ep = open_passive_ep,
 	.eq_open = fabric_eq_open,
-	.wait_open = unsupported::wait_open,
+	.wait_open = wait_open,
 	.trywait = fabric_trywait,
 	.domain2 = fabric_domain2,
 };

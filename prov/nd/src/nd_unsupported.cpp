@@ -18,11 +18,6 @@ constexpr const char *kLater = "not implemented yet";
 
 } // namespace
 
-int wait_open(fid_fabric *, fi_wait_attr *, fid_wait **) noexcept
-{
-	return not_implemented("fi_wait_open", "wait sets are not supported; use FI_WAIT_FD and epoll");
-}
-
 int av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept
 {
 	return not_implemented("fi_av_open", "FI_EP_MSG endpoints address peers by connection");

@@ -20,8 +20,6 @@
 
 namespace nd::unsupported {
 
-int wait_open(fid_fabric *, fi_wait_attr *, fid_wait **) noexcept;
-
 int av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept;
 int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept;
 int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) noexcept;

@@ -136,8 +136,9 @@ Test(eq, bad_arguments)
 	fid_eq *none = nullptr;
 	cr_assert_eq(EventQueue::open(FI_VERSION(1, 17), nullptr, nullptr, nullptr, &none), -FI_EINVAL);
 	cr_assert_eq(EventQueue::open(FI_VERSION(1, 17), nullptr, &attr, nullptr, nullptr), -FI_EINVAL);
-	attr.wait_obj = FI_WAIT_SET;
-	cr_assert_eq(EventQueue::open(FI_VERSION(1, 17), nullptr, &attr, nullptr, &none), -FI_ENOSYS);
+	attr.wait_obj = FI_WAIT_SET; /* without a wait set of nd's */
+	cr_assert_eq(EventQueue::open(FI_VERSION(1, 17), nullptr, &attr, nullptr, &none), -FI_EINVAL);
+	cr_assert_null(none);
 	attr.wait_obj = FI_WAIT_MUTEX_COND;
 	cr_assert_eq(EventQueue::open(FI_VERSION(1, 17), nullptr, &attr, nullptr, &none), -FI_ENOSYS);
 	attr.wait_obj = FI_WAIT_FD;
