@@ -128,17 +128,6 @@ fi_ops srx_fid_ops = {
 	.ops_set = nullptr,
 };
 
-fi_ops_ep srx_ep_ops = {
-	.size = sizeof(fi_ops_ep),
-	.cancel = unsupported::cancel,
-	.getopt = unsupported::getopt,
-	.setopt = unsupported::setopt,
-	.tx_ctx = unsupported::tx_ctx,
-	.rx_ctx = unsupported::rx_ctx,
-	.rx_size_left = unsupported::rx_size_left,
-	.tx_size_left = unsupported::tx_size_left,
-};
-
 fi_ops_cm srx_cm_ops = {
 	.size = sizeof(fi_ops_cm),
 	.setname = unsupported::setname,
@@ -194,7 +183,7 @@ int srx_open(fid_domain *fdomain, fi_rx_attr *attr, fid_ep **out, void *context)
 		srx->ep.fid.fclass = FI_CLASS_SRX_CTX;
 		srx->ep.fid.context = context;
 		srx->ep.fid.ops = &srx_fid_ops;
-		srx->ep.ops = &srx_ep_ops;
+		srx->ep.ops = &unsupported::ep_ops;
 		srx->ep.cm = &srx_cm_ops;
 		srx->ep.msg = &srx_msg_ops;
 		srx->ep.rma = &unsupported::rma_ops;

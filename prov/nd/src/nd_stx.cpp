@@ -26,37 +26,14 @@ int stx_close(fid *fid) noexcept
 	return guarded("fi_close(stx)", [&] { return from_fid<SharedTx>(fid)->close(); });
 }
 
-int stx_bind(fid *, fid *, uint64_t) noexcept
-{
-	ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(stx): bind the endpoints to the context, not the context to an object\n");
-	return -FI_ENOSYS;
-}
-
-int stx_control(fid *, int command, void *) noexcept
-{
-	ND_WARN(FI_LOG_EP_CTRL, "fi_control(stx): command %d not supported\n", command);
-	return -FI_ENOSYS;
-}
-
 fi_ops stx_fid_ops = {
 	.size = sizeof(fi_ops),
 	.close = stx_close,
-	.bind = stx_bind,
-	.control = stx_control,
+	.bind = unsupported::bind, /* endpoints bind to it */
+	.control = unsupported::control,
 	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,
 	.ops_set = nullptr,
-};
-
-fi_ops_ep stx_ep_ops = {
-	.size = sizeof(fi_ops_ep),
-	.cancel = unsupported::cancel,
-	.getopt = unsupported::getopt,
-	.setopt = unsupported::setopt,
-	.tx_ctx = unsupported::tx_ctx,
-	.rx_ctx = unsupported::rx_ctx,
-	.rx_size_left = unsupported::rx_size_left,
-	.tx_size_left = unsupported::tx_size_left,
 };
 
 /* The context's attributes: the domain's defaults where the application
@@ -110,7 +87,7 @@ int stx_open(fid_domain *fdomain, fi_tx_attr *attr, fid_stx **out, void *context
 		stx->stx.fid.fclass = FI_CLASS_STX_CTX;
 		stx->stx.fid.context = context;
 		stx->stx.fid.ops = &stx_fid_ops;
-		stx->stx.ops = &stx_ep_ops;
+		stx->stx.ops = &unsupported::ep_ops;
 		domain->children.acquire();
 		*out = &stx.release()->stx;
 		return 0;

@@ -187,6 +187,17 @@ ssize_t data_path(const char *operation) noexcept
 
 } // namespace
 
+fi_ops_ep ep_ops = {
+	.size = sizeof(fi_ops_ep),
+	.cancel = cancel,
+	.getopt = getopt,
+	.setopt = setopt,
+	.tx_ctx = tx_ctx,
+	.rx_ctx = rx_ctx,
+	.rx_size_left = rx_size_left,
+	.tx_size_left = tx_size_left,
+};
+
 fi_ops_msg msg_ops = {
 	.size = sizeof(fi_ops_msg),
 	.recv = [](fid_ep *, void *, size_t, void *, fi_addr_t, void *) noexcept { return data_path("fi_recv"); },

@@ -60,6 +60,9 @@ ssize_t injectdata(fid_ep *, const void *, size_t, uint64_t, fi_addr_t) noexcept
 
 /* Data transfer tables of an endpoint whose data path is not there yet. */
 extern fi_ops_msg msg_ops;
+/* The endpoint slots of a context object (shared receive or transmit
+ * context): none of them applies. */
+extern fi_ops_ep ep_ops;
 extern fi_ops_rma rma_ops;
 extern fi_ops_tagged tagged_ops;
 extern fi_ops_atomic atomic_ops;
