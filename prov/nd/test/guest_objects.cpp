@@ -137,6 +137,9 @@ Test(objects, eq_open_rejects_bad_attributes)
 	cr_assert_eq(fi_eq_open(o.fabric, nullptr, &eq, nullptr), -FI_EINVAL);
 	fi_eq_attr attr{};
 	attr.wait_obj = FI_WAIT_SET;
+	cr_assert_eq(fi_eq_open(o.fabric, &attr, &eq, nullptr), -FI_EINVAL, "FI_WAIT_SET without a set");
+	cr_assert_null(eq);
+	attr.wait_obj = FI_WAIT_MUTEX_COND;
 	cr_assert_eq(fi_eq_open(o.fabric, &attr, &eq, nullptr), -FI_ENOSYS);
 	cr_assert_null(eq);
 	cr_assert_eq(fi_close(&o.domain->fid), 0);
