@@ -96,13 +96,13 @@ int register_region(Domain *domain, const void *buf, size_t len, uint64_t access
 		ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
 		return fi_error_of_errno(err);
 	}
-	region->lkey = region->handle->lkey;
+	region->desc.lkey = region->handle->lkey;
 	region->domain = domain;
 	region->mr.fid.fclass = FI_CLASS_MR;
 	region->mr.fid.context = context;
 	region->mr.fid.ops = &mr_fid_ops;
 	region->mr.key = region->handle->rkey;
-	region->mr.mem_desc = region.get();
+	region->mr.mem_desc = &region->desc;
 	domain->children.acquire();
 	*out = &region.release()->mr;
 	return 0;

@@ -22,9 +22,25 @@ struct Domain;
 
 using UniqueMr = VerbsHandle<ibv_mr, ibv_dereg_mr>;
 
+/*
+ * What fi_mr_desc returns. Its first word points at itself, so that an
+ * application that passes the descriptor where an array of descriptors is
+ * due (fabtests' multi_recv -M sets fi_msg.desc = fi_mr_desc(mr)) reads the
+ * same descriptor as its first element, instead of sending the adapter a
+ * garbage key or the provider through a wild pointer.
+ */
+struct MrDescriptor {
+	MrDescriptor *self = this;
+	uint32_t lkey = 0;			/* what the data path reads */
+
+	MrDescriptor() = default;
+	MrDescriptor(const MrDescriptor &) = delete;
+	MrDescriptor &operator=(const MrDescriptor &) = delete;
+};
+
 struct MemoryRegion {
 	fid_mr mr;				/* first: from_fid<MemoryRegion> */
-	uint32_t lkey;				/* what the data path reads */
+	MrDescriptor desc;			/* mr.mem_desc */
 	Domain *domain;
 	UniqueMr handle;
 
@@ -34,7 +50,7 @@ struct MemoryRegion {
 /* The lkey of a descriptor from fi_mr_desc. */
 inline uint32_t lkey_of(void *desc) noexcept
 {
-	return static_cast<MemoryRegion *>(desc)->lkey;
+	return static_cast<MrDescriptor *>(desc)->lkey;
 }
 
 /* Builds the scatter/gather list of a request and checks its buffers,
