@@ -2,6 +2,7 @@
 #include "nd_domain.h"
 #include "nd_fabric.h"
 #include "nd_info.h"
+#include "nd_params.h"
 #include "nd_unsupported.h"
 
 #include <cstring>
@@ -125,6 +126,7 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->iwarp = domain->context->device->transport_type == IBV_TRANSPORT_IWARP;
 	domain->max_cqe = attr.max_cqe;
 	domain->max_srq_wr = attr.max_srq_wr;
+	domain->min_rnr_timer = static_cast<uint8_t>(read_params().min_rnr_timer);
 	domain->threading = info->domain_attr->threading == FI_THREAD_UNSPEC
 				    ? FI_THREAD_SAFE
 				    : info->domain_attr->threading;

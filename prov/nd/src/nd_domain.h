@@ -33,6 +33,7 @@ struct Domain {
 	/* What the data path sizes and locks by. */
 	int max_cqe;
 	int max_srq_wr;
+	uint8_t min_rnr_timer;			/* FI_ND_MIN_RNR_TIMER, read at open */
 	fi_threading threading;
 	/* The API version the application asked for (its fabric's), which
 	 * the domain's children follow. */

@@ -121,6 +121,9 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 	if (state == IBV_QPS_RTR) {
 		attr.max_dest_rd_atomic = static_cast<uint8_t>(effective.inbound);
 		mask |= IBV_QP_MAX_DEST_RD_ATOMIC;
+		/* rdma_cm leaves the kernel CM's 0 (655 ms): see Params. */
+		attr.min_rnr_timer = domain->min_rnr_timer;
+		mask |= IBV_QP_MIN_RNR_TIMER;
 	} else if (state == IBV_QPS_RTS) {
 		attr.max_rd_atomic = static_cast<uint8_t>(effective.outbound);
 		mask |= IBV_QP_MAX_QP_RD_ATOMIC;

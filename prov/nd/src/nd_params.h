@@ -28,6 +28,12 @@ struct Params {
 	int resolve_timeout_ms = 2000;
 	/* Order devices nearest-first to the calling thread with hwloc. */
 	bool topology = true;
+	/* The receiver-not-ready delay a sender is told to wait before it
+	 * retries, in the IB encoding (12: 0.64 ms, as libfabric's verbs
+	 * provider). The kernel CM's 0 means 655 ms, which a multi-receive
+	 * buffer (reposted after each message) and any receive posted late pay
+	 * in full. */
+	int min_rnr_timer = 12;
 };
 
 /* Registers every FI_ND_* parameter with libfabric (once, at fi_prov_ini). */
