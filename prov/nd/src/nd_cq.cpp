@@ -43,14 +43,15 @@ int fi_error_of_wc_status(ibv_wc_status status) noexcept
 namespace {
 
 /* The CQ entry of a request that succeeded. */
-inline void success_entry(const ibv_wc &wc, void *context, uint64_t flags, CqEntry *out) noexcept
+inline void success_entry(const ibv_wc &wc, const Retired &done, CqEntry *out) noexcept
 {
-	out->op_context = context;
-	out->buf = nullptr;
+	out->op_context = done.context;
+	out->buf = done.buf;
 	out->data = 0;
 	switch (wc.opcode) {
 	case IBV_WC_RECV:
-		out->flags = FI_RECV | FI_MSG;
+		/* FI_MULTI_RECV: the message released its buffer. */
+		out->flags = FI_RECV | FI_MSG | (done.flags & FI_MULTI_RECV);
 		out->len = wc.byte_len;
 		break;
 	case IBV_WC_RECV_RDMA_WITH_IMM:
@@ -59,7 +60,7 @@ inline void success_entry(const ibv_wc &wc, void *context, uint64_t flags, CqEnt
 		out->len = wc.byte_len;
 		break;
 	default:
-		out->flags = flags;
+		out->flags = done.flags;
 		out->len = 0;
 		break;
 	}
@@ -412,7 +413,7 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 	}
 	if (internal || !done.report)
 		return false;
-	success_entry(wc, done.context, done.flags, out);
+	success_entry(wc, done, out);
 	return true;
 }
 
@@ -497,7 +498,7 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 					static_cast<fi_cq_entry *>(buf)[n++].op_context = done.context;
 				} else {
 					CqEntry entry;
-					success_entry(wc[i], done.context, done.flags, &entry);
+					success_entry(wc[i], done, &entry);
 					store<Format>(buf, n++, entry);
 				}
 				continue;

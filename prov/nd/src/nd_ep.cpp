@@ -221,6 +221,8 @@ int ep_getopt(struct fid *fid, int level, int optname, void *optval, size_t *opt
 				return put_option<int>(ep->manual_complete ? 1 : 0, optval, optlen);
 			case FI_OPT_ND_SHARED_ADDR:
 				return put_option<int>(ep->shared_addr ? 1 : 0, optval, optlen);
+			case FI_OPT_MIN_MULTI_RECV:
+				return put_option<size_t>(ep->min_multi_recv, optval, optlen);
 			default:
 				return -FI_ENOPROTOOPT;
 			}
@@ -274,6 +276,13 @@ int ep_setopt(struct fid *fid, int level, int optname, const void *optval, size_
 					return -FI_EOPBADSTATE;
 				}
 				ep->shared_addr = value != 0;
+				return 0;
+			}
+			case FI_OPT_MIN_MULTI_RECV: {
+				size_t value = 0;
+				if ((ret = take_option(optval, optlen, &value)))
+					return ret;
+				ep->set_min_multi_recv(value);
 				return 0;
 			}
 			default:

@@ -20,6 +20,7 @@
 #include "nd_cm.h"
 #include "nd_cm_data.h"
 #include "nd_ep_state.h"
+#include "nd_multi_recv.h"
 #include "nd_verbs.h"
 #include "nd_wq.h"
 
@@ -75,6 +76,7 @@ struct Endpoint {
 	cm::ReadLimits wanted;			/* as set; capped when offered */
 	bool manual_complete = false;
 	bool shared_addr = false;
+	size_t min_multi_recv = kDefaultMinMultiRecv;	/* FI_OPT_MIN_MULTI_RECV */
 
 	/* Progress of the object itself. */
 	bool bound = false;				/* fi_setname done */
@@ -198,6 +200,7 @@ struct Endpoint {
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	ssize_t make_room(const char *call);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
+	void set_min_multi_recv(size_t bytes);
 	void post_pending_receives() noexcept;
 	void post_drain_marker() noexcept;
 	ssize_t link_error(const char *call) const;

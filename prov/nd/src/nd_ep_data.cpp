@@ -13,6 +13,7 @@
 #include "nd_ep.h"
 #include "nd_ep_inject.h"
 #include "nd_mr.h"
+#include "nd_multi_recv.h"
 #include "nd_srx.h"
 #include "nd_stx.h"
 
@@ -241,6 +242,11 @@ void Endpoint::release_queues() noexcept
 		if (!d.queue || !d.cq)
 			continue;
 		if (!d.cq->drain(*d.queue, kDrainMs) && d.cq != own_cq) {
+			if (d.queue->multi) {
+				/* The queue pair goes below: nothing more reaches it. */
+				std::lock_guard<std::mutex> hold(d.queue->multi->lock);
+				d.queue->multi->qp = nullptr;
+			}
 			ND_WARN(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) not flushed yet; the CQ keeps their records\n",
 				static_cast<unsigned long long>(d.queue->outstanding()));
 			d.cq->adopt_orphan(std::move(d.queue));
@@ -564,15 +570,28 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: no CQ is bound with FI_RECV\n");
 		return -FI_ENOCQ;
 	}
+	const bool multi = flags & FI_MULTI_RECV;
+	if (multi && !(info->caps & FI_MULTI_RECV)) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: FI_MULTI_RECV on an endpoint opened without the capability\n");
+		return -FI_EBADFLAGS;
+	}
+	if (multi && count != 1) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: a multi-receive buffer is one iov; %zu given\n", count);
+		return -FI_EINVAL;
+	}
 	ibv_sge sge[kMaxSge];
 	uint64_t total = 0;
 	const ssize_t built = gather_sges("fi_recv", iov, desc, count, rx_iov_limit, true, true, sge, &total);
 	if (built < 0)
 		return built;
-	if (total > max_msg) {
-		ND_WARN(FI_LOG_EP_DATA, "fi_recv: %llu bytes; max_msg_size is %zu\n",
-			static_cast<unsigned long long>(total), max_msg);
+	if (total > (multi ? UINT32_MAX : max_msg)) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: %llu bytes; the most is %zu\n",
+			static_cast<unsigned long long>(total), multi ? size_t{UINT32_MAX} : max_msg);
 		return -FI_EMSGSIZE;
+	}
+	if (multi && total == 0) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: a multi-receive buffer of 0 bytes\n");
+		return -FI_EINVAL;
 	}
 
 	std::lock_guard<OptionalLock> guard(rx_lock);
@@ -581,12 +600,39 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		if (rq->full())
 			return -FI_EAGAIN;
 	}
+	if (multi && !rq->multi) {
+		try {
+			auto made = std::make_unique<MultiRecv>(min_multi_recv);
+			made->qp = qp.get();
+			made->ready = recv_ready;
+			rq->multi = std::move(made);
+		} catch (const std::bad_alloc &) {
+			return -FI_ENOMEM;
+		}
+	}
 	OpRecord &record = rq->next();
 	record.context = context;
-	record.flags = FI_RECV | FI_MSG;
+	record.flags = FI_RECV | FI_MSG | (multi ? FI_MULTI_RECV : 0);
 	record.len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
 	record.read_mark = 0;
 	record.report = report;
+	if (rq->multi) {
+		/* Behind a multi-receive buffer (or to become one), in order. */
+		rq->commit();
+		std::lock_guard<std::mutex> hold(rq->multi->lock);
+		int rc;
+		try {
+			rc = rq->multi->submit(&record, sge, static_cast<size_t>(built), multi);
+		} catch (const std::bad_alloc &) {
+			rc = ENOMEM;
+		}
+		if (rc) {
+			rq->uncommit();
+			ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
+			return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+		}
+		return 0;
+	}
 	ibv_recv_wr wr;
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.next = nullptr;
@@ -629,6 +675,21 @@ void Endpoint::post_pending_receives() noexcept
 				std::strerror(rc));
 	}
 	pending_recvs.clear();
+	if (rq && rq->multi) {
+		std::lock_guard<std::mutex> hold(rq->multi->lock);
+		rq->multi->ready = true;
+		rq->multi->pump();
+	}
+}
+
+void Endpoint::set_min_multi_recv(size_t bytes)
+{
+	min_multi_recv = bytes;
+	std::lock_guard<OptionalLock> guard(rx_lock);
+	if (rq && rq->multi) {
+		std::lock_guard<std::mutex> hold(rq->multi->lock);
+		rq->multi->min_free = bytes;
+	}
 }
 
 /* ---- fi_ops_msg ---- */
@@ -682,10 +743,6 @@ ssize_t ep_recvmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
 	if (!msg) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recvmsg: msg is NULL\n");
 		return -FI_EINVAL;
-	}
-	if (flags & FI_MULTI_RECV) {
-		ND_WARN(FI_LOG_EP_DATA, "fi_recvmsg: FI_MULTI_RECV is not supported\n");
-		return -FI_EBADFLAGS;
 	}
 	return ep_of(fep)->post_rx(msg->msg_iov, msg->desc, msg->iov_count, msg->context, flags);
 }

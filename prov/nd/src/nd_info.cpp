@@ -371,10 +371,13 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	const int mr_mode = negotiate_mr_mode(version, hints);
 	if (!old_api && mr_mode >= 0 && !(mr_mode & FI_MR_LOCAL))
 		mode |= api::kModeLocalMr;
-	uint64_t caps = kCaps;
+	uint64_t caps = kCaps & ~kAskedCaps;
 	if (hints && hints->caps)
 		caps = (hints->caps & kPrimaryCaps ? hints->caps & kPrimaryCaps : kPrimaryCaps) |
-		       (hints->caps & kSecondaryCaps ? hints->caps & kSecondaryCaps : kSecondaryCaps);
+		       (hints->caps & kSecondaryCaps ? hints->caps & kSecondaryCaps : kSecondaryCaps) |
+		       (hints->caps & kAskedCaps);
+	if (hints && hints->rx_attr && (hints->rx_attr->op_flags & FI_MULTI_RECV))
+		caps |= FI_MULTI_RECV;
 
 	if (mr_mode >= 0 && !old_api && !(mr_mode & (FI_MR_VIRT_ADDR | api::kMrBasic)))
 		caps &= ~kRmaCaps; /* messages only: see negotiate_mr_mode */

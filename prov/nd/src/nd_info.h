@@ -24,13 +24,18 @@ namespace nd {
 constexpr uint64_t kPrimaryCaps = FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ | FI_WRITE |
 				  FI_REMOTE_READ | FI_REMOTE_WRITE;
 constexpr uint64_t kSecondaryCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
-constexpr uint64_t kCaps = kPrimaryCaps | kSecondaryCaps;
+/* Offered to an application that asks for it, and only then: a multi-receive
+ * buffer holds back every receive posted behind it (nd_multi_recv.h), which
+ * an application that did not ask (ofi_rxm, say) should not meet by surprise. */
+constexpr uint64_t kAskedCaps = FI_MULTI_RECV;
+constexpr uint64_t kCaps = kPrimaryCaps | kSecondaryCaps | kAskedCaps;
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /* The capabilities that let a peer reach registered memory. */
 constexpr uint64_t kRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 /* The capabilities each direction's context reports (fi_endpoint(3)). */
 constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_SEND | FI_READ | FI_WRITE;
-constexpr uint64_t kRxCaps = FI_MSG | FI_RMA | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE;
+constexpr uint64_t kRxCaps = FI_MSG | FI_RMA | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE |
+			     FI_MULTI_RECV;
 /* An RC queue pair delivers and completes in order. */
 constexpr uint64_t kMsgOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR |
 			       FI_ORDER_WAW | FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW |
@@ -38,12 +43,10 @@ constexpr uint64_t kMsgOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_O
 /* Accepted in hints (an RC queue pair completes in order); reported only to
  * applications of API 1.x: 2.x deprecated comp_order. */
 constexpr uint64_t kCompOrder = api::kOrderStrict | api::kOrderData;
-/* FI_MULTI_RECV is not offered: refused here, by fi_recvmsg and by the
- * shared receive context alike, each with a log line. */
 constexpr uint64_t kTxOpFlags = FI_INJECT | FI_COMPLETION | FI_INJECT_COMPLETE |
 				FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_MORE |
 				FI_REMOTE_CQ_DATA;
-constexpr uint64_t kRxOpFlags = FI_COMPLETION;
+constexpr uint64_t kRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
 /* Registration as verbs requires it: local descriptors, remote virtual
  * addresses, backed memory, keys chosen by the device. */
 constexpr int kMrMode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;

@@ -3,6 +3,7 @@
 #include "nd_cm.h"
 #include "nd_domain.h"
 #include "nd_mr.h"
+#include "nd_multi_recv.h"
 #include "nd_unsupported.h"
 
 #include <rdma/fi_cm.h>
@@ -13,7 +14,8 @@
 namespace nd {
 
 SharedRx::SharedRx(Domain *d, uint32_t depth)
-	: ep{}, domain(d), queue(QueueKind::shared_recv, depth), iov_limit(1), op_flags(0)
+	: ep{}, domain(d), queue(QueueKind::shared_recv, depth), iov_limit(1), op_flags(0),
+	  min_multi_recv(kDefaultMinMultiRecv)
 {
 	/* Completed receives go back to the pool under the lock that posts. */
 	queue.pool_lock = &lock;
@@ -24,10 +26,22 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 {
 	ibv_sge sge[kMaxSge];
 	uint64_t total = 0;
+	const bool multi = flags & FI_MULTI_RECV;
+	if (multi && count != 1) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): a multi-receive buffer is one iov; %zu given\n", count);
+		return -FI_EINVAL;
+	}
 	const ssize_t built = gather_sges("fi_recv(srx)", iov, desc, count, iov_limit, true, true, sge,
 					  &total);
 	if (built < 0)
 		return built;
+	if (multi && (total == 0 || total > UINT32_MAX)) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): a multi-receive buffer of %llu bytes\n",
+			static_cast<unsigned long long>(total));
+		return -FI_EINVAL;
+	}
+	if (multi || queue.multi)
+		return post_behind_multi(sge, static_cast<size_t>(built), total, context, multi);
 	std::lock_guard<OptionalLock> guard(lock);
 	if (queue.free_slots.empty())
 		return -FI_EAGAIN;
@@ -49,8 +63,61 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
 	}
 	queue.free_slots.pop_back();
-	(void)flags;
 	return 0;
+}
+
+/* A multi-receive buffer, or a receive once there has been one: through
+ * the queue's MultiRecv, which keeps them in order (nd_multi_recv.h). The
+ * pool's lock and the MultiRecv's are never held together: the CQ takes
+ * them the other way round when it retires. */
+ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t total, void *context,
+				    bool multi)
+{
+	OpRecord *record;
+	{
+		std::lock_guard<OptionalLock> guard(lock);
+		if (queue.free_slots.empty())
+			return -FI_EAGAIN;
+		if (!queue.multi) {
+			auto made = std::make_unique<MultiRecv>(min_multi_recv);
+			made->srq = srq.get();
+			made->ready = true;
+			queue.multi = std::move(made);
+		}
+		record = &queue.records[queue.free_slots.back()];
+		queue.free_slots.pop_back();
+	}
+	record->context = context;
+	record->flags = FI_RECV | FI_MSG | (multi ? FI_MULTI_RECV : 0);
+	record->len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
+	record->read_mark = 0;
+	record->report = true;
+	int rc;
+	{
+		std::lock_guard<std::mutex> hold(queue.multi->lock);
+		try {
+			rc = queue.multi->submit(record, sge, count, multi);
+		} catch (const std::bad_alloc &) {
+			rc = ENOMEM;
+		}
+	}
+	if (rc) {
+		std::lock_guard<OptionalLock> guard(lock);
+		queue.free_slots.push_back(static_cast<uint32_t>(record - queue.records.get()));
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
+		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+	}
+	return 0;
+}
+
+void SharedRx::set_min_multi_recv(size_t bytes)
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	min_multi_recv = bytes;
+	if (queue.multi) {
+		std::lock_guard<std::mutex> hold(queue.multi->lock);
+		queue.multi->min_free = bytes;
+	}
 }
 
 int SharedRx::close()
@@ -66,13 +133,15 @@ SharedRx *srx_of(fid_ep *ep) { return from_fid<SharedRx>(ep); }
 ssize_t srx_recv(fid_ep *ep, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
 {
 	iovec iov{buf, len};
-	return srx_of(ep)->post(&iov, &desc, 1, context, 0);
+	SharedRx *srx = srx_of(ep);
+	return srx->post(&iov, &desc, 1, context, srx->op_flags);
 }
 
 ssize_t srx_recvv(fid_ep *ep, const iovec *iov, void **desc, size_t count, fi_addr_t,
 		  void *context) noexcept
 {
-	return srx_of(ep)->post(iov, desc, count, context, 0);
+	SharedRx *srx = srx_of(ep);
+	return srx->post(iov, desc, count, context, srx->op_flags);
 }
 
 ssize_t srx_recvmsg(fid_ep *ep, const fi_msg *msg, uint64_t flags) noexcept
@@ -80,10 +149,6 @@ ssize_t srx_recvmsg(fid_ep *ep, const fi_msg *msg, uint64_t flags) noexcept
 	if (!msg) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recvmsg(srx): msg is NULL\n");
 		return -FI_EINVAL;
-	}
-	if (flags & FI_MULTI_RECV) {
-		ND_WARN(FI_LOG_EP_DATA, "fi_recvmsg(srx): FI_MULTI_RECV is not supported\n");
-		return -FI_EBADFLAGS;
 	}
 	return srx_of(ep)->post(msg->msg_iov, msg->desc, msg->iov_count, msg->context, flags);
 }
@@ -99,6 +164,46 @@ fi_ops_msg srx_msg_ops = {
 	.inject = unsupported::inject,
 	.senddata = unsupported::senddata,
 	.injectdata = unsupported::injectdata,
+};
+
+/* FI_OPT_MIN_MULTI_RECV is the context's one option. */
+int srx_getopt(fid *fid, int level, int optname, void *optval, size_t *optlen) noexcept
+{
+	if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV)
+		return -FI_ENOPROTOOPT;
+	if (!optval || !optlen || *optlen < sizeof(size_t)) {
+		if (optlen)
+			*optlen = sizeof(size_t);
+		return -FI_ETOOSMALL;
+	}
+	*static_cast<size_t *>(optval) = from_fid<SharedRx>(fid)->min_multi_recv;
+	*optlen = sizeof(size_t);
+	return 0;
+}
+
+int srx_setopt(fid *fid, int level, int optname, const void *optval, size_t optlen) noexcept
+{
+	if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV)
+		return -FI_ENOPROTOOPT;
+	if (!optval || optlen != sizeof(size_t)) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_setopt(srx, FI_OPT_MIN_MULTI_RECV): a size_t\n");
+		return -FI_EINVAL;
+	}
+	return guarded("fi_setopt(srx)", [&] {
+		from_fid<SharedRx>(fid)->set_min_multi_recv(*static_cast<const size_t *>(optval));
+		return 0;
+	});
+}
+
+fi_ops_ep srx_ep_ops = {
+	.size = sizeof(fi_ops_ep),
+	.cancel = unsupported::cancel,
+	.getopt = srx_getopt,
+	.setopt = srx_setopt,
+	.tx_ctx = unsupported::tx_ctx,
+	.rx_ctx = unsupported::rx_ctx,
+	.rx_size_left = unsupported::rx_size_left,
+	.tx_size_left = unsupported::tx_size_left,
 };
 
 int srx_close(fid *fid) noexcept
@@ -163,10 +268,6 @@ int srx_open(fid_domain *fdomain, fi_rx_attr *attr, fid_ep **out, void *context)
 			ND_WARN(FI_LOG_EP_CTRL, "fi_srx_context: iov_limit %zu > %zu\n", iov_limit, kMaxSge);
 			return -FI_EINVAL;
 		}
-		if (rx && (rx->op_flags & FI_MULTI_RECV)) {
-			ND_WARN(FI_LOG_EP_CTRL, "fi_srx_context: FI_MULTI_RECV is not supported\n");
-			return -FI_EBADFLAGS;
-		}
 		auto srx = std::make_unique<SharedRx>(domain, static_cast<uint32_t>(depth));
 		ibv_srq_init_attr init{};
 		init.attr.max_wr = static_cast<uint32_t>(depth);
@@ -183,7 +284,7 @@ int srx_open(fid_domain *fdomain, fi_rx_attr *attr, fid_ep **out, void *context)
 		srx->ep.fid.fclass = FI_CLASS_SRX_CTX;
 		srx->ep.fid.context = context;
 		srx->ep.fid.ops = &srx_fid_ops;
-		srx->ep.ops = &unsupported::ep_ops;
+		srx->ep.ops = &srx_ep_ops;
 		srx->ep.cm = &srx_cm_ops;
 		srx->ep.msg = &srx_msg_ops;
 		srx->ep.rma = &unsupported::rma_ops;

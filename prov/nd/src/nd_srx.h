@@ -33,11 +33,15 @@ struct SharedRx {
 	OptionalLock lock;			/* before queue, which points at it */
 	WorkQueue queue;			/* a pool of records; the ring is not used */
 	uint32_t iov_limit;
-	uint64_t op_flags;
+	uint64_t op_flags;			/* fi_recv's and fi_recvv's flags */
+	size_t min_multi_recv;			/* FI_OPT_MIN_MULTI_RECV */
 	ChildCount bound;
 
 	SharedRx(Domain *d, uint32_t depth);
 	ssize_t post(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
+	ssize_t post_behind_multi(const ibv_sge *sge, size_t count, uint64_t total, void *context,
+				  bool multi);
+	void set_min_multi_recv(size_t bytes);
 	int close();
 };
 

@@ -1,6 +1,7 @@
 /* nd_wq.cpp: the work queue's records and the retirement of its requests. */
 #include "nd_wq.h"
 #include "nd.h"
+#include "nd_multi_recv.h"
 
 #include <algorithm>
 
@@ -24,16 +25,37 @@ WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth)
 	}
 }
 
-void WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc) noexcept
+WorkQueue::~WorkQueue()
+{
+	if (budget)
+		budget->used.fetch_sub(outstanding(), std::memory_order_acq_rel);
+}
+
+void WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Retired &done) noexcept
 {
 	const bool ok = wc.status == IBV_WC_SUCCESS;
 	void *const context = record.context;	/* the slot may be reused once retired */
 	const uint32_t flags = record.flags;
-	if (kind == QueueKind::shared_recv) {
+	bool release = true;
+	if ((flags & FI_MULTI_RECV) && multi) {
+		/* A message in a multi-receive buffer: the slot stays the
+		 * buffer's until it is released. */
+		std::lock_guard<std::mutex> guard(multi->lock);
+		const MultiRecv::Placed placed = multi->complete(record, wc);
+		done.buf = placed.buf;
+		release = placed.released;
+		if (!release)
+			done.flags &= ~static_cast<uint32_t>(FI_MULTI_RECV);
+	}
+	if (!release) {
+		/* counted below, as every message is */
+	} else if (kind == QueueKind::shared_recv) {
 		std::lock_guard<OptionalLock> guard(*pool_lock);
 		free_slots.push_back(static_cast<uint32_t>(&record - records.get()));
 	} else {
 		retire_through(&record);
+	}
+	if (kind != QueueKind::shared_recv) {
 		/* Unsignaled requests before it never have a counter: binding one
 		 * makes every request of its kind signaled. */
 		const CounterKind which = counter_kind(flags);

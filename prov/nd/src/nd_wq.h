@@ -59,6 +59,7 @@ constexpr size_t kMaxSge = 32;
 enum class QueueKind : uint8_t { send, recv, shared_recv };
 
 struct WorkQueue;
+struct MultiRecv;
 
 /*
  * What a shared transmit context (fi_stx_context, nd_stx.h) shares: a budget
@@ -98,7 +99,8 @@ struct OpRecord {
 };
 static_assert(sizeof(OpRecord) == 32, "a ring slot is half a cache line");
 static_assert((FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_WRITE |
-	       FI_REMOTE_CQ_DATA) <= UINT32_MAX, "OpRecord::flags holds every CQ flag used");
+	       FI_REMOTE_CQ_DATA | FI_MULTI_RECV) <= UINT32_MAX,
+	      "OpRecord::flags holds every CQ flag used");
 
 /* Every work request's wr_id is its record. */
 inline OpRecord *record_of(uint64_t wr_id) noexcept
@@ -141,9 +143,12 @@ struct RetireTargets {
 /* What a work completion means to the CQ, decided by WorkQueue::retire. */
 struct Retired {
 	void *context;		/* the application's */
-	uint32_t flags;		/* the CQ entry's flags, for a send-queue request */
+	uint32_t flags;		/* the CQ entry's flags, for a send-queue request;
+				 * FI_MULTI_RECV when a multi-receive buffer is
+				 * released */
 	bool report;		/* the application wants a CQ entry (on success,
 				 * and when flushed; a real failure always has one) */
+	void *buf = nullptr;	/* a multi-receive buffer's: where the message is */
 };
 
 struct WorkQueue {
@@ -168,6 +173,10 @@ struct WorkQueue {
 	std::vector<uint32_t> free_slots;
 	OptionalLock *pool_lock = nullptr;
 
+	/* recv, shared_recv: FI_MULTI_RECV buffers and what waits behind them
+	 * (nd_multi_recv.h); made at the first such buffer. */
+	std::unique_ptr<MultiRecv> multi;
+
 	/* send: the budget of the shared transmit context bound, if any;
 	 * shared, since the queue may outlive the context as an orphan. */
 	std::shared_ptr<SendBudget> budget;
@@ -175,11 +184,7 @@ struct WorkQueue {
 	/* Allocates the ring (or pool); throws std::bad_alloc. */
 	WorkQueue(QueueKind k, uint32_t wanted_depth);
 	/* Requests still counted go back to the budget with the queue. */
-	~WorkQueue()
-	{
-		if (budget)
-			budget->used.fetch_sub(outstanding(), std::memory_order_acq_rel);
-	}
+	~WorkQueue();
 	WorkQueue(const WorkQueue &) = delete;
 	WorkQueue &operator=(const WorkQueue &) = delete;
 
@@ -204,14 +209,15 @@ struct WorkQueue {
 	{
 		OpRecord *record = record_of(wc.wr_id);
 		WorkQueue *queue = record->owner;
-		const Retired done{record->context, record->flags, record->report};
+		Retired done{record->context, record->flags, record->report};
 		if (__builtin_expect(wc.status == IBV_WC_SUCCESS && !queue->counted &&
-					     queue->kind != QueueKind::shared_recv,
+					     queue->kind != QueueKind::shared_recv &&
+					     !(done.flags & FI_MULTI_RECV),
 				     1)) {
 			queue->retire_through(record); /* the slot may be reused now */
 			return done;
 		}
-		queue->retire_other(*record, wc);
+		queue->retire_other(*record, wc, done);
 		return done;
 	}
 
@@ -263,8 +269,9 @@ struct WorkQueue {
 	}
 
 private:
-	/* retire() for a failure, a counted queue or a pool (nd_wq.cpp). */
-	void retire_other(OpRecord &record, const ibv_wc &wc) noexcept;
+	/* retire() for a failure, a counted queue, a pool or a multi-receive
+	 * buffer (nd_wq.cpp); completes `done`. */
+	void retire_other(OpRecord &record, const ibv_wc &wc, Retired &done) noexcept;
 };
 
 /*

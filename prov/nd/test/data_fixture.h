@@ -59,6 +59,7 @@ struct DataOptions {
 	bool bind_cq = true;
 	fid_ep *srx = nullptr;				/* bound on both sides */
 	fid_stx *client_stx = nullptr;			/* the client's send side */
+	uint64_t rx_caps = 0;				/* asked on both sides (FI_MULTI_RECV) */
 	std::function<void(fid_ep *, bool client)> before_enable; /* counters */
 	std::function<void(fid_ep *)> before_connect;	/* after fi_enable */
 };
@@ -145,6 +146,8 @@ struct DataFixture : CmFixture {
 		InfoPtr copy(fi_dupinfo(from));
 		if (stx)
 			copy->ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT;
+		copy->caps |= o.rx_caps;
+		copy->rx_attr->caps |= o.rx_caps;
 		if (o.tx_size)
 			copy->tx_attr->size = o.tx_size;
 		if (o.rx_size)

@@ -268,7 +268,7 @@ Test(build_info, attributes_come_from_the_adapter)
 	cr_assert_eq(info->src_addrlen, sizeof(sockaddr_in));
 	cr_assert_null(info->dest_addr);
 	cr_assert_eq(info->mode, (uint64_t)FI_RX_CQ_DATA);
-	cr_assert_eq(info->caps, kCaps);
+	cr_assert_eq(info->caps, kCaps & ~kAskedCaps, "FI_MULTI_RECV only when asked");
 }
 
 Test(build_info, queue_depth_defaults_are_capped_by_the_device)
@@ -304,19 +304,28 @@ Test(build_info, comp_order_follows_the_api_the_application_asked_for)
 		      "an order bit nobody defined is refused");
 }
 
-Test(hints, multi_recv_is_refused_until_it_is_offered)
+/* fabtests multi_recv: FI_MULTI_RECV is offered to receives, and reported
+ * only to an application that asks for it (in caps or as a default flag). */
+Test(hints, multi_recv_is_offered_when_asked)
 {
 	Adapter a = rxe_adapter();
 	InfoPtr hints = app_hints();
 	hints->rx_attr->op_flags = FI_MULTI_RECV;
-	std::string why = hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{});
-	cr_assert(why.find("rx_attr->op_flags") != std::string::npos, "%s", why.c_str());
+	cr_assert_eq(hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{}), "");
+	cr_assert(build(hints.get())->caps & FI_MULTI_RECV);
+	cr_assert(build(hints.get())->rx_attr->caps & FI_MULTI_RECV);
 	hints->rx_attr->op_flags = 0;
 	hints->tx_attr->op_flags = FI_MULTI_RECV;
-	why = hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{});
+	std::string why = hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{});
 	cr_assert(why.find("tx_attr->op_flags") != std::string::npos, "%s", why.c_str());
 	hints->tx_attr->op_flags = FI_COMPLETION;
-	cr_assert_eq(hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{}), "");
+	cr_assert_not(build(hints.get())->caps & FI_MULTI_RECV, "not asked: not reported");
+	cr_assert_not(build(nullptr)->caps & FI_MULTI_RECV);
+	hints->caps = FI_MSG | FI_MULTI_RECV;
+	InfoPtr info = build(hints.get());
+	cr_assert(info->caps & FI_MULTI_RECV);
+	cr_assert(info->rx_attr->caps & FI_MULTI_RECV);
+	cr_assert_not(info->tx_attr->caps & FI_MULTI_RECV);
 }
 
 Test(build_info, api_version_is_the_headers_one)
