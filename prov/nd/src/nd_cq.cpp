@@ -382,6 +382,26 @@ void CompletionQueue::unreserve(int count) noexcept
 	reserved -= count;
 }
 
+bool CompletionQueue::report_canceled(void *context, uint64_t flags)
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	if (internal)
+		return true;
+	CqError error;
+	error.entry.op_context = context;
+	error.entry.flags = flags;
+	error.entry.err = FI_ECANCELED;
+	if (!errors.room()) {
+		try {
+			errors.reserve(2 * errors.size());
+		} catch (const std::bad_alloc &) {
+			return false;
+		}
+	}
+	errors.push_back(error);
+	return true;
+}
+
 /* ---- completions ---- */
 
 bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)

@@ -132,6 +132,9 @@ struct CompletionQueue {
 	/* Makes room for `count` more outstanding requests (fi_enable). */
 	int reserve(int count);
 	void unreserve(int count) noexcept;
+	/* An FI_ECANCELED error entry for a request nd held and cancelled
+	 * before the adapter saw it (fi_cancel); false when out of memory. */
+	bool report_canceled(void *context, uint64_t flags);
 
 	/* Polls the verbs CQ into the software queues (counters, trywait,
 	 * close). Takes the lock. Returns the number of work completions. */

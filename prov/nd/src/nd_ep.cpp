@@ -405,9 +405,14 @@ fi_ops ep_fid_ops = {
 	.ops_set = nullptr,
 };
 
+ssize_t ep_cancel(fid *fid, void *context) noexcept
+{
+	return guarded("fi_cancel", [&] { return ep_of(fid)->cancel(context); });
+}
+
 fi_ops_ep ep_ops = {
 	.size = sizeof(fi_ops_ep),
-	.cancel = unsupported::cancel,
+	.cancel = ep_cancel,
 	.getopt = ep_getopt,
 	.setopt = ep_setopt,
 	.tx_ctx = unsupported::tx_ctx,

@@ -201,6 +201,7 @@ struct Endpoint {
 	ssize_t make_room(const char *call);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
 	void set_min_multi_recv(size_t bytes);
+	ssize_t cancel(void *context);
 	void post_pending_receives() noexcept;
 	void post_drain_marker() noexcept;
 	ssize_t link_error(const char *call) const;

@@ -682,6 +682,79 @@ void Endpoint::post_pending_receives() noexcept
 	}
 }
 
+/*
+ * fi_cancel: a receive nd still holds (posted before the connection, or
+ * behind a multi-receive buffer) never reached the adapter, so it can be
+ * taken back: it completes with FI_ECANCELED and the unposted receives
+ * after it move down one ring slot, keeping the ring in posting order. A
+ * receive the adapter holds cannot be taken back (verbs has no such call),
+ * nor can a send; for those, and for contexts nd does not know, the call
+ * says -FI_ENOENT and the request completes as it would have.
+ */
+ssize_t Endpoint::cancel(void *context)
+{
+	if (!context) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_cancel: a NULL context names no request\n");
+		return -FI_EINVAL;
+	}
+	std::lock_guard<OptionalLock> guard(rx_lock);
+	if (!rq) {
+		ND_INFO(FI_LOG_EP_DATA, "fi_cancel: no receive is posted before fi_enable\n");
+		return -FI_ENOENT;
+	}
+	/* The unposted receives, in ring order: those made before the
+	 * connection, then those waiting behind a multi-receive buffer. */
+	std::vector<OpRecord **> unposted;
+	std::vector<OpRecord *> pending_records;
+	pending_records.reserve(pending_recvs.size());
+	for (PendingRecv &p : pending_recvs)
+		pending_records.push_back(record_of(p.wr.wr_id));
+	for (OpRecord *&r : pending_records)
+		unposted.push_back(&r);
+	std::unique_lock<std::mutex> hold;
+	if (rq->multi) {
+		hold = std::unique_lock<std::mutex>(rq->multi->lock);
+		for (MultiRecv::Held &h : rq->multi->held)
+			unposted.push_back(&h.record);
+	}
+	size_t found = unposted.size();
+	for (size_t i = 0; i < unposted.size() && found == unposted.size(); i++)
+		if ((*unposted[i])->context == context)
+			found = i;
+	if (found == unposted.size()) {
+		ND_INFO(FI_LOG_EP_DATA, "fi_cancel: no receive with context %p waits in nd; one the "
+			"adapter holds completes when a message fills it, and sends are not cancelled\n",
+			context);
+		return -FI_ENOENT;
+	}
+	const OpRecord canceled = **unposted[found];
+	/* Later unposted receives take the slot before theirs. */
+	for (size_t i = found + 1; i < unposted.size(); i++) {
+		OpRecord *from = *unposted[i];
+		const uint64_t slot = static_cast<uint64_t>(from - rq->records.get());
+		OpRecord *to = &rq->records[(slot - 1) & rq->mask];
+		*to = *from;
+		*unposted[i] = to;
+	}
+	if (found < pending_records.size()) {
+		pending_recvs.erase(pending_recvs.begin() + static_cast<std::ptrdiff_t>(found));
+		pending_records.erase(pending_records.begin() + static_cast<std::ptrdiff_t>(found));
+		for (size_t i = found; i < pending_recvs.size(); i++)
+			pending_recvs[i].wr.wr_id = reinterpret_cast<uintptr_t>(pending_records[i]);
+	} else {
+		auto &held = rq->multi->held;
+		held.erase(held.begin() + static_cast<std::ptrdiff_t>(found - pending_records.size()));
+	}
+	rq->uncommit();
+	if (hold.owns_lock())
+		hold.unlock(); /* the CQ takes its own lock, then this one, when it retires */
+	if (const CounterCells &cells = rq->targets.counters[static_cast<size_t>(CounterKind::recv)])
+		cells.count(false);
+	if (!rx_cq->report_canceled(canceled.context, canceled.flags))
+		ND_WARN(FI_LOG_EP_DATA, "fi_cancel: out of memory for the cancelled receive's error entry\n");
+	return 0;
+}
+
 void Endpoint::set_min_multi_recv(size_t bytes)
 {
 	min_multi_recv = bytes;

@@ -1177,6 +1177,78 @@ Test(data, multi_receive_buffer_on_a_shared_receive_context)
 	f.close_data();
 }
 
+/* fi_cancel takes back what nd still holds (receives posted before the
+ * connection, or behind a multi-receive buffer), each completing with
+ * FI_ECANCELED, and says -FI_ENOENT for what the adapter holds. */
+Test(data, cancel_takes_back_receives_nd_still_holds)
+{
+	DataFixture f;
+	f.open();
+	Buffer &rx = f.buffer(64 * 8, 0xee);
+	int ctx[8];
+	DataOptions o;
+	o.rx_caps = FI_MULTI_RECV;
+	int connect_calls = 0;
+	o.before_connect = [&](fid_ep *ep) {
+		if (connect_calls++ == 0)
+			return; /* the client's; the server's comes second */
+		for (int i = 0; i < 3; i++)
+			cr_assert_eq(fi_recv(ep, rx.data() + 64 * i, 64, rx.desc(), 0, &ctx[i]), 0);
+		cr_assert_eq(fi_cancel(&ep->fid, &ctx[1]), 0, "posted before the connection");
+		cr_assert_eq(fi_cancel(&ep->fid, nullptr), -FI_EINVAL);
+	};
+	auto [c, s] = f.connect_data(o);
+	fi_cq_err_entry err = wait_cq_error(s.cq);
+	cr_assert_eq(err.err, FI_ECANCELED);
+	cr_assert_eq(err.op_context, &ctx[1]);
+	cr_assert(err.flags & FI_RECV);
+
+	Buffer &src = f.buffer(64 * 4);
+	for (int i = 0; i < 4; i++)
+		std::memset(src.data() + 64 * i, 0x10 + i, 64);
+	cr_assert_eq(fi_send(c.ep, src.data(), 64, src.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_send(c.ep, src.data() + 64, 64, src.desc(), 0, nullptr), 0);
+	cr_assert_eq(wait_cq(s.cq).op_context, &ctx[0]);
+	cr_assert_eq(wait_cq(s.cq).op_context, &ctx[2], "the cancelled receive took nothing");
+	cr_assert_eq(rx.bytes[64 * 1], 0xee);
+	cr_assert_eq(rx.bytes[64 * 2], 0x11);
+	cr_assert_eq(fi_cancel(&s.ep->fid, &ctx[0]), -FI_ENOENT, "completed already");
+
+	/* Behind a multi-receive buffer: the buffer is the adapter's, what
+	 * waits behind it is nd's. */
+	size_t min = 64;
+	cr_assert_eq(fi_setopt(&s.ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)), 0);
+	iovec iov{rx.data() + 64 * 4, 128};
+	void *desc = rx.desc();
+	fi_msg msg{};
+	msg.msg_iov = &iov;
+	msg.desc = &desc;
+	msg.iov_count = 1;
+	msg.context = &ctx[4];
+	cr_assert_eq(fi_recvmsg(s.ep, &msg, FI_MULTI_RECV), 0);
+	cr_assert_eq(fi_recv(s.ep, rx.data() + 64 * 6, 64, rx.desc(), 0, &ctx[6]), 0);
+	cr_assert_eq(fi_recv(s.ep, rx.data() + 64 * 7, 64, rx.desc(), 0, &ctx[7]), 0);
+	cr_assert_eq(fi_cancel(&s.ep->fid, &ctx[4]), -FI_ENOENT, "the adapter holds the buffer");
+	cr_assert_eq(fi_cancel(&s.ep->fid, &ctx[6]), 0);
+	err = wait_cq_error(s.cq);
+	cr_assert_eq(err.op_context, &ctx[6]);
+	cr_assert_eq(err.err, FI_ECANCELED);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(fi_send(c.ep, src.data() + 64 * (i + 1), 64, src.desc(), 0, nullptr), 0);
+	fi_cq_data_entry first = wait_cq(s.cq), second = wait_cq(s.cq), third = wait_cq(s.cq);
+	cr_assert_eq(first.op_context, &ctx[4]);
+	cr_assert_eq(second.op_context, &ctx[4]);
+	cr_assert(second.flags & FI_MULTI_RECV, "128 bytes: full");
+	cr_assert_eq(third.op_context, &ctx[7], "the cancelled receive is skipped");
+	cr_assert_eq(rx.bytes[64 * 7], 0x13);
+	cr_assert_eq(rx.bytes[64 * 6], 0xee);
+	for (int i = 0; i < 5; i++)
+		wait_cq(c.cq);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
 Test(data, the_accepting_side_reads_and_writes_too)
 {
 	DataFixture f;
