@@ -195,9 +195,16 @@ int srx_setopt(fid *fid, int level, int optname, const void *optval, size_t optl
 	});
 }
 
+ssize_t srx_cancel(fid *, void *context) noexcept
+{
+	ND_INFO(FI_LOG_EP_DATA, "fi_cancel(srx): receive %p not cancelled: a shared receive context has no "
+		"CQ of its own to report a cancellation on\n", context);
+	return -FI_ENOENT;
+}
+
 fi_ops_ep srx_ep_ops = {
 	.size = sizeof(fi_ops_ep),
-	.cancel = unsupported::cancel,
+	.cancel = srx_cancel,
 	.getopt = srx_getopt,
 	.setopt = srx_setopt,
 	.tx_ctx = unsupported::tx_ctx,

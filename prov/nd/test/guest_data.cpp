@@ -1153,6 +1153,7 @@ Test(data, multi_receive_buffer_on_a_shared_receive_context)
 	msg.context = &pool;
 	cr_assert_eq(fi_recvmsg(srx, &msg, FI_MULTI_RECV), 0);
 	cr_assert_eq(fi_recv(srx, after.data(), 64, after.desc(), 0, &after), 0);
+	cr_assert_eq(fi_cancel(&srx->fid, &after), -FI_ENOENT, "no CQ to report it on");
 	Buffer &src = f.buffer(230);
 	std::memset(src.data(), 1, 100);
 	std::memset(src.data() + 100, 2, 100);
