@@ -43,15 +43,16 @@ int fi_error_of_wc_status(ibv_wc_status status) noexcept
 namespace {
 
 /* The CQ entry of a request that succeeded. */
-inline void success_entry(const ibv_wc &wc, const Retired &done, CqEntry *out) noexcept
+inline void success_entry(const ibv_wc &wc, const Retired &done, void *buf, CqEntry *out) noexcept
 {
 	out->op_context = done.context;
-	out->buf = done.buf;
+	out->buf = buf; /* a multi-receive buffer's message; else NULL */
 	out->data = 0;
 	switch (wc.opcode) {
 	case IBV_WC_RECV:
-		/* FI_MULTI_RECV: the message released its buffer. */
-		out->flags = FI_RECV | FI_MSG | (done.flags & FI_MULTI_RECV);
+		/* The record's: FI_RECV | FI_MSG, and FI_MULTI_RECV when the
+		 * message released its buffer. */
+		out->flags = done.flags;
 		out->len = wc.byte_len;
 		break;
 	case IBV_WC_RECV_RDMA_WITH_IMM:
@@ -406,7 +407,8 @@ bool CompletionQueue::report_canceled(void *context, uint64_t flags)
 
 bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 {
-	const Retired done = WorkQueue::retire(wc);
+	void *placed = nullptr;
+	const Retired done = WorkQueue::retire(wc, &placed);
 	if (wc.status != IBV_WC_SUCCESS) {
 		/* A flushed request the application asked no completion for
 		 * stays silent; a real failure is always reported. */
@@ -433,7 +435,7 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 	}
 	if (internal || !done.report)
 		return false;
-	success_entry(wc, done, out);
+	success_entry(wc, done, placed, out);
 	return true;
 }
 
@@ -509,8 +511,11 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 		const int got = ibv_poll_cq(verbs_cq.get(), want, wc);
 		for (int i = 0; i < got; i++) {
 			/* The common case inline: a success (retire() inlines its
-			 * own common case); complete() takes everything else. */
-			if (__builtin_expect(wc[i].status == IBV_WC_SUCCESS, 1)) {
+			 * own common case); complete() takes everything else,
+			 * multi-receive messages included. */
+			if (__builtin_expect(wc[i].status == IBV_WC_SUCCESS &&
+						     !WorkQueue::placed_message(wc[i]),
+					     1)) {
 				const Retired done = WorkQueue::retire(wc[i]);
 				if (!done.report || internal)
 					continue;
@@ -518,7 +523,7 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 					static_cast<fi_cq_entry *>(buf)[n++].op_context = done.context;
 				} else {
 					CqEntry entry;
-					success_entry(wc[i], done, &entry);
+					success_entry(wc[i], done, nullptr, &entry);
 					store<Format>(buf, n++, entry);
 				}
 				continue;

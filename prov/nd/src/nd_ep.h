@@ -102,6 +102,7 @@ struct Endpoint {
 	std::unique_ptr<WorkQueue> rq;
 	std::unique_ptr<SendBatch> batch;	/* FI_MORE requests not yet posted */
 	OptionalLock tx_lock;
+	bool slow_tx = false;			/* locked, or a shared budget: fi_inject goes out of line */
 	OptionalLock rx_lock;
 	std::atomic<LinkState> link{LinkState::idle};
 	bool recv_ready = false;			/* the QP takes receives (INIT or later) */

@@ -193,7 +193,7 @@ int Endpoint::setup_data_path()
 	sq = std::make_unique<WorkQueue>(QueueKind::send, tx);
 	sq->set_targets(send_targets);
 	if (stx)
-		sq->budget = stx->budget;
+		sq->set_budget(stx->budget);
 	if (!srx) {
 		RetireTargets recv_targets;
 		recv_targets.link = &link;
@@ -224,6 +224,7 @@ int Endpoint::setup_data_path()
 	const bool locked = domain->threading == FI_THREAD_SAFE;
 	tx_lock.enable(locked);
 	rx_lock.enable(locked);
+	slow_tx = locked || stx;
 	return 0;
 }
 
@@ -314,6 +315,7 @@ void Endpoint::post_drain_marker() noexcept
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.opcode = IBV_WR_SEND;
 	wr.send_flags = IBV_SEND_SIGNALED;
+	sq->count_budget();
 	sq->commit();
 	ibv_send_wr *bad = nullptr;
 	if (int rc = ibv_post_send(qp.get(), &wr, &bad)) {
@@ -378,7 +380,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	}
 
 	std::lock_guard<OptionalLock> guard(tx_lock);
-	if (sq->full() || (is_read && sq->reads_in_flight() >= effective.outbound)) {
+	if (sq->no_room() || (is_read && sq->reads_in_flight() >= effective.outbound)) {
 		/* Post what FI_MORE held back, retire what has completed, then
 		 * look again. */
 		if ((ret = make_room(r.call)))
@@ -418,6 +420,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	const bool more = (r.flags & FI_MORE) && start_batch();
 	sq->reads_posted += is_read;
 	/* Published before posting: the completion may be reaped at once. */
+	sq->count_budget();
 	sq->commit();
 	if (more)
 		return defer(wr, inline_data && total, r.call);
@@ -549,7 +552,7 @@ ssize_t Endpoint::make_room(const char *call)
 	if (ssize_t ret = post_deferred(call))
 		return ret;
 	tx_cq->progress();
-	return sq->full() ? -FI_EAGAIN : 0;
+	return sq->no_room() ? -FI_EAGAIN : 0;
 }
 
 ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
@@ -605,7 +608,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 			auto made = std::make_unique<MultiRecv>(min_multi_recv);
 			made->qp = qp.get();
 			made->ready = recv_ready;
-			rq->multi = std::move(made);
+			rq->set_multi(std::move(made));
 		} catch (const std::bad_alloc &) {
 			return -FI_ENOMEM;
 		}

@@ -44,7 +44,7 @@ template <ibv_wr_opcode Op>
 			     (!buf && len) || remote_key > UINT32_MAX, 0))
 		return inject_refused(buf, len, remote_key, inject_call_name(Op));
 	WorkQueue &queue = *sq;
-	if (__builtin_expect(tx_lock.enabled() || queue.full(), 0))
+	if (__builtin_expect(slow_tx || queue.full(), 0))
 		return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
 	return post_inline_unlocked<Op>(queue, buf, len, imm_data, remote_addr, remote_key);
 }
@@ -56,9 +56,10 @@ template <ibv_wr_opcode Op>
 						     uint64_t remote_addr, uint64_t remote_key)
 {
 	std::lock_guard<OptionalLock> guard(tx_lock);
-	if (sq->full())
+	if (sq->no_room())
 		if (ssize_t ret = make_room(inject_call_name(Op)))
 			return ret;
+	sq->count_budget(); /* given back if posting fails (uncommit) */
 	return post_inline_unlocked<Op>(*sq, buf, len, imm_data, remote_addr, remote_key);
 }
 

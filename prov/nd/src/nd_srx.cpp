@@ -82,7 +82,7 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 			auto made = std::make_unique<MultiRecv>(min_multi_recv);
 			made->srq = srq.get();
 			made->ready = true;
-			queue.multi = std::move(made);
+			queue.set_multi(std::move(made));
 		}
 		record = &queue.records[queue.free_slots.back()];
 		queue.free_slots.pop_back();

@@ -17,6 +17,7 @@ WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth)
 	records = std::make_unique<OpRecord[]>(size);
 	for (uint32_t i = 0; i < size; i++)
 		records[i].owner = this;
+	update_plain();
 	if (kind == QueueKind::shared_recv) {
 		/* Every slot's index fits, so giving one back never allocates. */
 		free_slots.reserve(depth);
@@ -31,8 +32,15 @@ WorkQueue::~WorkQueue()
 		budget->used.fetch_sub(outstanding(), std::memory_order_acq_rel);
 }
 
-void WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Retired &done) noexcept
+void WorkQueue::set_multi(std::unique_ptr<MultiRecv> m) noexcept
 {
+	multi = std::move(m);
+	update_plain();
+}
+
+Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, void **placed) noexcept
+{
+	Retired done{record.context, record.flags, record.report};
 	const bool ok = wc.status == IBV_WC_SUCCESS;
 	void *const context = record.context;	/* the slot may be reused once retired */
 	const uint32_t flags = record.flags;
@@ -41,9 +49,10 @@ void WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Retired &done) 
 		/* A message in a multi-receive buffer: the slot stays the
 		 * buffer's until it is released. */
 		std::lock_guard<std::mutex> guard(multi->lock);
-		const MultiRecv::Placed placed = multi->complete(record, wc);
-		done.buf = placed.buf;
-		release = placed.released;
+		const MultiRecv::Placed where = multi->complete(record, wc);
+		if (placed)
+			*placed = where.buf;
+		release = where.released;
 		if (!release)
 			done.flags &= ~static_cast<uint32_t>(FI_MULTI_RECV);
 	}
@@ -53,7 +62,9 @@ void WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Retired &done) 
 		std::lock_guard<OptionalLock> guard(*pool_lock);
 		free_slots.push_back(static_cast<uint32_t>(&record - records.get()));
 	} else {
-		retire_through(&record);
+		const uint64_t retired = retire_through(&record);
+		if (budget)
+			budget->used.fetch_sub(retired, std::memory_order_acq_rel);
 	}
 	if (kind != QueueKind::shared_recv) {
 		/* Unsignaled requests before it never have a counter: binding one
@@ -69,6 +80,7 @@ void WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Retired &done) 
 		if (targets.link)
 			targets.link->store(LinkState::broken, std::memory_order_relaxed);
 	}
+	return done;
 }
 
 } // namespace nd

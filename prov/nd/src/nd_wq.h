@@ -66,10 +66,12 @@ struct MultiRecv;
  * of requests outstanding across every send queue bound to it. Verbs has no
  * shared send queue, so each queue pair keeps its own, as deep as the whole
  * context: the budget is what makes the context's size hold for all of them
- * together. A queue counts a request against it when it commits the slot
- * and gives it back when the slot retires or is uncommitted.
+ * together. The poster counts a request against it (count_budget) just
+ * before it commits the slot; the slot gives it back when it retires or is
+ * uncommitted. Queues without a budget never touch it on the fast path: an
+ * endpoint bound to a shared context posts through the slow paths.
  *
- * The check (WorkQueue::full) and the count (commit) are two steps, so
+ * The check (WorkQueue::no_room) and the count are two steps, so
  * posters racing on different endpoints may pass the limit by one request
  * each; no device queue overflows by it, since each is as deep as the
  * context and the CQs reserve per endpoint.
@@ -143,12 +145,11 @@ struct RetireTargets {
 /* What a work completion means to the CQ, decided by WorkQueue::retire. */
 struct Retired {
 	void *context;		/* the application's */
-	uint32_t flags;		/* the CQ entry's flags, for a send-queue request;
-				 * FI_MULTI_RECV when a multi-receive buffer is
-				 * released */
+	uint32_t flags;		/* the CQ entry's flags (a receive's: FI_RECV |
+				 * FI_MSG, and FI_MULTI_RECV when the message
+				 * releases its multi-receive buffer) */
 	bool report;		/* the application wants a CQ entry (on success,
 				 * and when flushed; a real failure always has one) */
-	void *buf = nullptr;	/* a multi-receive buffer's: where the message is */
 };
 
 struct WorkQueue {
@@ -156,6 +157,10 @@ struct WorkQueue {
 	std::unique_ptr<OpRecord[]> records;
 	uint32_t depth;			/* most requests outstanding at once */
 	bool counted = false;		/* a counter is bound to some of its requests */
+	/* retire()'s inline path may take the queue's successes: a ring with
+	 * no counter, no shared budget and no multi-receive buffer (the rest
+	 * is retire_other's). Kept by update_plain. */
+	bool plain = true;
 	RetireTargets targets;
 	uint32_t mask;			/* ring size - 1 (a power of two > depth: one
 					 * slot always free for the close marker) */
@@ -195,6 +200,20 @@ struct WorkQueue {
 		counted = false;
 		for (const CounterCells &cells : targets.counters)
 			counted = counted || static_cast<bool>(cells);
+		update_plain();
+	}
+	/* A shared transmit context's budget (fi_enable, before any post). */
+	void set_budget(std::shared_ptr<SendBudget> b) noexcept
+	{
+		budget = std::move(b);
+		update_plain();
+	}
+	/* The first multi-receive buffer's state, made before its record is
+	 * posted (so that its completion cannot take the inline path). */
+	void set_multi(std::unique_ptr<MultiRecv> m) noexcept; /* nd_wq.cpp */
+	void update_plain() noexcept
+	{
+		plain = kind != QueueKind::shared_recv && !counted && !budget && !multi;
 	}
 
 	/*
@@ -203,41 +222,47 @@ struct WorkQueue {
 	 * counter bound for its kind, records a broken link when it failed for
 	 * real (a flush is the expected end of a closed link), and says what
 	 * the CQ reports. `wc.wr_id` is a record of this queue. The common
-	 * case (success, no counter, a ring) is inline; the rest is not.
+	 * case (success, no counter, a ring) is inline; the rest is not. A
+	 * message in a multi-receive buffer also says where it landed, in
+	 * *placed: kept out of Retired, whose two words come back in registers
+	 * on the CQ's fast path, which takes no such message (placed_message).
 	 */
-	static Retired retire(const ibv_wc &wc) noexcept
+	static Retired retire(const ibv_wc &wc, void **placed = nullptr) noexcept
 	{
 		OpRecord *record = record_of(wc.wr_id);
 		WorkQueue *queue = record->owner;
-		Retired done{record->context, record->flags, record->report};
-		if (__builtin_expect(wc.status == IBV_WC_SUCCESS && !queue->counted &&
-					     queue->kind != QueueKind::shared_recv &&
-					     !(done.flags & FI_MULTI_RECV),
-				     1)) {
+		if (__builtin_expect(wc.status == IBV_WC_SUCCESS && queue->plain, 1)) {
+			const Retired done{record->context, record->flags, record->report};
 			queue->retire_through(record); /* the slot may be reused now */
 			return done;
 		}
-		queue->retire_other(*record, wc, done);
-		return done;
+		return queue->retire_other(*record, wc, placed);
+	}
+
+	/* Whether the completion is a message in a multi-receive buffer. */
+	static bool placed_message(const ibv_wc &wc) noexcept
+	{
+		return record_of(wc.wr_id)->flags & FI_MULTI_RECV;
 	}
 
 	uint64_t outstanding() const noexcept
 	{
 		return head.load(std::memory_order_relaxed) - tail.load(std::memory_order_acquire);
 	}
-	bool full() const noexcept
+	/* The ring is full (the fast path's check). */
+	bool full() const noexcept { return outstanding() >= depth; }
+	/* The ring or the shared budget is full (the slow paths' check). */
+	bool no_room() const noexcept { return full() || (budget && budget->exhausted()); }
+	/* Counts the request about to be committed against the budget. */
+	void count_budget() noexcept
 	{
-		return outstanding() >= depth || (budget && budget->exhausted());
+		if (budget)
+			budget->used.fetch_add(1, std::memory_order_acq_rel);
 	}
 
 	/* The next free slot, filled by the poster and published by commit. */
 	OpRecord &next() noexcept { return records[head.load(std::memory_order_relaxed) & mask]; }
-	void commit() noexcept
-	{
-		if (budget)
-			budget->used.fetch_add(1, std::memory_order_acq_rel);
-		head.store(head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-	}
+	void commit() noexcept { head.store(head.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
 	/* Gives back the last n slots committed, when posting them failed. */
 	void uncommit(uint64_t n = 1) noexcept
 	{
@@ -252,10 +277,10 @@ struct WorkQueue {
 	}
 
 	/* Retires every slot up to and including `last` (earlier ones were
-	 * unsignaled, see above), and the reads posted up to it. A `last`
-	 * that is not outstanding (it cannot be, short of a device bug)
+	 * unsignaled, see above), and the reads posted up to it; how many. A
+	 * `last` that is not outstanding (it cannot be, short of a device bug)
 	 * retires all. */
-	void retire_through(const OpRecord *last) noexcept
+	uint64_t retire_through(const OpRecord *last) noexcept
 	{
 		const uint64_t t = tail.load(std::memory_order_relaxed);
 		const uint64_t h = head.load(std::memory_order_acquire);
@@ -264,14 +289,15 @@ struct WorkQueue {
 		const uint64_t retired = count <= h - t ? count : h - t;
 		tail.store(t + retired, std::memory_order_release);
 		reads_retired.store(last->read_mark, std::memory_order_release);
-		if (budget)
-			budget->used.fetch_sub(retired, std::memory_order_acq_rel);
+		return retired;
 	}
 
 private:
 	/* retire() for a failure, a counted queue, a pool or a multi-receive
-	 * buffer (nd_wq.cpp); completes `done`. */
-	void retire_other(OpRecord &record, const ibv_wc &wc, Retired &done) noexcept;
+	 * buffer (nd_wq.cpp), which sets *placed (if given) to where in the
+	 * buffer the message landed. Kept out of Retired, whose two words come
+	 * back in registers on the fast path. */
+	Retired retire_other(OpRecord &record, const ibv_wc &wc, void **placed) noexcept;
 };
 
 /*

@@ -35,6 +35,7 @@ OpRecord &post(WorkQueue &queue, void *context, uint32_t flags, bool report = tr
 	if (flags & FI_READ)
 		queue.reads_posted++;
 	record.read_mark = queue.reads_posted;
+	queue.count_budget();
 	queue.commit();
 	return record;
 }
@@ -205,17 +206,19 @@ Test(work_queue, a_shared_send_budget_spans_its_queues)
 {
 	auto budget = std::make_shared<SendBudget>(3);
 	WorkQueue a(QueueKind::send, 8), b(QueueKind::send, 8);
-	a.budget = b.budget = budget;
+	a.set_budget(budget);
+	b.set_budget(budget);
 	post(a, ctx(1), kSendFlags);
 	OpRecord &a2 = post(a, ctx(2), kSendFlags);
-	cr_assert_not(b.full(), "one request left in the budget");
+	cr_assert_not(b.no_room(), "one request left in the budget");
 	OpRecord &b1 = post(b, ctx(3), kSendFlags);
-	cr_assert(a.full() && b.full(), "three in flight across both queues");
+	cr_assert(a.no_room() && b.no_room(), "three in flight across both queues");
+	cr_assert_not(a.full(), "each ring has room of its own");
 	cr_assert_eq(budget->left(), 0u);
 
 	WorkQueue::retire(completion_of(a2));	/* retires a's first request too */
 	cr_assert_eq(budget->left(), 2u);
-	cr_assert_not(b.full());
+	cr_assert_not(b.no_room());
 	post(b, ctx(4), kSendFlags);
 	b.uncommit();				/* posting it failed */
 	cr_assert_eq(budget->left(), 2u);
@@ -223,7 +226,7 @@ Test(work_queue, a_shared_send_budget_spans_its_queues)
 	cr_assert_eq(budget->left(), 3u, "a flushed request gives its share back");
 	{
 		WorkQueue orphan(QueueKind::send, 4);
-		orphan.budget = budget;
+		orphan.set_budget(budget);
 		post(orphan, ctx(5), kSendFlags);
 		post(orphan, ctx(6), kSendFlags);
 		cr_assert_eq(budget->left(), 1u);
@@ -275,7 +278,7 @@ Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 {
 	posted.clear();
 	WorkQueue queue(QueueKind::recv, 8);
-	queue.multi = std::make_unique<MultiRecv>(16);
+	queue.set_multi(std::make_unique<MultiRecv>(16));
 	queue.multi->post_wr = record_post;
 	queue.multi->ready = true;
 	uint8_t buffer[100], other[32];
@@ -284,9 +287,10 @@ Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 	cr_assert_eq(posted.size(), 1u, "nothing is posted behind a multi-receive buffer");
 	cr_assert_eq(posted[0].length, 100u);
 
-	Retired first = WorkQueue::retire(received(multi, 40));
+	void *at = nullptr;
+	Retired first = WorkQueue::retire(received(multi, 40), &at);
 	cr_assert_eq(first.context, ctx(1));
-	cr_assert_eq(first.buf, buffer);
+	cr_assert_eq(at, buffer);
 	cr_assert_not(first.flags & FI_MULTI_RECV);
 	cr_assert_eq(queue.outstanding(), 2u, "the buffer keeps its slot");
 	cr_assert_eq(posted.size(), 2u);
@@ -294,16 +298,17 @@ Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 	cr_assert_eq(posted[1].addr, reinterpret_cast<uintptr_t>(buffer + 40));
 	cr_assert_eq(posted[1].length, 60u);
 
-	Retired last = WorkQueue::retire(received(multi, 50));
-	cr_assert_eq(last.buf, buffer + 40, "right after the first message");
+	Retired last = WorkQueue::retire(received(multi, 50), &at);
+	cr_assert_eq(at, buffer + 40, "right after the first message");
 	cr_assert(last.flags & FI_MULTI_RECV, "10 bytes left < 16: released");
 	cr_assert_eq(queue.outstanding(), 1u);
 	cr_assert_eq(posted.size(), 3u, "the receive behind it is posted now");
 	cr_assert_eq(posted[2].wr_id, reinterpret_cast<uintptr_t>(&next));
 
-	Retired plain = WorkQueue::retire(received(next, 8));
+	at = nullptr;
+	Retired plain = WorkQueue::retire(received(next, 8), &at);
 	cr_assert_eq(plain.context, ctx(2));
-	cr_assert_null(plain.buf);
+	cr_assert_null(at, "a plain receive places nothing");
 	cr_assert_eq(queue.outstanding(), 0u);
 }
 
@@ -311,7 +316,7 @@ Test(multi_recv, a_flush_releases_the_buffer_and_what_waited_behind_it_follows)
 {
 	posted.clear();
 	WorkQueue queue(QueueKind::recv, 8);
-	queue.multi = std::make_unique<MultiRecv>(0);
+	queue.set_multi(std::make_unique<MultiRecv>(0));
 	queue.multi->post_wr = record_post;
 	queue.multi->ready = false; /* before the connection: everything waits */
 	uint8_t a[64], b[64], c[8];
