@@ -33,6 +33,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -144,6 +145,15 @@ const char *strerror_fi(int ret) noexcept;
  * calls); an errno it does not name becomes `otherwise`, the meaning the
  * caller's context gives a failure. */
 int fi_error_of_errno(int err, int otherwise = -FI_EINVAL) noexcept;
+
+/* Milliseconds left until `deadline`, 0 once it passed: the timeout of the
+ * next wait in a loop that waits until a deadline (EQs, wait sets). */
+inline int remaining_ms(std::chrono::steady_clock::time_point deadline) noexcept
+{
+	auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+		deadline - std::chrono::steady_clock::now());
+	return left.count() < 0 ? 0 : static_cast<int>(left.count());
+}
 
 /* fi_control(FI_GETWAIT / FI_GETWAITOBJ) of an object waitable through
  * `fd` (an epoll set; -1 when it has none) with wait object `obj`; any other

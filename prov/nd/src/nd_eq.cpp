@@ -124,13 +124,6 @@ fi_ops_eq eq_ops = {
 	.strerror = eq_strerror,
 };
 
-int remaining_ms(std::chrono::steady_clock::time_point deadline)
-{
-	auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-		deadline - std::chrono::steady_clock::now());
-	return left.count() < 0 ? 0 : static_cast<int>(left.count());
-}
-
 } // namespace
 
 EventQueue::EventQueue(uint32_t api_version, ChildCount *parent, const fi_eq_attr &attr)

@@ -22,13 +22,6 @@ int try_member(fid *member)
 	return member->fclass == FI_CLASS_CQ ? cq_trywait(member) : eq_trywait(member);
 }
 
-int remaining_ms(std::chrono::steady_clock::time_point deadline)
-{
-	auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-		deadline - std::chrono::steady_clock::now());
-	return left.count() < 0 ? 0 : static_cast<int>(left.count());
-}
-
 } // namespace
 
 WaitSet::~WaitSet()
