@@ -392,6 +392,11 @@ bool CompletionQueue::report_canceled(void *context, uint64_t flags)
 	error.entry.op_context = context;
 	error.entry.flags = flags;
 	error.entry.err = FI_ECANCELED;
+	return push_error(error);
+}
+
+bool CompletionQueue::push_error(const CqError &error)
+{
 	if (!errors.room()) {
 		try {
 			errors.reserve(2 * errors.size());
@@ -421,16 +426,9 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 		error.entry.len = 0;
 		error.entry.err = fi_error_of_wc_status(wc.status);
 		error.entry.prov_errno = wc.status;
-		if (!errors.room()) {
-			try {
-				errors.reserve(2 * errors.size());
-			} catch (const std::bad_alloc &) {
-				ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for the error of work request %p (%s); it is lost\n",
-					static_cast<void *>(this), done.context, ibv_wc_status_str(wc.status));
-				return false;
-			}
-		}
-		errors.push_back(error);
+		if (!push_error(error))
+			ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for the error of work request %p (%s); it is lost\n",
+				static_cast<void *>(this), done.context, ibv_wc_status_str(wc.status));
 		return false;
 	}
 	if (internal || !done.report)

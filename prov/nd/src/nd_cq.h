@@ -162,6 +162,10 @@ struct CompletionQueue {
 	 * (with *out filled) when it is a success the application sees;
 	 * errors go to the error queue. Called under the lock. */
 	bool complete(const ibv_wc &wc, CqEntry *out);
+	/* Queues an error entry, growing the queue if it is full (only an
+	 * application that leaves errors unread while it posts gets there);
+	 * false when out of memory. Under lock. */
+	bool push_error(const CqError &error);
 	void progress_locked();
 
 	~CompletionQueue();
