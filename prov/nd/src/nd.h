@@ -146,6 +146,13 @@ const char *strerror_fi(int ret) noexcept;
  * caller's context gives a failure. */
 int fi_error_of_errno(int err, int otherwise = -FI_EINVAL) noexcept;
 
+/* A failed ibv_post_send/_recv/_srq_recv: ENOMEM means the queue is full,
+ * which the application retries (-FI_EAGAIN); anything else is mapped. */
+inline int fi_error_of_post(int rc) noexcept
+{
+	return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+}
+
 /* Milliseconds left until `deadline`, 0 once it passed: the timeout of the
  * next wait in a loop that waits until a deadline (EQs, wait sets). */
 inline int remaining_ms(std::chrono::steady_clock::time_point deadline) noexcept

@@ -514,7 +514,7 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
 	const uint64_t held_lost = unposted - (last ? 1 : 0);
 	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s%s\n", call, std::strerror(rc),
 		held_lost ? " (requests posted earlier with FI_MORE are lost with it)" : "");
-	return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+	return fi_error_of_post(rc);
 }
 
 /* Posting the send request whose slot was just committed failed
@@ -523,7 +523,7 @@ ssize_t Endpoint::post_failed(int rc, const char *call)
 {
 	sq->uncommit();
 	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", call, std::strerror(rc));
-	return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+	return fi_error_of_post(rc);
 }
 
 /* Why fi_inject and its kin refuse a call (nd_ep_inject.h). */
@@ -632,7 +632,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		if (rc) {
 			rq->uncommit();
 			ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
-			return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+			return fi_error_of_post(rc);
 		}
 		return 0;
 	}
@@ -658,7 +658,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	if (rc) {
 		rq->uncommit();
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
-		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+		return fi_error_of_post(rc);
 	}
 	return 0;
 }

@@ -60,7 +60,7 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 	int rc = ibv_post_srq_recv(srq.get(), &wr, &bad);
 	if (rc) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
-		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+		return fi_error_of_post(rc);
 	}
 	queue.free_slots.pop_back();
 	return 0;
@@ -105,7 +105,7 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 		std::lock_guard<OptionalLock> guard(lock);
 		queue.free_slots.push_back(static_cast<uint32_t>(record - queue.records.get()));
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
-		return rc == ENOMEM ? -FI_EAGAIN : fi_error_of_errno(rc);
+		return fi_error_of_post(rc);
 	}
 	return 0;
 }
