@@ -21,8 +21,12 @@ int MultiRecv::submit(OpRecord *record, const ibv_sge *sge, size_t count, bool m
 		held.push_back(Held{record, std::vector<ibv_sge>(sge, sge + count), multi});
 		return 0;
 	}
-	if (multi)
-		return start(record, *sge);
+	return multi ? start(record, *sge) : post_plain(record, sge, count);
+}
+
+/* Posts a receive that is not a multi-receive buffer. */
+int MultiRecv::post_plain(OpRecord *record, const ibv_sge *sge, size_t count)
+{
 	ibv_recv_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(record);
 	wr.sg_list = const_cast<ibv_sge *>(sge);
@@ -88,16 +92,8 @@ void MultiRecv::pump() noexcept
 	while (!active && ready && !held.empty()) {
 		Held next = std::move(held.front());
 		held.pop_front();
-		int rc;
-		if (next.multi) {
-			rc = start(next.record, next.sge.front());
-		} else {
-			ibv_recv_wr wr{};
-			wr.wr_id = reinterpret_cast<uintptr_t>(next.record);
-			wr.sg_list = next.sge.data();
-			wr.num_sge = static_cast<int>(next.sge.size());
-			rc = post_wr(*this, wr);
-		}
+		const int rc = next.multi ? start(next.record, next.sge.front())
+					  : post_plain(next.record, next.sge.data(), next.sge.size());
 		if (rc)
 			ND_WARN(FI_LOG_EP_DATA, "posting a receive that waited behind a multi-receive buffer: %s\n",
 				std::strerror(rc));

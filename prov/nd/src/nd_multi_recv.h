@@ -99,6 +99,7 @@ struct MultiRecv {
 
 private:
 	int start(OpRecord *record, const ibv_sge &sge);
+	int post_plain(OpRecord *record, const ibv_sge *sge, size_t count);
 	int post_rest() noexcept;
 };
 

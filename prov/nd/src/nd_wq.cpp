@@ -40,10 +40,10 @@ void WorkQueue::set_multi(std::unique_ptr<MultiRecv> m) noexcept
 
 Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, void **placed) noexcept
 {
+	/* Read before the slot is retired, when it may be reused. */
 	Retired done{record.context, record.flags, record.report};
 	const bool ok = wc.status == IBV_WC_SUCCESS;
-	void *const context = record.context;	/* the slot may be reused once retired */
-	const uint32_t flags = record.flags;
+	const uint32_t flags = record.flags;	/* done.flags may lose FI_MULTI_RECV */
 	bool release = true;
 	if ((flags & FI_MULTI_RECV) && multi) {
 		/* A message in a multi-receive buffer: the slot stays the
@@ -75,7 +75,7 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, void **place
 				cells.count(ok);
 	}
 	if (!ok && wc.status != IBV_WC_WR_FLUSH_ERR) {
-		ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", context,
+		ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", done.context,
 			ibv_wc_status_str(wc.status), wc.vendor_err);
 		if (targets.link)
 			targets.link->store(LinkState::broken, std::memory_order_relaxed);
