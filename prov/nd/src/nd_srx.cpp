@@ -40,9 +40,15 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 			static_cast<unsigned long long>(total));
 		return -FI_EINVAL;
 	}
-	if (multi || queue.multi)
-		return post_behind_multi(sge, static_cast<size_t>(built), total, context, multi);
-	std::lock_guard<OptionalLock> guard(lock);
+	if (multi)
+		return post_behind_multi(sge, static_cast<size_t>(built), total, context, true);
+	std::unique_lock<OptionalLock> guard(lock);
+	if (queue.multi) {
+		/* Made under this lock by another poster, and kept until the
+		 * context closes: from now on every receive goes behind it. */
+		guard.unlock();
+		return post_behind_multi(sge, static_cast<size_t>(built), total, context, false);
+	}
 	if (queue.free_slots.empty())
 		return -FI_EAGAIN;
 	uint32_t slot = queue.free_slots.back();
