@@ -100,17 +100,30 @@ int Endpoint::bind_cntr(Counter *cntr, uint64_t flags)
 	return 0;
 }
 
-int Endpoint::bind_srx(SharedRx *rx)
+namespace {
+
+/* What binding a shared context (srx, stx) first asks of the endpoint:
+ * not enabled yet, none of that kind bound, and the same domain. */
+int check_context_bind(const char *call, bool enabled, bool has_one, bool same_domain)
 {
 	if (enabled) {
-		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): bind before fi_enable\n");
+		ND_WARN(FI_LOG_EP_CTRL, "%s: bind before fi_enable\n", call);
 		return -FI_EOPBADSTATE;
 	}
-	if (rx->domain != domain || srx) {
-		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): %s\n",
-			srx ? "the endpoint already has one" : "the context belongs to another domain");
+	if (has_one || !same_domain) {
+		ND_WARN(FI_LOG_EP_CTRL, "%s: %s\n", call,
+			has_one ? "the endpoint already has one" : "the context belongs to another domain");
 		return -FI_EINVAL;
 	}
+	return 0;
+}
+
+} // namespace
+
+int Endpoint::bind_srx(SharedRx *rx)
+{
+	if (int ret = check_context_bind("fi_ep_bind(srx)", enabled, srx, rx->domain == domain))
+		return ret;
 	if (recv_cntr) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): receive counters with a shared receive context are not supported\n");
 		return -FI_ENOSYS;
@@ -122,15 +135,8 @@ int Endpoint::bind_srx(SharedRx *rx)
 
 int Endpoint::bind_stx(SharedTx *tx)
 {
-	if (enabled) {
-		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(stx): bind before fi_enable\n");
-		return -FI_EOPBADSTATE;
-	}
-	if (tx->domain != domain || stx) {
-		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(stx): %s\n",
-			stx ? "the endpoint already has one" : "the context belongs to another domain");
-		return -FI_EINVAL;
-	}
+	if (int ret = check_context_bind("fi_ep_bind(stx)", enabled, stx, tx->domain == domain))
+		return ret;
 	if (info->ep_attr->tx_ctx_cnt != FI_SHARED_CONTEXT) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(stx): the endpoint was opened with its own transmit "
 			"context; ask for ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT\n");
