@@ -118,6 +118,7 @@ enum {
 	FI_ND_REJECT_CONNECT,		/* arg: struct fi_nd_cm_data * */
 	FI_ND_GET_PEER_READ_LIMITS,	/* arg: struct fi_nd_read_limits * */
 	FI_ND_GET_QP_READ_LIMITS,	/* arg: struct fi_nd_read_limits * */
+	FI_ND_GET_MR_CACHE_STATS,	/* on a domain; arg: struct fi_nd_mr_cache_stats * */
 };
 
 struct fi_nd_cm_data {
@@ -132,6 +133,27 @@ struct fi_nd_read_limits {
 	uint32_t inbound;
 	uint32_t outbound;
 };
+
+/*
+ * What a domain's registration cache has done (fi_nd_get_mr_cache_stats).
+ * -FI_ENOSYS when the domain has no cache: FI_ND_MR_CACHE_ENABLE=0, or no
+ * memory monitor (fi_nd(7), "Registration cache").
+ */
+struct fi_nd_mr_cache_stats {
+	uint64_t hits;			/* registrations served from the cache */
+	uint64_t misses;		/* registrations that called the device */
+	uint64_t uncached;		/* misses too large for the cache's limits */
+	uint64_t evictions;		/* idle entries dropped to stay in the limits */
+	uint64_t invalidations;		/* entries dropped because memory was unmapped */
+	uint64_t entries;		/* entries now findable */
+	uint64_t bytes;			/* bytes they cover */
+	uint64_t in_use;		/* entries some open region uses */
+};
+
+static inline int fi_nd_get_mr_cache_stats(struct fid_domain *domain, struct fi_nd_mr_cache_stats *stats)
+{
+	return fi_control(&domain->fid, FI_ND_GET_MR_CACHE_STATS, stats);
+}
 
 /* ND CompleteConnect: after FI_ND_CONNRESP, finish the connection. The
  * endpoint then reports FI_CONNECTED. */

@@ -2,11 +2,13 @@
 #include "nd_domain.h"
 #include "nd_fabric.h"
 #include "nd_info.h"
+#include "nd_mem_monitor.h"
 #include "nd_params.h"
 #include "nd_unsupported.h"
 
 #include <cstring>
 #include <memory>
+#include <string>
 
 namespace nd {
 
@@ -24,10 +26,55 @@ int domain_bind(fid *, fid *bfid, uint64_t) noexcept
 	return -FI_ENOSYS;
 }
 
-int domain_control(fid *, int command, void *) noexcept
+int domain_control(fid *fid, int command, void *arg) noexcept
 {
-	ND_WARN(FI_LOG_DOMAIN, "fi_control(domain): command %d not supported\n", command);
-	return -FI_ENOSYS;
+	if (command != FI_ND_GET_MR_CACHE_STATS) {
+		ND_WARN(FI_LOG_DOMAIN, "fi_control(domain): command %d not supported\n", command);
+		return -FI_ENOSYS;
+	}
+	return guarded("fi_nd_get_mr_cache_stats", [&] {
+		Domain *domain = from_fid<Domain>(fid);
+		if (!arg) {
+			ND_WARN(FI_LOG_DOMAIN, "fi_nd_get_mr_cache_stats: stats is NULL\n");
+			return -FI_EINVAL;
+		}
+		if (!domain->mr_cache) {
+			ND_WARN(FI_LOG_DOMAIN, "fi_nd_get_mr_cache_stats: the domain has no registration cache\n");
+			return -FI_ENOSYS;
+		}
+		domain->mr_cache->stats(static_cast<fi_nd_mr_cache_stats *>(arg));
+		return 0;
+	});
+}
+
+/* The domain's registration cache, when caching is on and the memory
+ * monitor runs; otherwise every registration goes to the device. */
+std::unique_ptr<RegistrationCache> open_mr_cache(Domain &domain, const Params &params)
+{
+	if (!params.mr_cache_enable || params.mr_cache_max_count == 0) {
+		ND_INFO(FI_LOG_MR, "registration cache off (FI_ND_MR_CACHE_ENABLE / _MAX_COUNT)\n");
+		return nullptr;
+	}
+	std::string why;
+	if (!mem_monitor_start(&why)) {
+		ND_INFO(FI_LOG_MR, "registration cache off: %s\n", why.c_str());
+		return nullptr;
+	}
+	const RegistrationCache::Limits limits = {
+		params.mr_cache_max_size ? params.mr_cache_max_size : default_mr_cache_max_size(),
+		params.mr_cache_max_count};
+	Registrar registrar;
+	registrar.owner = domain.pd.get();
+	registrar.reg = [](void *pd, void *addr, size_t length, int access) noexcept {
+		return ibv_reg_mr(static_cast<ibv_pd *>(pd), addr, length, access);
+	};
+	registrar.dereg = [](void *, ibv_mr *mr) noexcept { ibv_dereg_mr(mr); };
+	auto cache = std::make_unique<RegistrationCache>(registrar, limits);
+	if (!cache->watch_unmaps()) {
+		ND_WARN(FI_LOG_MR, "registration cache off: too many domains watch memory at once\n");
+		return nullptr;
+	}
+	return cache;
 }
 
 fi_ops domain_fid_ops = {
@@ -126,7 +173,8 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->iwarp = domain->context->device->transport_type == IBV_TRANSPORT_IWARP;
 	domain->max_cqe = attr.max_cqe;
 	domain->max_srq_wr = attr.max_srq_wr;
-	domain->min_rnr_timer = static_cast<uint8_t>(read_params().min_rnr_timer);
+	const Params params = read_params();
+	domain->min_rnr_timer = static_cast<uint8_t>(params.min_rnr_timer);
 	domain->threading = info->domain_attr->threading == FI_THREAD_UNSPEC
 				    ? FI_THREAD_SAFE
 				    : info->domain_attr->threading;
@@ -135,6 +183,7 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	UniqueInfo copy(fi_dupinfo(info));
 	if (!copy)
 		return -FI_ENOMEM;
+	domain->mr_cache = open_mr_cache(*domain, params);
 
 	domain->info = copy.release();
 	domain->fabric = fabric;

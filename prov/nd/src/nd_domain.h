@@ -9,6 +9,7 @@
 #include "nd.h"
 #include "nd_cm_data.h"
 #include "nd_device.h"
+#include "nd_mr_cache.h"
 #include "nd_verbs.h"
 
 #include <rdma/fi_domain.h>
@@ -24,6 +25,9 @@ struct Domain {
 	ibv_context *context;			/* librdmacm's; held by device_list */
 	UniqueCmDeviceList device_list;
 	UniquePd pd;
+	/* nullptr when caching is off or no monitor runs; declared after pd:
+	 * its registrations go first. */
+	std::unique_ptr<RegistrationCache> mr_cache;
 	ChildCount children;
 	/* The adapter's maximum read limits (max_qp_rd_atom, _init_rd_atom). */
 	cm::ReadLimits adapter_read_limits;

@@ -54,8 +54,8 @@ fi_ops mr_fid_ops = {
 };
 
 /* libfabric's internal OFI_MR_NOCACHE: its utility providers (ofi_rxm)
- * pass it to the core provider. nd keeps no registration cache, so every
- * registration already is uncached. */
+ * pass it for their own long-lived buffer pools, which the cache would only
+ * fill up with. */
 constexpr uint64_t kOfiMrNoCache = 1ULL << 60;
 
 constexpr uint64_t kAccessFlags = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ |
@@ -88,20 +88,33 @@ int register_region(Domain *domain, const void *buf, size_t len, uint64_t access
 		return -FI_EINVAL;
 	}
 	auto region = std::make_unique<MemoryRegion>();
-	/* A zero-length region still gets keys: register one byte of it. */
-	region->handle.reset(ibv_reg_mr(domain->pd.get(), const_cast<void *>(buf), len ? len : 1,
-					verbs_access_of(access)));
-	if (!region->handle) {
-		int err = errno;
-		ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
-		return fi_error_of_errno(err);
+	const int verbs_access = verbs_access_of(access);
+	ibv_mr *registered;
+	if (domain->mr_cache && !(flags & kOfiMrNoCache)) {
+		int err = 0;
+		region->cached = domain->mr_cache->acquire(buf, len, verbs_access, &err);
+		if (!region->cached) {
+			ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
+			return fi_error_of_errno(err);
+		}
+		registered = region->cached->mr;
+	} else {
+		/* A zero-length region still gets keys: register one byte of it. */
+		region->handle.reset(ibv_reg_mr(domain->pd.get(), const_cast<void *>(buf), len ? len : 1,
+						verbs_access));
+		if (!region->handle) {
+			int err = errno;
+			ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
+			return fi_error_of_errno(err);
+		}
+		registered = region->handle.get();
 	}
-	region->desc.lkey = region->handle->lkey;
+	region->desc.lkey = registered->lkey;
 	region->domain = domain;
 	region->mr.fid.fclass = FI_CLASS_MR;
 	region->mr.fid.context = context;
 	region->mr.fid.ops = &mr_fid_ops;
-	region->mr.key = region->handle->rkey;
+	region->mr.key = registered->rkey;
 	region->mr.mem_desc = &region->desc;
 	domain->children.acquire();
 	*out = &region.release()->mr;
@@ -121,6 +134,8 @@ Domain *domain_of(fid *fid)
 
 int MemoryRegion::close()
 {
+	if (cached)
+		domain->mr_cache->release(cached);
 	handle.reset();
 	domain->children.release();
 	delete this;

@@ -7,11 +7,18 @@
  * that posting reads the lkey with one load. A region may be closed while
  * operations that use it are outstanding, as verbs allows; those operations
  * then complete in error (libfabric leaves that to the application).
+ *
+ * Registrations go through the domain's cache (nd_mr_cache.h) when it has
+ * one, except those flagged OFI_MR_NOCACHE (ofi_rxm's long-lived pools).
+ * A region served from a larger cached registration shares its keys, so
+ * the peer may reach the whole cached range: memory the application
+ * registered with that access before, as with libfabric's own cache.
  */
 #ifndef ND_MR_H
 #define ND_MR_H
 
 #include "nd.h"
+#include "nd_mr_cache.h"
 #include "nd_verbs.h"
 
 #include <rdma/fi_domain.h>
@@ -42,7 +49,8 @@ struct MemoryRegion {
 	fid_mr mr;				/* first: from_fid<MemoryRegion> */
 	MrDescriptor desc;			/* mr.mem_desc */
 	Domain *domain;
-	UniqueMr handle;
+	RegistrationCache::Entry *cached = nullptr;	/* from the domain's cache, or */
+	UniqueMr handle;				/* a registration of its own */
 
 	int close();
 };

@@ -3,6 +3,7 @@
 #include "nd.h"
 
 #include <cstring>
+#include <unistd.h>
 
 namespace nd {
 
@@ -33,6 +34,15 @@ void define_params() noexcept
 			"How long a sender waits before retrying a message that found no "
 			"receive posted, in the IB encoding 1..31 (12: 0.64 ms, the default; "
 			"0: 655 ms).");
+	fi_param_define(&nd_prov, "mr_cache_enable", FI_PARAM_BOOL,
+			"Keep memory registrations for reuse, watching unmapped memory with "
+			"UCX's libucm (default yes; off where libucm cannot be loaded).");
+	fi_param_define(&nd_prov, "mr_cache_max_size", FI_PARAM_SIZE_T,
+			"Bytes of registered memory a domain's cache may keep (default: "
+			"physical memory / cores / 2).");
+	fi_param_define(&nd_prov, "mr_cache_max_count", FI_PARAM_SIZE_T,
+			"Registrations a domain's cache may keep (default 1024; 0 turns "
+			"caching off).");
 	fi_param_define(&nd_prov, "topology", FI_PARAM_BOOL,
 			"Order devices nearest-first to the calling thread's CPUs using hwloc "
 			"(default yes).");
@@ -59,12 +69,28 @@ Params read_params()
 	if (fi_param_get_int(&nd_prov, "min_rnr_timer", &int_value) == 0 && int_value >= 0 &&
 	    int_value <= 31)
 		p.min_rnr_timer = int_value;
+	if (fi_param_get_size_t(&nd_prov, "mr_cache_max_size", &size_value) == 0)
+		p.mr_cache_max_size = size_value;
+	if (fi_param_get_size_t(&nd_prov, "mr_cache_max_count", &size_value) == 0)
+		p.mr_cache_max_count = size_value;
 	int bool_value;
+	if (fi_param_get_bool(&nd_prov, "mr_cache_enable", &bool_value) == 0)
+		p.mr_cache_enable = bool_value != 0;
 	if (fi_param_get_bool(&nd_prov, "ipv6", &bool_value) == 0)
 		p.ipv6 = bool_value != 0;
 	if (fi_param_get_bool(&nd_prov, "topology", &bool_value) == 0)
 		p.topology = bool_value != 0;
 	return p;
+}
+
+size_t default_mr_cache_max_size() noexcept
+{
+	const long pages = sysconf(_SC_PHYS_PAGES);
+	const long page_size = sysconf(_SC_PAGESIZE);
+	const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	if (pages <= 0 || page_size <= 0 || cores <= 0)
+		return size_t{1} << 30;
+	return static_cast<size_t>(pages) * static_cast<size_t>(page_size) / static_cast<size_t>(cores) / 2;
 }
 
 bool iface_allowed(const std::string &list, const char *name)

@@ -34,7 +34,15 @@ struct Params {
 	 * buffer (reposted after each message) and any receive posted late pay
 	 * in full. */
 	int min_rnr_timer = 12;
+	/* The registration cache (nd_mr_cache.h). Its size limit defaults to
+	 * what libfabric's own cache takes: physical memory / cores / 2. */
+	bool mr_cache_enable = true;
+	size_t mr_cache_max_size = 0;		/* 0: the default above */
+	size_t mr_cache_max_count = 1024;
 };
+
+/* Physical memory / online cores / 2 (libfabric's FI_MR_CACHE_MAX_SIZE default). */
+size_t default_mr_cache_max_size() noexcept;
 
 /* Registers every FI_ND_* parameter with libfabric (once, at fi_prov_ini). */
 void define_params() noexcept;

@@ -3,6 +3,7 @@
 #include "nd_device.h"
 #include "nd_fabric.h"
 #include "nd_getinfo.h"
+#include "nd_mem_monitor.h"
 
 namespace {
 
@@ -10,6 +11,9 @@ namespace {
 void nd_cleanup() noexcept
 {
 	nd::release_topology();
+	/* libucm would otherwise call into an unloaded library at the next
+	 * munmap. */
+	nd::mem_monitor_stop();
 }
 
 } // namespace

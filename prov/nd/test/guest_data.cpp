@@ -10,8 +10,13 @@
 
 #include <rdma/fi_ext_nd.h>
 
+#include <dlfcn.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include <atomic>
 #include <chrono>
@@ -1575,3 +1580,245 @@ Test(data, wait_set_wakes_for_its_cqs_and_eqs)
 }
 
 #pragma GCC diagnostic pop
+
+/*
+ * The registration cache on the device: reuse makes no new registration,
+ * and memory that was unmapped and mapped again (munmap, free, realloc,
+ * madvise) is registered anew, so that a peer's RDMA write lands in the
+ * memory the application now has at that address. Under AddressSanitizer
+ * and valgrind the provider keeps no cache (their allocators unmap where
+ * no hook sees it): the tests then check that, and still check the bytes.
+ */
+TestSuite(mr_cache, .timeout = 120);
+
+namespace {
+
+bool allocator_hides_unmaps()
+{
+	const char *preload = std::getenv("LD_PRELOAD");
+	return dlsym(RTLD_DEFAULT, "__asan_init") || (preload && std::strstr(preload, "vgpreload"));
+}
+
+/* The domain's cache statistics; false when it has none (which only the
+ * sanitizers and valgrind may cause). */
+bool cache_stats(fid_domain *domain, fi_nd_mr_cache_stats *stats)
+{
+	int rc = fi_nd_get_mr_cache_stats(domain, stats);
+	if (rc == -FI_ENOSYS) {
+		cr_assert(allocator_hides_unmaps(), "no registration cache outside ASan/valgrind");
+		return false;
+	}
+	cr_assert_eq(rc, 0);
+	return true;
+}
+
+/* Registers [addr, addr + len) for remote writes, has the client write a
+ * pattern there, checks the bytes in that memory, and closes the region. */
+void write_lands_in(DataFixture &f, Side c, void *addr, size_t len, uint8_t seed)
+{
+	fid_mr *mr = nullptr;
+	cr_assert_eq(fi_mr_reg(f.domain, addr, len, FI_REMOTE_WRITE, 0, 0, 0, &mr, nullptr), 0);
+	Buffer &src = f.buffer(len);
+	auto want = pattern(len, seed);
+	src.fill(want);
+	cr_assert_eq(fi_write(c.ep, src.data(), len, src.desc(), 0, reinterpret_cast<uintptr_t>(addr),
+			      fi_mr_key(mr), nullptr), 0);
+	wait_cq(c.cq);
+	cr_assert(std::equal(want.begin(), want.end(), static_cast<uint8_t *>(addr)),
+		  "the write landed in the memory now at %p", addr);
+	cr_assert_eq(fi_close(&mr->fid), 0);
+}
+
+void *map_anonymous(size_t len, void *at = nullptr)
+{
+	void *p = mmap(at, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0), -1, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	return p;
+}
+
+} // namespace
+
+Test(mr_cache, reuse_of_a_buffer_registers_once)
+{
+	DataFixture f;
+	f.open();
+	std::vector<uint8_t> bytes(1 << 20);
+	fi_nd_mr_cache_stats before{}, after{};
+	const bool cached = cache_stats(f.domain, &before);
+	for (int i = 0; i < 100; i++) {
+		fid_mr *mr = nullptr;
+		/* The whole buffer, then a part of it: both are covered. */
+		cr_assert_eq(fi_mr_reg(f.domain, bytes.data() + (i % 2) * 4096, bytes.size() / (1 + i % 2),
+				       FI_SEND | FI_RECV | FI_REMOTE_WRITE, 0, 0, 0, &mr, nullptr), 0);
+		cr_assert_eq(fi_close(&mr->fid), 0);
+	}
+	if (cached) {
+		cache_stats(f.domain, &after);
+		cr_assert_eq(after.misses - before.misses, 1u);
+		cr_assert_eq(after.hits - before.hits, 99u);
+		cr_assert_eq(after.in_use, 0u);
+	}
+	f.close_data();
+}
+
+Test(mr_cache, ofi_rxm_pools_flagged_nocache_bypass_it)
+{
+	DataFixture f;
+	f.open();
+	fi_nd_mr_cache_stats before{}, after{};
+	if (!cache_stats(f.domain, &before))
+		return f.close_data();
+	std::vector<uint8_t> bytes(8192);
+	for (int i = 0; i < 3; i++) {
+		fid_mr *mr = nullptr;
+		cr_assert_eq(fi_mr_reg(f.domain, bytes.data(), bytes.size(), 0, 0, 0, 1ULL << 60 /* OFI_MR_NOCACHE */,
+				       &mr, nullptr), 0);
+		cr_assert_eq(fi_close(&mr->fid), 0);
+	}
+	cache_stats(f.domain, &after);
+	cr_assert_eq(after.misses, before.misses);
+	cr_assert_eq(after.hits, before.hits);
+	f.close_data();
+}
+
+Test(mr_cache, munmap_then_mmap_at_the_same_address_registers_the_new_memory)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const size_t len = 1 << 16;
+	void *p = map_anonymous(len);
+	write_lands_in(f, c, p, len, 1); /* cached (idle) after the close */
+	fi_nd_mr_cache_stats before{}, after{};
+	const bool cached = cache_stats(f.domain, &before);
+	cr_assert_eq(munmap(p, len), 0);
+	cr_assert_eq(map_anonymous(len, p), p);
+	write_lands_in(f, c, p, len, 2);
+	if (cached) {
+		cache_stats(f.domain, &after);
+		cr_assert_geq(after.invalidations - before.invalidations, 1u);
+		cr_assert_eq(after.hits, before.hits, "the old registration was not reused");
+	}
+	munmap(p, len);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(mr_cache, madvise_dontneed_drops_the_registration)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const size_t len = 1 << 16;
+	void *p = map_anonymous(len);
+	write_lands_in(f, c, p, len, 3);
+	/* The pages go; the next touch maps fresh zero pages at the same
+	 * addresses, which a stale registration would not reach. */
+	cr_assert_eq(madvise(p, len, MADV_DONTNEED), 0);
+	write_lands_in(f, c, p, len, 4);
+	munmap(p, len);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(mr_cache, free_and_realloc_of_large_blocks_register_the_new_memory)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const size_t len = 8 << 20; /* above glibc's mmap threshold: free unmaps it */
+	fi_nd_mr_cache_stats before{}, after{};
+	for (int round = 0; round < 4; round++) {
+		auto *block = static_cast<uint8_t *>(std::malloc(len));
+		cr_assert_not_null(block);
+		write_lands_in(f, c, block, 4096, static_cast<uint8_t>(10 + round));
+		if (round % 2) {
+			/* realloc: moved or grown in place, the memory at the old
+			 * address may be new. */
+			auto *grown = static_cast<uint8_t *>(std::realloc(block, 4 * len));
+			cr_assert_not_null(grown);
+			write_lands_in(f, c, grown, 4096, static_cast<uint8_t>(20 + round));
+			block = grown;
+		}
+		const bool cached = cache_stats(f.domain, &before);
+		std::free(block);
+		/* Whatever malloc hands out now, at the old address or not. */
+		auto *next = static_cast<uint8_t *>(std::malloc(len));
+		cr_assert_not_null(next);
+		write_lands_in(f, c, next, 4096, static_cast<uint8_t>(30 + round));
+		if (cached && round == 0) {
+			cache_stats(f.domain, &after);
+			cr_assert_geq(after.invalidations - before.invalidations, 1u,
+				      "free of an mmapped block is seen");
+		}
+		std::free(next);
+	}
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(mr_cache, threads_register_while_memory_comes_and_goes)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	std::vector<uint8_t> shared(1 << 20);
+	std::atomic<bool> failed{false};
+	std::vector<std::thread> threads;
+	for (int t = 0; t < 4; t++) {
+		threads.emplace_back([&, t] {
+			for (int i = 0; i < 300 && !failed; i++) {
+				fid_mr *mr = nullptr;
+				if (t % 2) {
+					size_t off = (i * 4096) % (shared.size() / 2);
+					if (fi_mr_reg(f.domain, shared.data() + off, 65536, FI_REMOTE_WRITE, 0, 0,
+						      0, &mr, nullptr) || fi_close(&mr->fid))
+						failed = true;
+				} else {
+					void *p = mmap(nullptr, 65536, PROT_READ | PROT_WRITE,
+						       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+					if (p == MAP_FAILED ||
+					    fi_mr_reg(f.domain, p, 65536, FI_REMOTE_WRITE, 0, 0, 0, &mr, nullptr) ||
+					    fi_close(&mr->fid) || munmap(p, 65536))
+						failed = true;
+				}
+			}
+		});
+	}
+	for (auto &thread : threads)
+		thread.join();
+	cr_assert_not(failed.load(), "a registration or close failed");
+	fi_nd_mr_cache_stats stats{};
+	if (cache_stats(f.domain, &stats)) {
+		cr_assert_eq(stats.in_use, 0u, "every region's use was returned");
+		cr_assert_geq(stats.invalidations, 1u);
+	}
+	/* The cache still serves correct registrations afterwards. */
+	void *p = map_anonymous(65536);
+	write_lands_in(f, c, p, 65536, 5);
+	munmap(p, 65536);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(mr_cache, fi_nd_mr_cache_enable_0_turns_it_off)
+{
+	setenv("FI_ND_MR_CACHE_ENABLE", "0", 1);
+	DataFixture f;
+	f.open();
+	fi_nd_mr_cache_stats stats{};
+	cr_assert_eq(fi_nd_get_mr_cache_stats(f.domain, &stats), -FI_ENOSYS);
+	cr_assert_eq(fi_nd_get_mr_cache_stats(f.domain, nullptr), -FI_EINVAL);
+	auto [c, s] = f.connect_data();
+	void *p = map_anonymous(4096);
+	write_lands_in(f, c, p, 4096, 6);
+	munmap(p, 4096);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
