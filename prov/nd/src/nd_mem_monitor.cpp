@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -31,17 +32,25 @@ struct Monitor {
 	std::array<UnmapListener *, kMaxListeners> listeners{};
 	bool tried = false;
 	bool running = false;
-	std::string why_not;
+	char why_not[256] = "";
 #ifdef HAVE_UCM_API_UCM_H
 	decltype(&ucm_set_event_handler) set_handler = nullptr;
 	decltype(&ucm_unset_event_handler) unset_handler = nullptr;
 #endif
 };
 
+/* Trivially destructible (no heap, no exit-time destructor): libucm's hooks
+ * may still fire while the process exits, and the provider may be unloaded
+ * with no pointer left to free. */
 Monitor &monitor()
 {
-	static Monitor *instance = new Monitor; /* never destroyed: hooks may fire at exit */
-	return *instance;
+	static Monitor instance;
+	return instance;
+}
+
+void say_why(Monitor &m, const char *what, const char *detail = nullptr)
+{
+	std::snprintf(m.why_not, sizeof(m.why_not), "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
 }
 
 /* AddressSanitizer's and valgrind's allocators take and return memory with
@@ -90,25 +99,25 @@ void *dlopen_keeping_signals(const char *name, int flags)
 bool start_ucm(Monitor &m)
 {
 	if (const char *hidden = allocator_hidden_from_hooks()) {
-		m.why_not = hidden;
+		say_why(m, hidden);
 		return false;
 	}
 	/* libucm leaves its dependency on libucs undeclared: load libucs first,
 	 * with its symbols visible to libucm. */
 	if (!dlopen_keeping_signals("libucs.so.0", RTLD_NOW | RTLD_GLOBAL)) {
-		m.why_not = std::string("libucs.so.0 (Debian package libucx0) cannot be loaded: ") + dlerror();
+		say_why(m, "libucs.so.0 (Debian package libucx0) cannot be loaded", dlerror());
 		return false;
 	}
 	void *ucm = dlopen_keeping_signals("libucm.so.0", RTLD_NOW | RTLD_GLOBAL);
 	if (!ucm) {
-		m.why_not = std::string("libucm.so.0 (Debian package libucx0) cannot be loaded: ") + dlerror();
+		say_why(m, "libucm.so.0 (Debian package libucx0) cannot be loaded", dlerror());
 		return false;
 	}
 	m.set_handler = reinterpret_cast<decltype(m.set_handler)>(dlsym(ucm, "ucm_set_event_handler"));
 	m.unset_handler = reinterpret_cast<decltype(m.unset_handler)>(dlsym(ucm, "ucm_unset_event_handler"));
 	auto *opts = static_cast<ucm_global_config_t *>(dlsym(ucm, "ucm_global_opts"));
 	if (!m.set_handler || !m.unset_handler || !opts) {
-		m.why_not = "libucm.so.0 lacks ucm_set_event_handler";
+		say_why(m, "libucm.so.0 lacks ucm_set_event_handler");
 		return false;
 	}
 	/* Unmap events need only the mmap-family hooks. libucm would also
@@ -121,7 +130,9 @@ bool start_ucm(Monitor &m)
 	}
 	ucs_status_t status = m.set_handler(UCM_EVENT_VM_UNMAPPED, 0, on_vm_unmapped, nullptr);
 	if (status != UCS_OK) {
-		m.why_not = "libucm could not install its unmap hooks (status " + std::to_string(status) + ")";
+		char status_text[32];
+		std::snprintf(status_text, sizeof(status_text), "ucs_status_t %d", static_cast<int>(status));
+		say_why(m, "libucm could not install its unmap hooks", status_text);
 		return false;
 	}
 	return true;
@@ -139,12 +150,12 @@ bool mem_monitor_start(std::string *why)
 #ifdef HAVE_UCM_API_UCM_H
 		m.running = start_ucm(m);
 #else
-		m.why_not = "nd was built without UCX's libucm headers (Debian package libucx-dev)";
+		say_why(m, "nd was built without UCX's libucm headers (Debian package libucx-dev)");
 #endif
 		if (m.running)
 			ND_INFO(FI_LOG_MR, "memory monitor: libucm unmap events\n");
 		else
-			ND_INFO(FI_LOG_MR, "memory monitor unavailable: %s\n", m.why_not.c_str());
+			ND_INFO(FI_LOG_MR, "memory monitor unavailable: %s\n", m.why_not);
 	}
 	if (!m.running && why)
 		*why = m.why_not;
