@@ -192,15 +192,22 @@ int mr_regattr(fid *domain, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr)
  * application asked for `api_version`. */
 int eq_open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr, fid_eq **eq,
 	    void *context) noexcept;
-/* fi_trywait on one EQ or CQ (the fabric's fi_trywait dispatches by class). */
+/* fi_trywait on one EQ, CQ or counter (the fabric's fi_trywait and wait
+ * sets dispatch by class). */
 int eq_trywait(fid *eq) noexcept;
 int cq_trywait(fid *cq) noexcept;
+int cntr_trywait(fid *cntr) noexcept;
 
 /* A counter progresses the CQs its endpoints complete into without knowing
  * what a CQ holds: this polls `cq`'s device queue into its rings, under the
- * CQ's lock, and returns the number of work completions. */
+ * CQ's lock, and returns the number of entries it queued. */
 struct CompletionQueue;
 int cq_progress(CompletionQueue &cq);
+/* A counter with a wait object sleeps on the completion channels of the
+ * CQs that feed it: the channel's fd (-1 when the CQ has none), and arming
+ * (acknowledge the channel's events, request the next one). */
+int cq_channel_fd(const CompletionQueue &cq) noexcept;
+int cq_arm(CompletionQueue &cq) noexcept;
 
 } // namespace nd
 

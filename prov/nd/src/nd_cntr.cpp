@@ -2,13 +2,29 @@
 #include "nd_cntr.h"
 #include "nd_domain.h"
 #include "nd_unsupported.h"
+#include "nd_wait.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <thread>
 
 namespace nd {
+
+Counter::~Counter()
+{
+	if (wait_set)
+		wait_set->remove(&cntr.fid, epoll_fd);
+	if (epoll_fd >= 0)
+		::close(epoll_fd);
+	if (signal_fd >= 0)
+		::close(signal_fd);
+}
 
 void Counter::attach(const void *user)
 {
@@ -29,18 +45,48 @@ void Counter::detach(const void *user) noexcept
 	}
 }
 
-void Counter::watch(CompletionQueue *cq)
+int Counter::watch(CompletionQueue *cq)
 {
 	std::lock_guard<std::mutex> guard(sources_lock);
+	if (waitable) {
+		const int fd = cq_channel_fd(*cq);
+		if (fd < 0 && wait_obj != FI_WAIT_UNSPEC) {
+			ND_WARN(FI_LOG_CNTR, "fi_enable: a counter with a wait object (%s) cannot be fed by a CQ "
+				"opened with FI_WAIT_NONE: nothing would wake it\n",
+				wait_obj == FI_WAIT_FD ? "FI_WAIT_FD" : "FI_WAIT_SET");
+			return -FI_EINVAL;
+		}
+		if (fd < 0) {
+			polled_sources++;
+		} else if (std::find(cqs.begin(), cqs.end(), cq) == cqs.end()) {
+			epoll_event ev{};
+			ev.events = EPOLLIN;
+			ev.data.fd = fd;
+			if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev)) {
+				int err = errno;
+				ND_WARN(FI_LOG_CNTR, "fi_enable: counter epoll_ctl: %s\n", std::strerror(err));
+				return fi_error_of_errno(err);
+			}
+		}
+	}
 	cqs.push_back(cq);
+	return 0;
 }
 
 void Counter::unwatch(CompletionQueue *cq) noexcept
 {
 	std::lock_guard<std::mutex> guard(sources_lock);
 	auto it = std::find(cqs.begin(), cqs.end(), cq);
-	if (it != cqs.end())
-		cqs.erase(it);
+	if (it == cqs.end())
+		return;
+	cqs.erase(it);
+	if (!waitable)
+		return;
+	const int fd = cq_channel_fd(*cq);
+	if (fd < 0)
+		polled_sources--;
+	else if (std::find(cqs.begin(), cqs.end(), cq) == cqs.end())
+		epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
 }
 
 void Counter::progress()
@@ -50,6 +96,90 @@ void Counter::progress()
 	 * the second poll finds it empty, which costs less than sorting. */
 	for (CompletionQueue *cq : cqs)
 		cq_progress(*cq);
+}
+
+bool Counter::arm()
+{
+	std::lock_guard<std::mutex> guard(sources_lock);
+	if (!waitable || polled_sources)
+		return false;
+	for (CompletionQueue *cq : cqs)
+		if (cq_arm(*cq))
+			return false;
+	return true;
+}
+
+void Counter::wake() noexcept
+{
+	if (!waitable)
+		return;
+	uint64_t one = 1;
+	(void)!::write(signal_fd, &one, sizeof(one));
+}
+
+/* Until the threshold, an error, or the timeout (milliseconds, -1 for
+ * none). With a wait object and every source armable it sleeps in epoll;
+ * otherwise it polls. */
+int Counter::wait(uint64_t threshold, int timeout)
+{
+	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout);
+	const uint64_t errors_before = errors.load(std::memory_order_acquire);
+	auto outcome = [&]() -> int {
+		if (value.load(std::memory_order_acquire) >= threshold)
+			return 0;
+		if (errors.load(std::memory_order_acquire) != errors_before)
+			return -FI_EAVAIL;
+		return 1;
+	};
+	for (;;) {
+		progress();
+		if (int rc = outcome(); rc <= 0)
+			return rc;
+		const bool armed = arm();
+		if (armed) {
+			/* What completed before the arm raised no event. */
+			progress();
+			if (int rc = outcome(); rc <= 0)
+				return rc;
+		}
+		const int left = timeout < 0 ? -1 : remaining_ms(deadline);
+		if (timeout >= 0 && left == 0)
+			return -FI_ETIMEDOUT;
+		if (!armed) {
+			std::this_thread::sleep_for(std::chrono::microseconds(50));
+			continue;
+		}
+		epoll_event events[8];
+		if (epoll_wait(epoll_fd, events, 8, left) < 0 && errno != EINTR)
+			return fi_error_of_errno(errno);
+		uint64_t signals;
+		(void)!::read(signal_fd, &signals, sizeof(signals));
+	}
+}
+
+/* 0 when it is safe to sleep on the counter's fd: every source armed and
+ * the counter unchanged since the last fi_trywait (a completion reported
+ * only to a counter adds no CQ entry, so the value is what says it came). */
+int Counter::trywait()
+{
+	if (!waitable) {
+		ND_WARN(FI_LOG_CNTR, "fi_trywait: the counter was opened with FI_WAIT_NONE\n");
+		return -FI_EINVAL;
+	}
+	auto moved = [this] {
+		const uint64_t now = value.load(std::memory_order_acquire) +
+				     errors.load(std::memory_order_acquire);
+		return observed.exchange(now, std::memory_order_acq_rel) != now;
+	};
+	uint64_t signals;
+	const bool woken = ::read(signal_fd, &signals, sizeof(signals)) == sizeof(signals);
+	progress();
+	if (moved() || woken)
+		return -FI_EAGAIN;
+	if (!arm())
+		return -FI_EAGAIN; /* a source without a channel: keep polling */
+	progress();
+	return moved() ? -FI_EAGAIN : 0;
 }
 
 int Counter::close()
@@ -78,48 +208,45 @@ uint64_t cntr_readerr(fid_cntr *c) noexcept
 int cntr_add(fid_cntr *c, uint64_t value) noexcept
 {
 	cntr_of(c)->value.fetch_add(value, std::memory_order_acq_rel);
+	cntr_of(c)->wake();
 	return 0;
 }
 
 int cntr_adderr(fid_cntr *c, uint64_t value) noexcept
 {
 	cntr_of(c)->errors.fetch_add(value, std::memory_order_acq_rel);
+	cntr_of(c)->wake();
 	return 0;
 }
 
 int cntr_set(fid_cntr *c, uint64_t value) noexcept
 {
 	cntr_of(c)->value.store(value, std::memory_order_release);
+	cntr_of(c)->wake();
 	return 0;
 }
 
 int cntr_seterr(fid_cntr *c, uint64_t value) noexcept
 {
 	cntr_of(c)->errors.store(value, std::memory_order_release);
+	cntr_of(c)->wake();
 	return 0;
 }
 
-/* Polls: progress the endpoints' CQs until the threshold, an error, or the
- * timeout (milliseconds, -1 for none). */
 int cntr_wait(fid_cntr *c, uint64_t threshold, int timeout) noexcept
 {
 	Counter *counter = cntr_of(c);
-	return guarded("fi_cntr_wait", [&] {
-		const auto start = std::chrono::steady_clock::now();
-		const uint64_t errors_before = counter->errors.load(std::memory_order_acquire);
-		for (;;) {
-			counter->progress();
-			if (counter->value.load(std::memory_order_acquire) >= threshold)
-				return 0;
-			if (counter->errors.load(std::memory_order_acquire) != errors_before)
-				return -FI_EAVAIL;
-			if (timeout >= 0 && std::chrono::steady_clock::now() - start >=
-						    std::chrono::milliseconds(timeout))
-				return -FI_ETIMEDOUT;
-			std::this_thread::sleep_for(std::chrono::microseconds(50));
-		}
-	});
+	return guarded("fi_cntr_wait", [&] { return counter->wait(threshold, timeout); });
 }
+
+} // namespace
+
+int cntr_trywait(fid *fid) noexcept
+{
+	return guarded("fi_trywait(cntr)", [&] { return from_fid<Counter>(fid)->trywait(); });
+}
+
+namespace {
 
 int cntr_close(fid *fid) noexcept
 {
@@ -128,15 +255,17 @@ int cntr_close(fid *fid) noexcept
 
 int cntr_bind(fid *, fid *, uint64_t) noexcept
 {
-	ND_WARN(FI_LOG_CNTR, "fi_cntr_bind: nothing binds to a counter (wait sets are not supported)\n");
+	ND_WARN(FI_LOG_CNTR, "fi_cntr_bind: nothing binds to a counter (it joins a wait set when opened with FI_WAIT_SET)\n");
 	return -FI_ENOSYS;
 }
 
-int cntr_control(fid *, int command, void *) noexcept
+int cntr_control(fid *fid, int command, void *arg) noexcept
 {
-	ND_WARN(FI_LOG_CNTR, "fi_control(cntr): command %d not supported (counters have no wait object)\n",
-		command);
-	return -FI_ENOSYS;
+	Counter *counter = from_fid<Counter>(fid);
+	/* Only FI_WAIT_FD promises an fd; FI_WAIT_UNSPEC is for fi_cntr_wait. */
+	const bool fd = counter->wait_obj == FI_WAIT_FD;
+	return control_wait(FI_LOG_CNTR, "cntr", command, arg, fd ? counter->epoll_fd : -1,
+			    fd ? FI_WAIT_FD : counter->wait_obj);
 }
 
 fi_ops cntr_fid_ops = {
@@ -175,8 +304,9 @@ int cntr_open(fid_domain *fdomain, fi_cntr_attr *attr, fid_cntr **out, void *con
 					attr->events);
 				return -FI_ENOSYS;
 			}
-			if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC) {
-				ND_WARN(FI_LOG_CNTR, "fi_cntr_open: wait object %d not supported; fi_cntr_wait polls\n",
+			if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC &&
+			    attr->wait_obj != FI_WAIT_FD && attr->wait_obj != FI_WAIT_SET) {
+				ND_WARN(FI_LOG_CNTR, "fi_cntr_open: wait object %d not supported (FI_WAIT_NONE, _UNSPEC, _FD, _SET)\n",
 					attr->wait_obj);
 				return -FI_ENOSYS;
 			}
@@ -189,6 +319,29 @@ int cntr_open(fid_domain *fdomain, fi_cntr_attr *attr, fid_cntr **out, void *con
 		Domain *domain = from_fid<Domain>(fdomain);
 		auto counter = std::make_unique<Counter>();
 		counter->domain = domain;
+		counter->wait_obj = attr ? attr->wait_obj : FI_WAIT_UNSPEC;
+		counter->waitable = counter->wait_obj != FI_WAIT_NONE;
+		WaitSet *set = nullptr;
+		if (counter->wait_obj == FI_WAIT_SET && !(set = wait_set_of(attr->wait_set, "fi_cntr_open")))
+			return -FI_EINVAL;
+		if (counter->waitable) {
+			counter->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+			counter->signal_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+			epoll_event ev{};
+			ev.events = EPOLLIN;
+			ev.data.fd = counter->signal_fd;
+			if (counter->epoll_fd < 0 || counter->signal_fd < 0 ||
+			    epoll_ctl(counter->epoll_fd, EPOLL_CTL_ADD, counter->signal_fd, &ev)) {
+				int err = errno;
+				ND_WARN(FI_LOG_CNTR, "fi_cntr_open: wait fd: %s\n", std::strerror(err));
+				return fi_error_of_errno(err);
+			}
+		}
+		if (set) {
+			if (int rc = set->add(&counter->cntr.fid, counter->epoll_fd))
+				return rc;
+			counter->wait_set = set;
+		}
 		counter->cntr.fid.fclass = FI_CLASS_CNTR;
 		counter->cntr.fid.context = context;
 		counter->cntr.fid.ops = &cntr_fid_ops;

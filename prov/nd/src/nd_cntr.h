@@ -6,8 +6,19 @@
  * polled, so reading or waiting on a counter first progresses the CQs that
  * feed it: an enabled endpoint bound to the counter makes its CQs watched
  * (one per direction, its own internal one when the application bound
- * none). The counter knows CQs, never endpoints. Waiting polls: there is no wait object
- * (FI_WAIT_NONE/FI_WAIT_UNSPEC; FI_GETWAIT is not offered).
+ * none). The counter knows CQs, never endpoints.
+ *
+ * Waiting. A counter opened with FI_WAIT_FD, FI_WAIT_SET or FI_WAIT_UNSPEC
+ * has an epoll set holding the completion channels of the CQs that feed it
+ * (an endpoint's internal CQ gets a channel for such a counter) and an
+ * eventfd that fi_cntr_add and fi_cntr_set write, so that a waiter sees
+ * them. fi_cntr_wait and fi_trywait arm those CQs, progress them once more
+ * (a completion that came before the arm raises no event), and only then
+ * sleep. FI_WAIT_FD gives the epoll set to FI_GETWAIT; FI_WAIT_SET puts it
+ * in the wait set. An application CQ without a wait object cannot wake
+ * anyone: fi_enable refuses to feed an FI_WAIT_FD or FI_WAIT_SET counter
+ * from one, and an FI_WAIT_UNSPEC counter fed by one waits by polling, as
+ * an FI_WAIT_NONE counter always does.
  */
 #ifndef ND_CNTR_H
 #define ND_CNTR_H
@@ -25,6 +36,7 @@ namespace nd {
 
 struct CompletionQueue;
 struct Domain;
+struct WaitSet;
 
 struct Counter {
 	fid_cntr cntr;				/* first: from_fid<Counter> */
@@ -35,15 +47,30 @@ struct Counter {
 	std::vector<const void *> users;	/* objects bound to it; each holds `bound` */
 	std::vector<CompletionQueue *> cqs;	/* CQs that feed it, once per watch */
 	ChildCount bound;
+	fi_wait_obj wait_obj = FI_WAIT_NONE;
+	bool waitable = false;			/* FD, SET or UNSPEC: the fds below */
+	int epoll_fd = -1;			/* the feeding CQs' channels, signal_fd */
+	int signal_fd = -1;			/* eventfd: fi_cntr_add/set woke it */
+	WaitSet *wait_set = nullptr;
+	int polled_sources = 0;			/* watched CQs with no channel */
+	std::atomic<uint64_t> observed{0};	/* value + errors at the last fi_trywait */
+
+	~Counter();
 
 	CounterCells cells() noexcept { return {&value, &errors}; }
 	/* A binding (fi_ep_bind): the counter cannot close while it lasts. */
 	void attach(const void *user);
 	void detach(const void *user) noexcept;
-	/* An enabled binding's CQ feeds the counter until unwatched. */
-	void watch(CompletionQueue *cq);
+	/* An enabled binding's CQ feeds the counter until unwatched;
+	 * -FI_EINVAL when the counter promised an fd the CQ cannot wake. */
+	int watch(CompletionQueue *cq);
 	void unwatch(CompletionQueue *cq) noexcept;
 	void progress();
+	/* Arms the feeding CQs' channels; false when one has none. */
+	bool arm();
+	int wait(uint64_t threshold, int timeout_ms);
+	int trywait();
+	void wake() noexcept;
 	int close();
 };
 

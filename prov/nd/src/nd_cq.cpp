@@ -678,6 +678,20 @@ int cq_progress(CompletionQueue &cq)
 	return cq.progress();
 }
 
+int cq_channel_fd(const CompletionQueue &cq) noexcept
+{
+	return cq.waitable ? cq.channel->fd : -1;
+}
+
+int cq_arm(CompletionQueue &cq) noexcept
+{
+	if (!cq.waitable)
+		return -FI_EINVAL;
+	drain_channel(cq.channel.get());
+	int rc = ibv_req_notify_cq(cq.verbs_cq.get(), 0);
+	return rc ? fi_error_of_errno(rc) : 0;
+}
+
 int cq_trywait(fid *cq) noexcept
 {
 	return guarded("fi_trywait", [&] { return from_fid<CompletionQueue>(cq)->trywait(); });

@@ -137,7 +137,8 @@ struct CompletionQueue {
 	bool report_canceled(void *context, uint64_t flags);
 
 	/* Polls the verbs CQ into the software queues (counters, trywait,
-	 * close). Takes the lock. Returns the number of work completions. */
+	 * close). Takes the lock. Returns the number of entries it queued
+	 * (completions that only feed counters queue none). */
 	int progress();
 	/* Progresses, then says whether a completion or an error entry waits
 	 * to be read (fi_poll). */

@@ -169,7 +169,10 @@ int Endpoint::setup_data_path()
 		fi_cq_attr attr{};
 		attr.size = (user_tx_cq ? 0 : tx + 1) + (user_rx_cq ? 0 : rx_completions);
 		attr.format = FI_CQ_FORMAT_CONTEXT;
-		attr.wait_obj = FI_WAIT_NONE;
+		/* A counter with a wait object sleeps on its CQs' channels. */
+		bool counter_waits = false;
+		for_each_counter([&](Counter *c) { counter_waits |= c->waitable; });
+		attr.wait_obj = counter_waits ? FI_WAIT_FD : FI_WAIT_NONE;
 		int ret = CompletionQueue::open(domain, &attr, nullptr, true, &own_cq);
 		if (ret)
 			return ret;
@@ -209,11 +212,15 @@ int Endpoint::setup_data_path()
 	}
 	/* Reading a bound counter progresses the CQs its completions reach. */
 	counters_watch = true;
+	int watch_error = 0;
 	for_each_counter([&](Counter *c) {
-		c->watch(tx_cq);
-		if (rx_cq != tx_cq)
-			c->watch(rx_cq);
+		if (!watch_error)
+			watch_error = c->watch(tx_cq);
+		if (!watch_error && rx_cq != tx_cq)
+			watch_error = c->watch(rx_cq);
 	});
+	if (watch_error)
+		return watch_error;
 	/* An unsignaled request retires only when a later one of its own
 	 * queue completes; under a shared budget, requests that completed but
 	 * wait for that could hold the budget that the signaled one needs. So

@@ -34,6 +34,9 @@ int fabric_trywait(fid_fabric *, fid **fids, int count) noexcept
 		case FI_CLASS_CQ:
 			ret = cq_trywait(fids[i]);
 			break;
+		case FI_CLASS_CNTR:
+			ret = cntr_trywait(fids[i]);
+			break;
 		default:
 			ND_WARN(FI_LOG_FABRIC, "fi_trywait: fid class %zu has no wait object\n",
 				fids[i]->fclass);

@@ -19,7 +19,11 @@ namespace {
 /* What fi_trywait says of one member: 0 when it is armed and empty. */
 int try_member(fid *member)
 {
-	return member->fclass == FI_CLASS_CQ ? cq_trywait(member) : eq_trywait(member);
+	switch (member->fclass) {
+	case FI_CLASS_CQ: return cq_trywait(member);
+	case FI_CLASS_CNTR: return cntr_trywait(member);
+	default: return eq_trywait(member);
+	}
 }
 
 } // namespace
@@ -88,7 +92,7 @@ int WaitSet::close()
 	{
 		std::lock_guard<std::mutex> guard(lock);
 		if (!members.empty()) {
-			ND_WARN(FI_LOG_FABRIC, "fi_close(wait): %zu CQ(s)/EQ(s) still use the set\n",
+			ND_WARN(FI_LOG_FABRIC, "fi_close(wait): %zu CQ(s)/EQ(s)/counter(s) still use the set\n",
 				members.size());
 			return -FI_EBUSY;
 		}
@@ -121,7 +125,7 @@ int wait_control(fid *fid, int command, void *arg) noexcept
 
 int wait_bind(fid *, fid *, uint64_t) noexcept
 {
-	ND_WARN(FI_LOG_FABRIC, "fi_bind(wait): CQs and EQs join a wait set when opened (wait_obj FI_WAIT_SET)\n");
+	ND_WARN(FI_LOG_FABRIC, "fi_bind(wait): CQs, EQs and counters join a wait set when opened (wait_obj FI_WAIT_SET)\n");
 	return -FI_ENOSYS;
 }
 

@@ -1,6 +1,6 @@
 /*
  * nd_wait.h: wait sets (fi_wait_open): one fd, or one fi_wait call, that
- * sleeps until any of several CQs and EQs has something to read.
+ * sleeps until any of several CQs, EQs and counters has something to read.
  *
  * Each member keeps its own FI_WAIT_FD machinery (a CQ's completion channel
  * and eventfd, an EQ's eventfd and CM channels, each in the member's epoll
@@ -10,8 +10,8 @@
  * has; a wake-up with nothing to read (a channel event for a completion
  * already taken) sleeps again within the same timeout. FI_GETWAIT gives the
  * set's epoll fd, to wait on with the application's own poll, after
- * fi_trywait on the members as for any FI_WAIT_FD object. Counters have no
- * wait object in nd and cannot join.
+ * fi_trywait on the members as for any FI_WAIT_FD object. A counter's epoll
+ * set holds the completion channels of the CQs that feed it (nd_cntr.h).
  */
 #ifndef ND_WAIT_H
 #define ND_WAIT_H
@@ -32,7 +32,7 @@ struct WaitSet {
 	Fabric *fabric;
 	int epoll_fd = -1;
 	std::mutex lock;
-	std::vector<fid *> members;		/* CQs and EQs */
+	std::vector<fid *> members;		/* CQs, EQs and counters */
 
 	explicit WaitSet(Fabric *f) : wait{}, fabric(f) {}
 	~WaitSet();

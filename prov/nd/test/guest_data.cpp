@@ -1822,3 +1822,109 @@ Test(mr_cache, fi_nd_mr_cache_enable_0_turns_it_off)
 	close_side(s);
 	f.close_data();
 }
+
+/* Counters with wait objects: FI_WAIT_FD gives an fd that polls readable
+ * when a completion feeds the counter, fi_cntr_wait sleeps until the
+ * threshold (woken by completions and by fi_cntr_add), FI_WAIT_SET counters
+ * wake their set, and a CQ that has no wait object cannot feed one. */
+Test(data, counter_wait_objects_wake_for_completions_and_adds)
+{
+	DataFixture f;
+	f.open();
+	fi_cntr_attr attr{};
+	attr.events = FI_CNTR_EVENTS_COMP;
+	attr.wait_obj = FI_WAIT_SET;
+	fid_cntr *recvs = nullptr, *sends = nullptr, *polled = nullptr;
+	cr_assert_eq(fi_cntr_open(f.domain, &attr, &sends, nullptr), -FI_EINVAL, "FI_WAIT_SET without a set");
+	fid_wait *ws = nullptr;
+	fi_wait_attr wattr{};
+	wattr.wait_obj = FI_WAIT_FD;
+	cr_assert_eq(fi_wait_open(f.fabric, &wattr, &ws), 0);
+	attr.wait_set = ws;
+	cr_assert_eq(fi_cntr_open(f.domain, &attr, &sends, nullptr), 0);
+	attr.wait_set = nullptr;
+	attr.wait_obj = FI_WAIT_FD;
+	cr_assert_eq(fi_cntr_open(f.domain, &attr, &recvs, nullptr), 0);
+	cr_assert_eq(fi_cntr_open(f.domain, nullptr, &polled, nullptr), 0);
+	int fd = -1;
+	cr_assert_eq(fi_control(&polled->fid, FI_GETWAIT, &fd), -FI_ENODATA, "FI_WAIT_UNSPEC promises no fd");
+	cr_assert_eq(fi_control(&recvs->fid, FI_GETWAIT, &fd), 0);
+
+	/* A CQ without a wait object cannot wake an FI_WAIT_FD counter. */
+	{
+		DataOptions plain;
+		fid_cq *cq = nullptr;
+		fid_ep *ep = f.make_ep(f.info.get(), plain, &cq);
+		cr_assert_eq(fi_ep_bind(ep, &recvs->fid, FI_RECV), 0);
+		cr_assert_eq(fi_enable(ep), -FI_EINVAL);
+		cr_assert_eq(fi_close(&ep->fid), 0);
+	}
+
+	fid_cq *client_cq = f.open_cq();
+	fid_cq *server_cq = f.open_cq(0, FI_WAIT_FD);
+	DataOptions o;
+	o.bind_cq = false;
+	o.before_enable = [&](fid_ep *ep, bool client) {
+		if (client) {
+			cr_assert_eq(fi_ep_bind(ep, &client_cq->fid, FI_TRANSMIT | FI_RECV), 0);
+			/* Fed by a CQ without a wait object: it waits by polling. */
+			cr_assert_eq(fi_ep_bind(ep, &polled->fid, FI_SEND), 0);
+			return;
+		}
+		/* Selective completion: the counters are the only signal. */
+		cr_assert_eq(fi_ep_bind(ep, &server_cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION), 0);
+		cr_assert_eq(fi_ep_bind(ep, &recvs->fid, FI_RECV), 0);
+		cr_assert_eq(fi_ep_bind(ep, &sends->fid, FI_SEND), 0);
+	};
+	auto [c, s] = f.connect_data(o);
+	Buffer &src = f.buffer(64, 7);
+	Buffer &dst = f.buffer(64 * 4, 0);
+
+	/* The fd: quiet after fi_trywait, readable once a message lands. */
+	fid *counter_fid[] = {&recvs->fid};
+	cr_assert_eq(fi_trywait(f.fabric, counter_fid, 1), 0);
+	pollfd pfd{fd, POLLIN, 0};
+	cr_assert_eq(poll(&pfd, 1, 0), 0);
+	cr_assert_eq(fi_recv(s.ep, dst.data(), 64, dst.desc(), 0, nullptr), 0);
+	std::thread sender([&] {
+		std::this_thread::sleep_for(std::chrono::milliseconds(100));
+		cr_assert_eq(fi_send(c.ep, src.data(), 64, src.desc(), 0, nullptr), 0);
+	});
+	cr_assert_eq(poll(&pfd, 1, 10000), 1, "the counter's fd woke");
+	sender.join();
+	cr_assert_eq(fi_cntr_read(recvs), 1u);
+	cr_assert(std::equal(src.bytes.begin(), src.bytes.end(), dst.bytes.begin()));
+	wait_cq(client_cq);
+
+	/* fi_cntr_wait sleeps: the timeout passes, an add or a message wakes it. */
+	auto t0 = std::chrono::steady_clock::now();
+	cr_assert_eq(fi_cntr_wait(recvs, 2, 100), -FI_ETIMEDOUT);
+	cr_assert_geq(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(90));
+	std::thread adder([&] {
+		std::this_thread::sleep_for(std::chrono::milliseconds(100));
+		fi_cntr_add(recvs, 1);
+	});
+	cr_assert_eq(fi_cntr_wait(recvs, 2, 10000), 0, "fi_cntr_add woke the waiter");
+	adder.join();
+	cr_assert_eq(fi_recv(s.ep, dst.data() + 64, 64, dst.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_send(c.ep, src.data(), 64, src.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_cntr_wait(recvs, 3, 10000), 0);
+	cr_assert_eq(fi_cntr_wait(polled, 2, 10000), 0, "an FI_WAIT_UNSPEC counter counts the same");
+	wait_cq(client_cq);
+
+	/* The wait set wakes for its counter: the server's send. */
+	cr_assert_eq(fi_wait(ws, 100), -FI_ETIMEDOUT);
+	cr_assert_eq(fi_recv(c.ep, dst.data() + 128, 64, dst.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_send(s.ep, src.data(), 64, src.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_wait(ws, 10000), 0);
+	cr_assert_eq(fi_cntr_wait(sends, 1, 10000), 0);
+	wait_cq(client_cq);
+	cr_assert_eq(fi_close(&ws->fid), -FI_EBUSY, "the counter is in the set");
+
+	close_side(c);
+	close_side(s);
+	for (fid_cntr *counter : {recvs, sends, polled})
+		cr_assert_eq(fi_close(&counter->fid), 0);
+	cr_assert_eq(fi_close(&ws->fid), 0);
+	f.close_data();
+}
