@@ -531,7 +531,7 @@ int Endpoint::close()
 		 * is ever reported after a local close. */
 		cm.reset();
 	};
-	teardown_and_unbind(eq, teardown);
+	teardown_and_unbind(eq, &ep.fid, teardown);
 	release_queues();
 	unbind_all();
 	domain->children.release();

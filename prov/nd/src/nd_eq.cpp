@@ -30,6 +30,7 @@ EqEntry &EqEntry::operator=(EqEntry &&other) noexcept
 		event = other.event;
 		flags = other.flags;
 		is_error = other.is_error;
+		from_provider = other.from_provider;
 		data = std::move(other.data);
 		error = other.error;
 		err_data = std::move(other.err_data);
@@ -247,8 +248,30 @@ void EventQueue::drain_signal_locked()
 void EventQueue::push(EqEntry &&entry)
 {
 	std::lock_guard<std::mutex> guard(lock_);
+	entry.from_provider = true;
 	entries_.push_back(std::move(entry));
 	signal_locked();
+}
+
+void EventQueue::forget(const fid *object)
+{
+	std::lock_guard<std::mutex> guard(lock_);
+	auto names = [object](const EqEntry &entry) {
+		if (entry.is_error)
+			return entry.from_provider && entry.error.fid == object;
+		fid *named = nullptr;
+		if (!entry.from_provider || entry.data.size() < sizeof(named))
+			return false;
+		std::memcpy(&named, entry.data.data(), sizeof(named)); /* fi_eq_entry / fi_eq_cm_entry: fid first */
+		return named == object;
+	};
+	const size_t before = entries_.size();
+	entries_.erase(std::remove_if(entries_.begin(), entries_.end(), names), entries_.end());
+	if (entries_.size() != before) {
+		ND_INFO(FI_LOG_EQ, "fi_close: %zu queued event(s) of the closed object removed\n",
+			before - entries_.size());
+		drain_signal_locked();
+	}
 }
 
 size_t EventQueue::depth()

@@ -10,7 +10,8 @@
  * data); a read into a buffer too small for the head entry fails with
  * -FI_ETOOSMALL and leaves it in place, and FI_PEEK copies without removing.
  * An FI_CONNREQ entry owns the fi_info it carries until a non-peek read hands
- * it to the application; entries still queued at close are freed.
+ * it to the application; entries still queued at close are freed. Closing
+ * an endpoint or a passive endpoint removes the events queued for it.
  */
 #ifndef ND_EQ_H
 #define ND_EQ_H
@@ -38,6 +39,7 @@ struct EqEntry {
 	fi_eq_err_entry error{};		/* valid when is_error */
 	std::vector<uint8_t> err_data;		/* error.err_data points here */
 	fi_info *owned_info = nullptr;		/* FI_CONNREQ: freed unless read */
+	bool from_provider = false;		/* a connection event, not fi_eq_write's */
 
 	EqEntry() = default;
 	EqEntry(const EqEntry &) = delete;
@@ -61,6 +63,10 @@ struct EventQueue {
 	void push(EqEntry &&entry);
 	/* Number of queued entries (tests and trywait). */
 	size_t depth();
+	/* Removes the connection events queued for `object`, which is being
+	 * closed: an application never reads a freed fid (an FI_CONNREQ's
+	 * info is freed with it). Entries the application wrote stay. */
+	void forget(const fid *object);
 
 	ssize_t read(uint32_t *event, void *buf, size_t len, uint64_t flags);
 	ssize_t readerr(fi_eq_err_entry *buf, uint64_t flags);
@@ -122,13 +128,16 @@ auto under_progress_lock(EventQueue *eq, Fn &&fn) -> decltype(fn())
 }
 
 /* An object's close: `teardown` (which destroys its rdma_cm ids) runs under
- * the progress lock, then the object no longer counts as bound to `eq`. */
+ * the progress lock, the events queued for `object` go, then it no longer
+ * counts as bound to `eq`. */
 template <typename Fn>
-void teardown_and_unbind(EventQueue *eq, Fn &&teardown)
+void teardown_and_unbind(EventQueue *eq, const fid *object, Fn &&teardown)
 {
 	under_progress_lock(eq, teardown);
-	if (eq)
+	if (eq) {
+		eq->forget(object);
 		eq->bound.release();
+	}
 }
 
 /* Creates the rdma_cm id of an object whose EQ is `eq` (none yet: a channel

@@ -523,7 +523,7 @@ int PassiveEndpoint::close()
 		std::lock_guard<std::mutex> guard(request_lock);
 		live_peps.erase(this);
 	}
-	teardown_and_unbind(eq, teardown);
+	teardown_and_unbind(eq, &pep.fid, teardown);
 	fabric->children.release();
 	fi_freeinfo(info);
 	delete this;

@@ -6,7 +6,10 @@
 #include "cm_fixture.h"
 #include "nd_fds.h"
 
+#include <algorithm>
 #include <chrono>
+#include <initializer_list>
+#include <thread>
 
 using namespace nd::test;
 
@@ -683,5 +686,93 @@ Test(cm, passive_endpoint_lends_its_address_to_an_endpoint)
 	cr_assert_eq(getinfo(guest_ip(), service, 0, hints.get(), &from_listener), 0);
 	fid_ep *refused = nullptr;
 	cr_assert_eq(fi_endpoint(f.domain, from_listener.get(), &refused, nullptr), -FI_EOPBADSTATE);
+	f.close();
+}
+
+namespace {
+
+/* Waits until the head of `eq` names `object` (events naming others are
+ * read and must be in `others`); the head stays queued. */
+void peek_until_head_names(fid_eq *eq, fid_t object, std::initializer_list<fid_t> others)
+{
+	const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+	for (;;) {
+		uint32_t event = 0;
+		alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+		ssize_t rc = fi_eq_read(eq, &event, buf, sizeof(buf), FI_PEEK);
+		if (rc >= static_cast<ssize_t>(sizeof(fid_t))) {
+			fid_t named = reinterpret_cast<fi_eq_entry *>(buf)->fid;
+			if (named == object)
+				return;
+			cr_assert(std::find(others.begin(), others.end(), named) != others.end(),
+				  "event %u names an unexpected fid", event);
+			Event consumed = next_event(eq);
+			if (consumed.info)
+				fi_freeinfo(consumed.info);
+			continue;
+		}
+		cr_assert_eq(rc, -FI_EAGAIN, "fi_eq_read(FI_PEEK): %zd", rc);
+		cr_assert(std::chrono::steady_clock::now() < end, "no event for the object in 10 s");
+		std::this_thread::sleep_for(std::chrono::milliseconds(5));
+	}
+}
+
+/* For `ms`, every event read names none of `closed`. */
+void expect_no_event_naming(fid_eq *eq, std::initializer_list<const void *> closed, int ms)
+{
+	const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+	while (std::chrono::steady_clock::now() < end) {
+		uint32_t event = 0;
+		alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+		ssize_t rc = fi_eq_read(eq, &event, buf, sizeof(buf), 0);
+		if (rc == -FI_EAVAIL) {
+			fi_eq_err_entry err{};
+			cr_assert_eq(fi_eq_readerr(eq, &err, 0), (ssize_t)sizeof(err));
+			for (const void *gone : closed)
+				cr_assert_neq(err.fid, gone, "an error entry names a closed object");
+			continue;
+		}
+		if (rc > 0) {
+			auto *entry = reinterpret_cast<fi_eq_cm_entry *>(buf);
+			for (const void *gone : closed)
+				cr_assert_neq(entry->fid, gone, "event %u names a closed object", event);
+			if (event == FI_CONNREQ)
+				fi_freeinfo(entry->info);
+			continue;
+		}
+		cr_assert_eq(rc, -FI_EAGAIN);
+		std::this_thread::sleep_for(std::chrono::milliseconds(5));
+	}
+}
+
+} // namespace
+
+/* An event already queued (seen with FI_PEEK) for an endpoint or passive
+ * endpoint that the application then closes is never delivered: its fid
+ * (and an FI_CONNREQ's handle) would point at freed memory. */
+Test(cm, closing_an_object_removes_its_queued_events)
+{
+	CmFixture f;
+	f.open();
+	auto [c, s] = f.connect_pair();
+	cr_assert_eq(fi_shutdown(c, 0), 0);
+	peek_until_head_names(f.eq, &s->fid, {&c->fid});
+	const fid_t closed_server = &s->fid;
+	cr_assert_eq(fi_close(&s->fid), 0);
+	expect_no_event_naming(f.eq, {closed_server}, 300);
+	cr_assert_eq(fi_close(&c->fid), 0);
+
+	/* A connection request queued for a listener that closes. */
+	fid_ep *c2 = f.client();
+	CmFixture::enable(c2);
+	cr_assert_eq(fi_connect(c2, &f.listen_addr, nullptr, 0), 0);
+	peek_until_head_names(f.eq, &f.pep->fid, {});
+	const fid_t closed_pep = &f.pep->fid;
+	cr_assert_eq(fi_close(&f.pep->fid), 0);
+	f.pep = nullptr;
+	Event err = expect_error(f.eq, &c2->fid);
+	cr_assert_eq(err.err.err, FI_ECONNREFUSED, "the client is refused, and learns it");
+	expect_no_event_naming(f.eq, {closed_pep}, 300);
+	cr_assert_eq(fi_close(&c2->fid), 0);
 	f.close();
 }
