@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -1756,6 +1757,46 @@ Test(mr_cache, free_and_realloc_of_large_blocks_register_the_new_memory)
 		}
 		std::free(next);
 	}
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
+Test(mr_cache, a_shrinking_brk_drops_the_registration)
+{
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const long page = sysconf(_SC_PAGESIZE);
+	const size_t len = 16 * page;
+	Buffer &src = f.buffer(len);
+	const std::vector<uint8_t> wants[2] = {pattern(len, 7), pattern(len, 8)};
+	/* Pages above the break: given back by a shrinking brk, and new ones at
+	 * the same addresses when it grows again. Nothing is allocated between
+	 * the sbrk calls but the registration's own small objects, so malloc
+	 * does not move the break meanwhile. */
+	auto *top = static_cast<uint8_t *>(sbrk(0));
+	auto *start = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(top) + page - 1) &
+						  ~static_cast<uintptr_t>(page - 1));
+	const intptr_t grow = (start - top) + static_cast<intptr_t>(len);
+	cr_assert_neq(sbrk(grow), reinterpret_cast<void *>(-1));
+	for (int round = 0; round < 2; round++) {
+		const std::vector<uint8_t> &want = wants[round];
+		src.fill(want);
+		fid_mr *mr = nullptr;
+		cr_assert_eq(fi_mr_reg(f.domain, start, len, FI_REMOTE_WRITE, 0, 0, 0, &mr, nullptr), 0);
+		cr_assert_eq(fi_write(c.ep, src.data(), len, src.desc(), 0, reinterpret_cast<uintptr_t>(start),
+				      fi_mr_key(mr), nullptr), 0);
+		wait_cq(c.cq);
+		cr_assert(std::equal(want.begin(), want.end(), start), "the write landed above the break");
+		cr_assert_eq(fi_close(&mr->fid), 0);
+		if (round == 0) { /* shrink and grow: the same addresses, new pages */
+			cr_assert_neq(sbrk(-static_cast<intptr_t>(len)), reinterpret_cast<void *>(-1));
+			cr_assert_neq(sbrk(static_cast<intptr_t>(len)), reinterpret_cast<void *>(-1));
+		}
+	}
+	cr_assert_eq(sbrk(0), start + len, "nothing else moved the break");
+	cr_assert_neq(sbrk(-grow), reinterpret_cast<void *>(-1));
 	close_side(c);
 	close_side(s);
 	f.close_data();
