@@ -90,24 +90,20 @@ int register_region(Domain *domain, const void *buf, size_t len, uint64_t access
 	auto region = std::make_unique<MemoryRegion>();
 	const int verbs_access = verbs_access_of(access);
 	ibv_mr *registered;
+	int err = 0;
 	if (domain->mr_cache && !(flags & kOfiMrNoCache)) {
-		int err = 0;
 		region->cached = domain->mr_cache->acquire(buf, len, verbs_access, &err);
-		if (!region->cached) {
-			ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
-			return fi_error_of_errno(err);
-		}
-		registered = region->cached->mr;
+		registered = region->cached ? region->cached->mr : nullptr;
 	} else {
 		/* A zero-length region still gets keys: register one byte of it. */
 		region->handle.reset(ibv_reg_mr(domain->pd.get(), const_cast<void *>(buf), len ? len : 1,
 						verbs_access));
-		if (!region->handle) {
-			int err = errno;
-			ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
-			return fi_error_of_errno(err);
-		}
 		registered = region->handle.get();
+		err = errno;
+	}
+	if (!registered) {
+		ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
+		return fi_error_of_errno(err);
 	}
 	region->desc.lkey = registered->lkey;
 	region->domain = domain;
