@@ -52,6 +52,10 @@ extern struct fi_provider nd_prov;
 
 namespace nd {
 
+/* The header in front of every message of an endpoint opened with
+ * FI_TAGGED (nd_framing.h), in bytes. */
+constexpr size_t kFrameHeaderSize = 24;
+
 /* Logs an escaped exception where it is caught; defined in nd_log.cpp so
  * that the catch sites stay small. */
 void log_escaped_exception(const char *where, const char *what) noexcept;

@@ -48,6 +48,7 @@ inline void success_entry(const ibv_wc &wc, const Retired &done, void *buf, CqEn
 	out->op_context = done.context;
 	out->buf = buf; /* a multi-receive buffer's message; else NULL */
 	out->data = 0;
+	out->tag = 0;
 	switch (wc.opcode) {
 	case IBV_WC_RECV:
 		/* The record's: FI_RECV | FI_MSG, and FI_MULTI_RECV when the
@@ -82,8 +83,12 @@ void store(void *buf, size_t index, const CqEntry &entry) noexcept
 		out.op_context = entry.op_context;
 		out.flags = entry.flags;
 		out.len = entry.len;
+	} else if constexpr (Format == FI_CQ_FORMAT_DATA) {
+		static_assert(offsetof(fi_cq_tagged_entry, data) == offsetof(fi_cq_data_entry, data),
+			      "fi_cq_data_entry is a prefix of fi_cq_tagged_entry");
+		std::memcpy(static_cast<fi_cq_data_entry *>(buf) + index, &entry, sizeof(fi_cq_data_entry));
 	} else {
-		static_cast<fi_cq_data_entry *>(buf)[index] = entry;
+		static_cast<fi_cq_tagged_entry *>(buf)[index] = entry;
 	}
 }
 
@@ -157,6 +162,7 @@ constexpr fi_ops_cq make_cq_ops()
 fi_ops_cq cq_ops_context = make_cq_ops<FI_CQ_FORMAT_CONTEXT>();
 fi_ops_cq cq_ops_msg = make_cq_ops<FI_CQ_FORMAT_MSG>();
 fi_ops_cq cq_ops_data = make_cq_ops<FI_CQ_FORMAT_DATA>();
+fi_ops_cq cq_ops_tagged = make_cq_ops<FI_CQ_FORMAT_TAGGED>();
 
 int cq_close(fid *fid) noexcept
 {
@@ -204,12 +210,8 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 			  CompletionQueue **out)
 {
 	fi_cq_format format = attr->format == FI_CQ_FORMAT_UNSPEC ? FI_CQ_FORMAT_CONTEXT : attr->format;
-	if (format == FI_CQ_FORMAT_TAGGED) {
-		ND_WARN(FI_LOG_CQ, "fi_cq_open: FI_CQ_FORMAT_TAGGED: the provider offers no FI_TAGGED\n");
-		return -FI_ENOSYS;
-	}
 	if (format != FI_CQ_FORMAT_CONTEXT && format != FI_CQ_FORMAT_MSG &&
-	    format != FI_CQ_FORMAT_DATA) {
+	    format != FI_CQ_FORMAT_DATA && format != FI_CQ_FORMAT_TAGGED) {
 		ND_WARN(FI_LOG_CQ, "fi_cq_open: unknown format %d\n", attr->format);
 		return -FI_EINVAL;
 	}
@@ -306,7 +308,8 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 	cq->cq.fid.ops = &cq_fid_ops;
 	cq->cq.ops = format == FI_CQ_FORMAT_CONTEXT ? &cq_ops_context
 		     : format == FI_CQ_FORMAT_MSG   ? &cq_ops_msg
-						    : &cq_ops_data;
+		     : format == FI_CQ_FORMAT_DATA  ? &cq_ops_data
+						    : &cq_ops_tagged;
 	if (wait_set) { /* last: the set may try the CQ at once */
 		if (int ret = wait_set->add(&cq->cq.fid, cq->epoll_fd))
 			return ret;
@@ -412,6 +415,8 @@ bool CompletionQueue::push_error(const CqError &error)
 
 bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 {
+	if (PlacedReceiver *framing = record_of(wc.wr_id)->owner->framing.get())
+		return framing->on_completion(wc, out, *this);
 	void *placed = nullptr;
 	const Retired done = WorkQueue::retire(wc, &placed);
 	if (wc.status != IBV_WC_SUCCESS) {
@@ -541,12 +546,14 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 template ssize_t CompletionQueue::read<FI_CQ_FORMAT_CONTEXT>(void *, size_t);
 template ssize_t CompletionQueue::read<FI_CQ_FORMAT_MSG>(void *, size_t);
 template ssize_t CompletionQueue::read<FI_CQ_FORMAT_DATA>(void *, size_t);
+template ssize_t CompletionQueue::read<FI_CQ_FORMAT_TAGGED>(void *, size_t);
 
 ssize_t CompletionQueue::read_any(void *buf, size_t count)
 {
 	switch (format) {
 	case FI_CQ_FORMAT_MSG: return read<FI_CQ_FORMAT_MSG>(buf, count);
 	case FI_CQ_FORMAT_DATA: return read<FI_CQ_FORMAT_DATA>(buf, count);
+	case FI_CQ_FORMAT_TAGGED: return read<FI_CQ_FORMAT_TAGGED>(buf, count);
 	default: return read<FI_CQ_FORMAT_CONTEXT>(buf, count);
 	}
 }

@@ -40,9 +40,9 @@ struct WaitSet;
 
 using UniqueCompChannel = VerbsHandle<ibv_comp_channel, ibv_destroy_comp_channel>;
 
-/* What a completion reports: fi_cq_data_entry holds every field of the
- * context, msg and data formats. */
-using CqEntry = fi_cq_data_entry;
+/* What a completion reports: fi_cq_tagged_entry holds every field of the
+ * context, msg, data and tagged formats (each a prefix of the next). */
+using CqEntry = fi_cq_tagged_entry;
 
 struct CqError {
 	fi_cq_err_entry entry{};

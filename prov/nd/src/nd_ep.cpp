@@ -489,9 +489,12 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 	ep->ep.fid.ops = &ep_fid_ops;
 	ep->ep.ops = &ep_ops;
 	ep->ep.cm = &ep_cm_ops;
-	ep->ep.msg = &ep_msg_ops;
+	/* FI_TAGGED frames every message (nd_framing.h); without it, messages
+	 * go to the adapter as they are. */
+	ep->framed = ep->info->caps & FI_TAGGED;
+	ep->ep.msg = ep->framed ? &ep_framed_msg_ops : &ep_msg_ops;
 	ep->ep.rma = &ep_rma_ops;
-	ep->ep.tagged = &unsupported::tagged_ops;
+	ep->ep.tagged = ep->framed ? &ep_tagged_ops : &unsupported::tagged_ops;
 	ep->ep.atomic = &unsupported::atomic_ops;
 	if (request) {
 		ep->cm.adopt(request->id, &ep->target);

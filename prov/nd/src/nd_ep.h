@@ -59,6 +59,9 @@ struct TxRequest {
 	uint64_t cq_flags;		/* FI_SEND | FI_MSG, FI_RMA | FI_WRITE, ... */
 	bool report;			/* a CQ entry is wanted */
 	const char *call;		/* for the log */
+	/* A framed endpoint's message header (nd_framing.h), sent ahead of
+	 * the data; nullptr for everything else. */
+	const void *header = nullptr;	/* kFrameHeaderSize bytes */
 };
 
 /* Every member starts from the default given here; the constructor sets
@@ -77,6 +80,8 @@ struct Endpoint {
 	bool manual_complete = false;
 	bool shared_addr = false;
 	size_t min_multi_recv = kDefaultMinMultiRecv;	/* FI_OPT_MIN_MULTI_RECV */
+	/* Opened with FI_TAGGED: every message is framed (nd_framing.h). */
+	bool framed = false;
 
 	/* Progress of the object itself. */
 	bool bound = false;				/* fi_setname done */
@@ -112,7 +117,11 @@ struct Endpoint {
 	 * counts that kind of request and needs every completion. */
 	uint32_t send_signal_interval = 1;
 	uint32_t write_signal_interval = 1;
-	uint32_t max_inline = 0;
+	uint32_t max_inline = 0;		/* bytes a send may carry inline (a
+						 * framed send's header included) */
+	/* Framed endpoints: each send-queue ring slot's header, registered. */
+	std::unique_ptr<uint8_t[]> tx_headers;	/* kFrameHeaderSize each */
+	VerbsHandle<ibv_mr, ibv_dereg_mr> tx_headers_mr;
 	size_t max_msg = 0;
 	uint32_t tx_iov_limit = 1;
 	uint32_t rx_iov_limit = 1;
@@ -201,6 +210,10 @@ struct Endpoint {
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	ssize_t make_room(const char *call);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
+	/* Framed endpoints (nd_ep_tagged.cpp). */
+	int setup_framing(uint32_t rx);
+	ssize_t post_framed_rx(const iovec *iov, size_t count, void *context, uint64_t flags, bool tagged,
+			       uint64_t tag, uint64_t ignore, const char *call);
 	void set_min_multi_recv(size_t bytes);
 	ssize_t cancel(void *context);
 	void post_pending_receives() noexcept;
@@ -211,6 +224,9 @@ struct Endpoint {
 /* Data transfer tables of a connected endpoint (nd_ep_data.cpp, nd_ep_rma.cpp). */
 extern fi_ops_msg ep_msg_ops;
 extern fi_ops_rma ep_rma_ops;
+/* A framed endpoint's (nd_ep_tagged.cpp). */
+extern fi_ops_msg ep_framed_msg_ops;
+extern fi_ops_tagged ep_tagged_ops;
 
 
 } // namespace nd

@@ -7,6 +7,7 @@
 #include "nd_domain.h"
 #include "nd_ep.h"
 #include "nd_eq.h"
+#include "nd_framing.h"
 #include "nd_params.h"
 #include "nd_srx.h"
 
@@ -83,7 +84,7 @@ int Endpoint::create_queue_pair()
 	attr.sq_sig_all = 0;
 	attr.cap.max_send_wr = sq->depth + 1; /* + the close marker */
 	attr.cap.max_recv_wr = rq ? rq->depth : 0;
-	attr.cap.max_send_sge = tx_iov_limit;
+	attr.cap.max_send_sge = tx_iov_limit + (framed ? 1 : 0); /* + the header */
 	attr.cap.max_recv_sge = rq ? rx_iov_limit : 0;
 	attr.cap.max_inline_data = max_inline;
 	qp.reset(ibv_create_qp(domain->pd.get(), &attr));
@@ -94,6 +95,8 @@ int Endpoint::create_queue_pair()
 		release_queues();
 		return fi_error_of_errno(err);
 	}
+	if (rq && rq->framing)
+		static_cast<Framing *>(rq->framing.get())->qp.store(qp.get(), std::memory_order_release);
 	return 0;
 }
 

@@ -12,8 +12,10 @@
 #include "nd_domain.h"
 #include "nd_ep.h"
 #include "nd_ep_inject.h"
+#include "nd_framing.h"
 #include "nd_mr.h"
 #include "nd_multi_recv.h"
+#include "nd_params.h"
 #include "nd_srx.h"
 #include "nd_stx.h"
 
@@ -122,6 +124,11 @@ int check_context_bind(const char *call, bool enabled, bool has_one, bool same_d
 
 int Endpoint::bind_srx(SharedRx *rx)
 {
+	if (framed) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): an endpoint with FI_TAGGED matches its messages in nd "
+			"and takes no shared receive context\n");
+		return -FI_EOPNOTSUPP;
+	}
 	if (int ret = check_context_bind("fi_ep_bind(srx)", enabled, srx, rx->domain == domain))
 		return ret;
 	if (recv_cntr) {
@@ -230,6 +237,13 @@ int Endpoint::setup_data_path()
 	write_signal_interval = write_cntr ? 1 : signal_interval;
 	max_inline = static_cast<uint32_t>(tx_attr.inject_size);
 	max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
+	if (framed) {
+		/* The header rides inline too; a message fits a receive buffer. */
+		max_inline += static_cast<uint32_t>(kFrameHeaderSize);
+		max_msg = std::min(max_msg, read_params().tagged_msg_size);
+		if (int ret = setup_framing(rx))
+			return ret;
+	}
 	/* FI_MORE is a promise about the next call, so it is taken from a
 	 * call's own flags only, never as a default for every call. */
 	tx_op_flags = tx_attr.op_flags & ~FI_MORE;
@@ -251,6 +265,13 @@ void Endpoint::release_queues() noexcept
 		std::unique_ptr<WorkQueue> &queue;
 		CompletionQueue *cq;
 	};
+	if (rq && rq->framing) {
+		/* Receives waiting in nd complete now; nd's own buffers are
+		 * flushed with the queue pair and not reposted. */
+		Framing *framing = static_cast<Framing *>(rq->framing.get());
+		framing->qp.store(nullptr, std::memory_order_release);
+		framing->cancel_all(*rx_cq);
+	}
 	post_drain_marker();
 	for (Direction d : {Direction{sq, tx_cq}, Direction{rq, rx_cq}}) {
 		if (!d.queue || !d.cq)
@@ -358,22 +379,25 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	if (link.load(std::memory_order_relaxed) != LinkState::up)
 		return link_error(r.call);
 	const bool is_read = r.opcode == IBV_WR_RDMA_READ;
+	/* A framed message's header goes first, from its ring slot's copy. */
+	const uint32_t header_bytes = r.header ? static_cast<uint32_t>(kFrameHeaderSize) : 0;
 	/* Whether the data may go inline: it must fit the probed limit; a
 	 * descriptor is then not needed. */
 	uint64_t total = 0;
 	for (size_t i = 0; i < r.count && r.iov; i++)
 		total += r.iov[i].iov_len;
-	const bool inline_data = !is_read && total <= max_inline;
+	const bool inline_data = !is_read && total + header_bytes <= max_inline;
 	if ((r.flags & FI_INJECT) && !inline_data) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: %llu bytes to inject; inject_size is %u\n", r.call,
-			static_cast<unsigned long long>(total), max_inline);
+			static_cast<unsigned long long>(total), max_inline - header_bytes);
 		return -FI_EMSGSIZE;
 	}
-	ibv_sge sge[kMaxSge];
-	ssize_t ret = gather_sges(r.call, r.iov, r.desc, r.count, tx_iov_limit, !inline_data, false, sge,
-			     &total);
+	ibv_sge sge[kMaxSge + 1];
+	ssize_t ret = gather_sges(r.call, r.iov, r.desc, r.count, tx_iov_limit, !inline_data, false,
+				  sge + (r.header ? 1 : 0), &total);
 	if (ret < 0)
 		return ret;
+	const int num_sge = static_cast<int>(ret) + (r.header ? 1 : 0);
 	if (total > max_msg) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: %llu bytes; max_msg_size is %zu\n", r.call,
 			static_cast<unsigned long long>(total), max_msg);
@@ -419,14 +443,23 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	record.len = static_cast<uint32_t>(total);
 	record.read_mark = sq->reads_posted + is_read;
 	record.report = r.report;
+	if (r.header) {
+		/* The slot's header lives as long as the request does. */
+		uint8_t *header = tx_headers.get() + static_cast<size_t>(&record - sq->records.get()) * kFrameHeaderSize;
+		std::memcpy(header, r.header, kFrameHeaderSize);
+		sge[0].addr = reinterpret_cast<uintptr_t>(header);
+		sge[0].length = static_cast<uint32_t>(kFrameHeaderSize);
+		sge[0].lkey = tx_headers_mr->lkey;
+	}
 
 	ibv_send_wr wr;
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.next = nullptr;
 	wr.sg_list = sge;
-	wr.num_sge = static_cast<int>(r.count);
+	wr.num_sge = num_sge;
 	wr.opcode = r.opcode;
-	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (inline_data && total ? IBV_SEND_INLINE : 0);
+	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) |
+			(inline_data && total + header_bytes ? IBV_SEND_INLINE : 0);
 	wr.imm_data = r.imm_data;
 	wr.wr.rdma.remote_addr = r.remote_addr;
 	wr.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
@@ -436,7 +469,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	sq->count_budget();
 	sq->commit();
 	if (more)
-		return defer(wr, inline_data && total, r.call);
+		return defer(wr, inline_data && total + header_bytes, r.call);
 	if (batch && batch->count)
 		return post_batch(&wr, r.call);
 	ret = post_committed(wr, r.call);
@@ -718,6 +751,8 @@ ssize_t Endpoint::cancel(void *context)
 		ND_INFO(FI_LOG_EP_DATA, "fi_cancel: no receive is posted before fi_enable\n");
 		return -FI_ENOENT;
 	}
+	if (rq->framing)
+		return static_cast<Framing *>(rq->framing.get())->cancel(context, *rx_cq);
 	/* The unposted receives, in ring order: those made before the
 	 * connection, then those waiting behind a multi-receive buffer. */
 	std::vector<OpRecord **> unposted;

@@ -321,7 +321,6 @@ std::string api_refusal(uint32_t version)
 std::string hints_mismatch(uint32_t version, const fi_info *hints, const Adapter &a,
 			   const PortAddress &address, const Params &params)
 {
-	(void)params;
 	if (!hints)
 		return {};
 	if (hints->caps & ~kCaps)
@@ -336,6 +335,23 @@ std::string hints_mismatch(uint32_t version, const fi_info *hints, const Adapter
 		return format("nic name '%s' is not '%s'", hints->nic->device_attr->name,
 			      a.name.c_str());
 	std::string why;
+	if (hints->caps & FI_TAGGED) {
+		/* A framed endpoint (nd_framing.h) owns its receive queue. */
+		if ((hints->caps & FI_MULTI_RECV) || (hints->rx_attr && (hints->rx_attr->op_flags & FI_MULTI_RECV)))
+			return "FI_TAGGED with FI_MULTI_RECV not supported";
+		if (hints->ep_attr && hints->ep_attr->rx_ctx_cnt == FI_SHARED_CONTEXT)
+			return "FI_TAGGED with a shared receive context not supported";
+		if (hints->ep_attr && hints->ep_attr->max_msg_size > params.tagged_msg_size)
+			return format("ep_attr->max_msg_size %zu > FI_ND_TAGGED_MSG_SIZE %zu (FI_TAGGED)",
+				      hints->ep_attr->max_msg_size, params.tagged_msg_size);
+		if (hints->tx_attr && hints->tx_attr->inject_size + kFrameHeaderSize > a.limits.max_inline)
+			return format("tx_attr->inject_size %zu > %zu with FI_TAGGED (a header rides inline)",
+				      hints->tx_attr->inject_size,
+				      a.limits.max_inline > kFrameHeaderSize ? a.limits.max_inline - kFrameHeaderSize : 0);
+		if (hints->tx_attr && hints->tx_attr->iov_limit >= a.limits.max_sge)
+			return format("tx_attr->iov_limit %zu > %u with FI_TAGGED (a header takes one entry)",
+				      hints->tx_attr->iov_limit, a.limits.max_sge - 1);
+	}
 	if (hints->ep_attr && !(why = check_ep(hints->ep_attr, a)).empty())
 		return why;
 	if (hints->domain_attr && !(why = check_domain(version, hints, a)).empty())
@@ -410,6 +426,14 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 				? hints->tx_attr->iov_limit
 				: default_depth(params.iov_limit, l.max_sge);
 	tx->rma_iov_limit = 1;
+	const bool framed = caps & FI_TAGGED;
+	if (framed) {
+		/* A framed message's header rides in front (nd_framing.h). */
+		const uint32_t room = l.max_inline > kFrameHeaderSize ? l.max_inline - kFrameHeaderSize : 0;
+		tx->inject_size = room;
+		if (!(hints && hints->tx_attr && hints->tx_attr->iov_limit))
+			tx->iov_limit = std::min<size_t>(tx->iov_limit, l.max_sge > 1 ? l.max_sge - 1 : 1);
+	}
 
 	fi_rx_attr *rx = info->rx_attr;
 	rx->caps = caps & kRxCaps;
@@ -434,6 +458,8 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	ep->max_order_raw_size = a.max_msg_sz;
 	ep->max_order_war_size = a.max_msg_sz;
 	ep->max_order_waw_size = a.max_msg_sz;
+	if (framed)
+		ep->max_msg_size = std::min<size_t>(a.max_msg_sz, params.tagged_msg_size);
 	/* Shared transmit and receive contexts (fi_stx_context, fi_srx_context)
 	 * when the hints ask for them. */
 	ep->tx_ctx_cnt = hints && hints->ep_attr && hints->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT

@@ -26,16 +26,18 @@ constexpr uint64_t kPrimaryCaps = FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ 
 constexpr uint64_t kSecondaryCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /* Offered to an application that asks for it, and only then: a multi-receive
  * buffer holds back every receive posted behind it (nd_multi_recv.h), which
- * an application that did not ask (ofi_rxm, say) should not meet by surprise. */
-constexpr uint64_t kAskedCaps = FI_MULTI_RECV;
+ * an application that did not ask (ofi_rxm, say) should not meet by surprise;
+ * FI_TAGGED frames every message and matches it in software
+ * (nd_framing.h), which costs a copy and caps max_msg_size. */
+constexpr uint64_t kAskedCaps = FI_MULTI_RECV | FI_TAGGED;
 constexpr uint64_t kCaps = kPrimaryCaps | kSecondaryCaps | kAskedCaps;
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /* The capabilities that let a peer reach registered memory. */
 constexpr uint64_t kRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 /* The capabilities each direction's context reports (fi_endpoint(3)). */
-constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_SEND | FI_READ | FI_WRITE;
+constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_SEND | FI_READ | FI_WRITE | FI_TAGGED;
 constexpr uint64_t kRxCaps = FI_MSG | FI_RMA | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE |
-			     FI_MULTI_RECV;
+			     FI_MULTI_RECV | FI_TAGGED;
 /* An RC queue pair delivers and completes in order. */
 constexpr uint64_t kMsgOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR |
 			       FI_ORDER_WAW | FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW |

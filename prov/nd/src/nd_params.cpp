@@ -43,6 +43,10 @@ void define_params() noexcept
 	fi_param_define(&nd_prov, "mr_cache_max_count", FI_PARAM_SIZE_T,
 			"Registrations a domain's cache may keep (default 1024; 0 turns "
 			"caching off).");
+	fi_param_define(&nd_prov, "tagged_msg_size", FI_PARAM_SIZE_T,
+			"The largest message on an endpoint opened with FI_TAGGED, and the "
+			"size of each of the (at most 64) receive buffers nd keeps posted "
+			"there (default 16384).");
 	fi_param_define(&nd_prov, "topology", FI_PARAM_BOOL,
 			"Order devices nearest-first to the calling thread's CPUs using hwloc "
 			"(default yes).");
@@ -73,6 +77,9 @@ Params read_params()
 		p.mr_cache_max_size = size_value;
 	if (fi_param_get_size_t(&nd_prov, "mr_cache_max_count", &size_value) == 0)
 		p.mr_cache_max_count = size_value;
+	if (fi_param_get_size_t(&nd_prov, "tagged_msg_size", &size_value) == 0 && size_value &&
+	    size_value <= (size_t{1} << 30))
+		p.tagged_msg_size = size_value;
 	int bool_value;
 	if (fi_param_get_bool(&nd_prov, "mr_cache_enable", &bool_value) == 0)
 		p.mr_cache_enable = bool_value != 0;

@@ -39,6 +39,10 @@ struct Params {
 	bool mr_cache_enable = true;
 	size_t mr_cache_max_size = 0;		/* 0: the default above */
 	size_t mr_cache_max_count = 1024;
+	/* The largest message on an endpoint with FI_TAGGED (its
+	 * max_msg_size): the payload of each of nd's receive buffers there
+	 * (nd_framing.h). */
+	size_t tagged_msg_size = 16384;
 };
 
 /* Physical memory / online cores / 2 (libfabric's FI_MR_CACHE_MAX_SIZE default). */

@@ -34,6 +34,7 @@
 
 #include <infiniband/verbs.h>
 #include <rdma/fabric.h>
+#include <rdma/fi_eq.h>
 
 #include <atomic>
 #include <cstdint>
@@ -60,6 +61,15 @@ enum class QueueKind : uint8_t { send, recv, shared_recv };
 
 struct WorkQueue;
 struct MultiRecv;
+struct CompletionQueue;
+
+/* A receive queue filled with nd's own buffers, whose completions nd reads
+ * itself (a framed endpoint's, nd_framing.h): the CQ hands each one over,
+ * under its lock, and reports what comes back (true: *out is an entry). */
+struct PlacedReceiver {
+	virtual ~PlacedReceiver() = default;
+	virtual bool on_completion(const ibv_wc &wc, fi_cq_tagged_entry *out, CompletionQueue &cq) noexcept = 0;
+};
 
 /*
  * What a shared transmit context (fi_stx_context, nd_stx.h) shares: a budget
@@ -182,6 +192,10 @@ struct WorkQueue {
 	 * (nd_multi_recv.h); made at the first such buffer. */
 	std::unique_ptr<MultiRecv> multi;
 
+	/* recv: an endpoint with FI_TAGGED (nd_framing.h): nd's own buffers
+	 * fill the queue and every completion goes to the framing. */
+	std::unique_ptr<PlacedReceiver> framing;
+
 	/* send: the budget of the shared transmit context bound, if any;
 	 * shared, since the queue may outlive the context as an orphan. */
 	std::shared_ptr<SendBudget> budget;
@@ -211,9 +225,15 @@ struct WorkQueue {
 	/* The first multi-receive buffer's state, made before its record is
 	 * posted (so that its completion cannot take the inline path). */
 	void set_multi(std::unique_ptr<MultiRecv> m) noexcept; /* nd_wq.cpp */
+	/* A framed endpoint's receive state, before any buffer is posted. */
+	void set_framing(std::unique_ptr<PlacedReceiver> f) noexcept
+	{
+		framing = std::move(f);
+		update_plain();
+	}
 	void update_plain() noexcept
 	{
-		plain = kind != QueueKind::shared_recv && !counted && !budget && !multi;
+		plain = kind != QueueKind::shared_recv && !counted && !budget && !multi && !framing;
 	}
 
 	/*
@@ -239,7 +259,8 @@ struct WorkQueue {
 		return queue->retire_other(*record, wc, placed);
 	}
 
-	/* Whether the completion is a message in a multi-receive buffer. */
+	/* Whether the completion is a message in a buffer nd places messages
+	 * in: a multi-receive buffer, or a framed endpoint's own (nd_framing.h). */
 	static bool placed_message(const ibv_wc &wc) noexcept
 	{
 		return record_of(wc.wr_id)->flags & FI_MULTI_RECV;

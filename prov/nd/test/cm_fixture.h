@@ -98,10 +98,12 @@ struct CmFixture {
 	fid_eq *eq = nullptr;
 	fid_pep *pep = nullptr;
 	sockaddr_storage listen_addr{};
+	uint64_t hint_caps = 0;		/* asked for besides nd_hints()'s */
 
 	void open(const char *ip = nullptr, int backlog = -1)
 	{
 		InfoPtr hints = nd_hints();
+		hints->caps |= hint_caps;
 		cr_assert_eq(getinfo(ip ? ip : guest_ip(), "0", FI_SOURCE, hints.get(), &info), 0);
 		cr_assert_eq(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
 		cr_assert_eq(fi_domain(fabric, info.get(), &domain, nullptr), 0);

@@ -60,6 +60,7 @@ struct DataOptions {
 	fid_ep *srx = nullptr;				/* bound on both sides */
 	fid_stx *client_stx = nullptr;			/* the client's send side */
 	uint64_t rx_caps = 0;				/* asked on both sides (FI_MULTI_RECV) */
+	fi_cq_format cq_format = FI_CQ_FORMAT_DATA;
 	std::function<void(fid_ep *, bool client)> before_enable; /* counters */
 	std::function<void(fid_ep *)> before_connect;	/* after fi_enable */
 };
@@ -129,10 +130,11 @@ struct DataFixture : CmFixture {
 		return *buffers.back();
 	}
 
-	fid_cq *open_cq(size_t size = 0, fi_wait_obj wait = FI_WAIT_NONE)
+	fid_cq *open_cq(size_t size = 0, fi_wait_obj wait = FI_WAIT_NONE,
+			fi_cq_format format = FI_CQ_FORMAT_DATA)
 	{
 		fi_cq_attr attr{};
-		attr.format = FI_CQ_FORMAT_DATA;
+		attr.format = format;
 		attr.size = size;
 		attr.wait_obj = wait;
 		fid_cq *cq = nullptr;
@@ -156,7 +158,7 @@ struct DataFixture : CmFixture {
 		cr_assert_eq(fi_endpoint(domain, copy.get(), &ep, nullptr), 0);
 		cr_assert_eq(fi_ep_bind(ep, &eq->fid, 0), 0);
 		if (o.bind_cq) {
-			*cq_out = open_cq(o.cq_size);
+			*cq_out = open_cq(o.cq_size, FI_WAIT_NONE, o.cq_format);
 			uint64_t flags = FI_TRANSMIT | FI_RECV | (o.selective ? FI_SELECTIVE_COMPLETION : 0);
 			cr_assert_eq(fi_ep_bind(ep, &(*cq_out)->fid, flags), 0);
 		}

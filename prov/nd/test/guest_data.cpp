@@ -9,6 +9,7 @@
 #include "data_fixture.h"
 
 #include <rdma/fi_ext_nd.h>
+#include <rdma/fi_tagged.h>
 
 #include <dlfcn.h>
 #include <poll.h>
@@ -1975,3 +1976,201 @@ Test(data, counter_wait_objects_wake_for_completions_and_adds)
 }
 
 #pragma GCC diagnostic pop
+
+/* ---- FI_TAGGED on connected endpoints (nd_framing.h) ---- */
+
+TestSuite(tagged, .timeout = 120);
+
+namespace {
+
+/* Reads one tagged-format completion within 10 s; errors fail the test. */
+fi_cq_tagged_entry wait_tagged(fid_cq *cq)
+{
+	fi_cq_tagged_entry entry{};
+	const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+	for (;;) {
+		ssize_t rc = fi_cq_read(cq, &entry, 1);
+		if (rc == 1)
+			return entry;
+		if (rc == -FI_EAVAIL) {
+			fi_cq_err_entry err{};
+			fi_cq_readerr(cq, &err, 0);
+			cr_assert_fail("error completion: %s (prov_errno %d, flags 0x%llx), context %p", fi_strerror(err.err), err.prov_errno, (unsigned long long)err.flags, err.op_context);
+		}
+		cr_assert_eq(rc, -FI_EAGAIN, "fi_cq_read: %zd", rc);
+		cr_assert(std::chrono::steady_clock::now() < end, "no completion in 10 s");
+		std::this_thread::yield();
+	}
+}
+
+struct TaggedPair {
+	DataFixture f;
+	Side c, s;
+	TaggedPair()
+	{
+		f.hint_caps = FI_TAGGED;
+		f.open();
+		cr_assert(f.info->caps & FI_TAGGED, "asked for: offered");
+		DataOptions o;
+		o.cq_format = FI_CQ_FORMAT_TAGGED;
+		std::tie(c, s) = f.connect_data(o);
+	}
+	~TaggedPair()
+	{
+		close_side(c);
+		close_side(s);
+		f.close_data();
+	}
+};
+
+} // namespace
+
+Test(tagged, messages_sent_before_their_receives_match_by_tag_in_any_order)
+{
+	TaggedPair p;
+	Buffer &src = p.f.buffer(4 * 4096);
+	Buffer &dst = p.f.buffer(4 * 4096, 0xee);
+	const size_t sizes[4] = {1, 100, 1000, 3000};
+	for (int i = 0; i < 4; i++) {
+		std::vector<uint8_t> bytes = pattern(sizes[i], static_cast<uint8_t>(i + 1));
+		std::copy(bytes.begin(), bytes.end(), src.data() + 4096 * i);
+		cr_assert_eq(fi_tsend(p.c.ep, src.data() + 4096 * i, sizes[i], src.desc(), 0, 0x100 + i, nullptr), 0);
+	}
+	for (int i = 0; i < 4; i++)
+		cr_assert(wait_tagged(p.c.cq).flags & FI_TAGGED);
+	/* Every message is unexpected now: receives posted in reverse order
+	 * each complete at once with their own message. */
+	int ctx[4];
+	for (int i = 3; i >= 0; i--) {
+		cr_assert_eq(fi_trecv(p.s.ep, dst.data() + 4096 * i, 4096, dst.desc(), 0, 0x100 + i, 0, &ctx[i]), 0);
+		fi_cq_tagged_entry e = wait_tagged(p.s.cq);
+		cr_assert_eq(e.op_context, &ctx[i]);
+		cr_assert_eq(e.tag, 0x100u + i);
+		cr_assert_eq(e.len, sizes[i]);
+		cr_assert_eq(e.flags, FI_RECV | FI_TAGGED);
+		cr_assert(dst.holds(pattern(sizes[i], static_cast<uint8_t>(i + 1)), 4096 * i));
+	}
+	/* Expected: the receive waits first; ignore bits widen the match. */
+	cr_assert_eq(fi_trecv(p.s.ep, dst.data(), 1024, dst.desc(), 0, 0x200, 0xff, &ctx[0]), 0);
+	expect_cq_empty(p.s.cq, 50);
+	cr_assert_eq(fi_tsend(p.c.ep, src.data(), 10, src.desc(), 0, 0x2ab, nullptr), 0);
+	fi_cq_tagged_entry e = wait_tagged(p.s.cq);
+	cr_assert_eq(e.op_context, &ctx[0]);
+	cr_assert_eq(e.tag, 0x2abu);
+	wait_tagged(p.c.cq);
+}
+
+Test(tagged, untagged_data_inject_and_zero_bytes_keep_their_kinds)
+{
+	TaggedPair p;
+	Buffer &src = p.f.buffer(256);
+	Buffer &dst = p.f.buffer(1024, 0xee);
+	int untagged, tagged;
+	/* A plain receive never takes a tagged message, nor the reverse. */
+	cr_assert_eq(fi_recv(p.s.ep, dst.data(), 512, dst.desc(), 0, &untagged), 0);
+	cr_assert_eq(fi_trecv(p.s.ep, dst.data() + 512, 512, dst.desc(), 0, 7, 0, &tagged), 0);
+	std::vector<uint8_t> a = pattern(64, 3), b = pattern(32, 9);
+	std::copy(b.begin(), b.end(), src.data() + 128);
+	cr_assert_eq(fi_tinject(p.c.ep, a.data(), a.size(), 0, 7), 0, "inject: the buffer is ours again at once");
+	std::fill(a.begin(), a.end(), 0);
+	cr_assert_eq(fi_senddata(p.c.ep, src.data() + 128, b.size(), src.desc(), 0xfeedbeefcafeull, 0, nullptr), 0);
+	fi_cq_tagged_entry first = wait_tagged(p.s.cq), second = wait_tagged(p.s.cq);
+	cr_assert_eq(first.op_context, &tagged);
+	cr_assert_eq(first.len, 64u);
+	cr_assert(dst.holds(pattern(64, 3), 512));
+	cr_assert_eq(second.op_context, &untagged);
+	cr_assert_eq(second.flags, FI_RECV | FI_MSG | FI_REMOTE_CQ_DATA);
+	cr_assert_eq(second.data, 0xfeedbeefcafeull, "all 64 bits of the data travel in the header");
+	cr_assert(dst.holds(b));
+	wait_tagged(p.c.cq); /* the senddata; the inject reports nothing */
+	expect_cq_empty(p.c.cq, 50);
+	/* Zero bytes, with a NULL buffer on both sides. */
+	cr_assert_eq(fi_trecv(p.s.ep, nullptr, 0, nullptr, 0, 1, 0, &tagged), 0);
+	cr_assert_eq(fi_tsend(p.c.ep, nullptr, 0, nullptr, 0, 1, nullptr), 0);
+	fi_cq_tagged_entry zero = wait_tagged(p.s.cq);
+	cr_assert_eq(zero.op_context, &tagged);
+	cr_assert_eq(zero.len, 0u);
+	wait_tagged(p.c.cq);
+}
+
+Test(tagged, short_buffers_sizes_and_cancel_fail_as_the_man_pages_say)
+{
+	TaggedPair p;
+	const size_t max = p.f.info->ep_attr->max_msg_size;
+	Buffer &src = p.f.buffer(max + 1);
+	Buffer &dst = p.f.buffer(max, 0xee);
+	std::vector<uint8_t> bytes = pattern(100, 5);
+	std::copy(bytes.begin(), bytes.end(), src.data());
+	int ctx;
+	cr_assert_eq(fi_trecv(p.s.ep, dst.data(), 8, dst.desc(), 0, 3, 0, &ctx), 0);
+	cr_assert_eq(fi_tsend(p.c.ep, src.data(), 100, src.desc(), 0, 3, nullptr), 0);
+	fi_cq_err_entry err = wait_cq_error(p.s.cq);
+	cr_assert_eq(err.err, FI_ETRUNC);
+	cr_assert_eq(err.op_context, &ctx);
+	cr_assert_eq(err.len, 8u);
+	cr_assert_eq(err.olen, 92u);
+	cr_assert_eq(err.tag, 3u);
+	cr_assert(dst.holds(std::vector<uint8_t>(bytes.begin(), bytes.begin() + 8)));
+	cr_assert_eq(dst.bytes[8], 0xee, "nothing past the buffer");
+	wait_tagged(p.c.cq);
+
+	/* max_msg_size is a receive buffer's payload: exactly that fits. */
+	cr_assert_eq(fi_tsend(p.c.ep, src.data(), max + 1, src.desc(), 0, 4, nullptr), -FI_EMSGSIZE);
+	cr_assert_eq(fi_tsend(p.c.ep, src.data(), max, src.desc(), 0, 4, nullptr), 0);
+	cr_assert_eq(fi_trecv(p.s.ep, dst.data(), max, dst.desc(), 0, 4, 0, &ctx), 0);
+	cr_assert_eq(wait_tagged(p.s.cq).len, max);
+	wait_tagged(p.c.cq);
+
+	/* A waiting receive can be cancelled; a completed one cannot. */
+	cr_assert_eq(fi_trecv(p.s.ep, dst.data(), 64, dst.desc(), 0, 9, 0, &ctx), 0);
+	cr_assert_eq(fi_cancel(&p.s.ep->fid, &ctx), 0);
+	err = wait_cq_error(p.s.cq);
+	cr_assert_eq(err.err, FI_ECANCELED);
+	cr_assert_eq(err.op_context, &ctx);
+	cr_assert(err.flags & FI_TAGGED);
+	cr_assert_eq(fi_cancel(&p.s.ep->fid, &ctx), -FI_ENOENT);
+	cr_assert_eq(fi_trecvmsg(p.s.ep, nullptr, 0), -FI_EINVAL);
+	/* A receive still waiting when the endpoint closes completes then. */
+	cr_assert_eq(fi_trecv(p.s.ep, dst.data(), 64, dst.desc(), 0, 10, 0, &ctx), 0);
+}
+
+Test(tagged, a_burst_beyond_the_receive_buffers_arrives_whole_and_in_order)
+{
+	TaggedPair p;
+	constexpr int kMessages = 300; /* more than nd's 64 buffers */
+	Buffer &src = p.f.buffer(kMessages * 16);
+	Buffer &dst = p.f.buffer(kMessages * 16, 0xee);
+	for (int i = 0; i < kMessages; i++) {
+		std::memset(src.data() + 16 * i, i & 0xff, 16);
+		ssize_t rc;
+		while ((rc = fi_tsend(p.c.ep, src.data() + 16 * i, 16, src.desc(), 0, 0x5000 + i, nullptr)) == -FI_EAGAIN) {
+			fi_cq_tagged_entry e;
+			while (fi_cq_read(p.c.cq, &e, 1) == 1) {
+			}
+			while (fi_cq_read(p.s.cq, &e, 1) == 1) { /* progress the receiver too */
+			}
+		}
+		cr_assert_eq(rc, 0);
+		fi_cq_tagged_entry e;
+		(void)fi_cq_read(p.s.cq, &e, 1); /* nothing is posted: keeps nd's buffers flowing */
+	}
+	for (int i = kMessages - 1; i >= 0; i--) {
+		int ctx;
+		ssize_t rc;
+		while ((rc = fi_trecv(p.s.ep, dst.data() + 16 * i, 16, dst.desc(), 0, 0x5000 + i, 0, &ctx)) == -FI_EAGAIN) {
+			fi_cq_tagged_entry e;
+			(void)fi_cq_read(p.c.cq, &e, 1);
+		}
+		cr_assert_eq(rc, 0);
+		fi_cq_tagged_entry e{};
+		const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+		while (fi_cq_read(p.s.cq, &e, 1) != 1) {
+			cr_assert(std::chrono::steady_clock::now() < end, "message %d never matched", i);
+			fi_cq_tagged_entry t;
+			(void)fi_cq_read(p.c.cq, &t, 1);
+		}
+		cr_assert_eq(e.tag, 0x5000u + i);
+		cr_assert_eq(dst.bytes[16 * i], i & 0xff);
+		cr_assert_eq(dst.bytes[16 * i + 15], i & 0xff);
+	}
+}

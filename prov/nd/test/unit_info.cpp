@@ -69,7 +69,7 @@ Test(hints, endpoint_types_other_than_msg_do_not_match)
 Test(hints, capabilities_beyond_the_provider_do_not_match)
 {
 	InfoPtr hints = app_hints();
-	hints->caps = FI_TAGGED;
+	hints->caps = FI_COLLECTIVE;
 	cr_assert(mismatch(hints.get()).find("caps") != std::string::npos);
 	hints->caps = FI_MSG | FI_ATOMIC;
 	cr_assert_not(mismatch(hints.get()).empty());
@@ -326,6 +326,36 @@ Test(hints, multi_recv_is_offered_when_asked)
 	cr_assert(info->caps & FI_MULTI_RECV);
 	cr_assert(info->rx_attr->caps & FI_MULTI_RECV);
 	cr_assert_not(info->tx_attr->caps & FI_MULTI_RECV);
+}
+
+Test(hints, tagged_is_offered_when_asked_with_its_limits)
+{
+	Adapter a = rxe_adapter();
+	InfoPtr hints = app_hints();
+	cr_assert_not(build(hints.get())->caps & FI_TAGGED, "not asked: not reported");
+	cr_assert_not(build(nullptr)->caps & FI_TAGGED);
+	hints->caps = FI_TAGGED;
+	cr_assert_eq(mismatch(hints.get()), "");
+	InfoPtr info = build(hints.get());
+	cr_assert(info->caps & FI_TAGGED);
+	cr_assert(info->tx_attr->caps & FI_TAGGED);
+	cr_assert(info->rx_attr->caps & FI_TAGGED);
+	/* A framed message is at most a receive buffer; its header rides inline. */
+	cr_assert_eq(info->ep_attr->max_msg_size, Params{}.tagged_msg_size);
+	cr_assert_eq(info->tx_attr->inject_size, a.limits.max_inline - kFrameHeaderSize);
+	cr_assert_lt(info->tx_attr->iov_limit, a.limits.max_sge);
+
+	hints->caps = FI_TAGGED | FI_MULTI_RECV;
+	cr_assert(mismatch(hints.get()).find("FI_MULTI_RECV") != std::string::npos);
+	hints->caps = FI_TAGGED;
+	hints->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;
+	cr_assert(mismatch(hints.get()).find("shared receive") != std::string::npos);
+	hints->ep_attr->rx_ctx_cnt = 0;
+	hints->ep_attr->max_msg_size = Params{}.tagged_msg_size + 1;
+	cr_assert(mismatch(hints.get()).find("FI_ND_TAGGED_MSG_SIZE") != std::string::npos);
+	hints->ep_attr->max_msg_size = 0;
+	hints->tx_attr->inject_size = a.limits.max_inline;
+	cr_assert(mismatch(hints.get()).find("inject_size") != std::string::npos);
 }
 
 Test(build_info, api_version_is_the_headers_one)
