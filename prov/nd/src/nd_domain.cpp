@@ -175,6 +175,9 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->max_srq_wr = attr.max_srq_wr;
 	const Params params = read_params();
 	domain->min_rnr_timer = static_cast<uint8_t>(params.min_rnr_timer);
+	domain->rnr_retry = static_cast<uint8_t>(params.rnr_retry);
+	domain->retry_count = static_cast<uint8_t>(params.retry_count);
+	domain->ack_timeout = params.ack_timeout;
 	domain->threading = info->domain_attr->threading == FI_THREAD_UNSPEC
 				    ? FI_THREAD_SAFE
 				    : info->domain_attr->threading;

@@ -38,6 +38,9 @@ struct Domain {
 	int max_cqe;
 	int max_srq_wr;
 	uint8_t min_rnr_timer;			/* FI_ND_MIN_RNR_TIMER, read at open */
+	uint8_t rnr_retry;			/* FI_ND_RNR_RETRY, read at open */
+	uint8_t retry_count;			/* FI_ND_RETRY_COUNT, read at open */
+	int ack_timeout;			/* FI_ND_ACK_TIMEOUT; -1: rdma_cm's */
 	fi_threading threading;
 	/* The API version the application asked for (its fabric's), which
 	 * the domain's children follow. */

@@ -20,11 +20,6 @@ namespace nd {
 
 namespace {
 
-/* rdma_cm's retry counts for the connection (the IB maximum: 7 = infinite
- * RNR retries, so a receiver that is late to post is waited for). */
-constexpr uint8_t kRetryCount = 7;
-constexpr uint8_t kRnrRetryCount = 7;
-
 /* The EQ entry of a connection event: fi_eq_cm_entry, then private data. */
 EqEntry cm_entry(Endpoint *ep, uint32_t event, const std::vector<uint8_t> &data)
 {
@@ -130,6 +125,18 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 	} else if (state == IBV_QPS_RTS) {
 		attr.max_rd_atomic = static_cast<uint8_t>(effective.outbound);
 		mask |= IBV_QP_MAX_QP_RD_ATOMIC;
+		/* rdma_cm fills the counts from the CM messages: the active
+		 * side's RNR count is the one the accepter sent, so each side's
+		 * own parameters are set here, where they govern its sends. */
+		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: rdma_cm's RTS attributes: ACK timeout %u, retry %u, RNR retry %u (mask 0x%x)\n",
+			static_cast<void *>(this), attr.timeout, attr.retry_cnt, attr.rnr_retry, mask);
+		attr.retry_cnt = domain->retry_count;
+		attr.rnr_retry = domain->rnr_retry;
+		mask |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY;
+		if (domain->ack_timeout >= 0) {
+			attr.timeout = static_cast<uint8_t>(domain->ack_timeout);
+			mask |= IBV_QP_TIMEOUT;
+		}
 	}
 	int rc = ibv_modify_qp(qp.get(), &attr, mask);
 	if (rc) {
@@ -285,7 +292,8 @@ int Endpoint::accept(const void *param, size_t paramlen)
 	param_out.responder_resources = static_cast<uint8_t>(effective.inbound);
 	param_out.initiator_depth = static_cast<uint8_t>(effective.outbound);
 	param_out.flow_control = 1;
-	param_out.rnr_retry_count = kRnrRetryCount;
+	param_out.retry_count = domain->retry_count;
+	param_out.rnr_retry_count = domain->rnr_retry;
 	param_out.qp_num = qp->qp_num;
 	if (rdma_accept(cm.id, &param_out)) {
 		int err = errno;
@@ -424,8 +432,8 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		param.responder_resources = static_cast<uint8_t>(offer.inbound);
 		param.initiator_depth = static_cast<uint8_t>(offer.outbound);
 		param.flow_control = 1;
-		param.retry_count = kRetryCount;
-		param.rnr_retry_count = kRnrRetryCount;
+		param.retry_count = domain->retry_count;
+		param.rnr_retry_count = domain->rnr_retry;
 		param.qp_num = qp->qp_num;
 		if (rdma_connect(cm.id, &param)) {
 			int err = errno;

@@ -34,6 +34,18 @@ void define_params() noexcept
 			"How long a sender waits before retrying a message that found no "
 			"receive posted, in the IB encoding 1..31 (12: 0.64 ms, the default; "
 			"0: 655 ms).");
+	fi_param_define(&nd_prov, "rnr_retry", FI_PARAM_INT,
+			"How often a sender retries a message that found no receive posted, "
+			"0..7 (default 7: forever, as ofi_rxm's flow control expects). With "
+			"less, such a send completes with FI_ENORX and the connection breaks.");
+	fi_param_define(&nd_prov, "retry_count", FI_PARAM_INT,
+			"How often a sender retransmits a packet the peer did not acknowledge, "
+			"0..7 (default 6). Then the send completes with FI_ETIMEDOUT and the "
+			"connection breaks. Soft-RoCE treats 7 as forever.");
+	fi_param_define(&nd_prov, "ack_timeout", FI_PARAM_INT,
+			"Local ACK timeout exponent: a packet is retransmitted after "
+			"4.096 us * 2^n without acknowledgement, 0..31 (default: rdma_cm's, "
+			"from the path; on RoCE 2^(packet lifetime + 1)).");
 	fi_param_define(&nd_prov, "mr_cache_enable", FI_PARAM_BOOL,
 			"Keep memory registrations for reuse, watching unmapped memory with "
 			"UCX's libucm (default yes; off where libucm cannot be loaded).");
@@ -70,9 +82,14 @@ Params read_params()
 	int int_value;
 	if (fi_param_get_int(&nd_prov, "resolve_timeout_ms", &int_value) == 0 && int_value > 0)
 		p.resolve_timeout_ms = int_value;
-	if (fi_param_get_int(&nd_prov, "min_rnr_timer", &int_value) == 0 && int_value >= 0 &&
-	    int_value <= 31)
-		p.min_rnr_timer = int_value;
+	if (fi_param_get_int(&nd_prov, "min_rnr_timer", &int_value) == 0)
+		p.min_rnr_timer = param_in_range("FI_ND_MIN_RNR_TIMER", int_value, 0, 31, p.min_rnr_timer);
+	if (fi_param_get_int(&nd_prov, "rnr_retry", &int_value) == 0)
+		p.rnr_retry = param_in_range("FI_ND_RNR_RETRY", int_value, 0, 7, p.rnr_retry);
+	if (fi_param_get_int(&nd_prov, "retry_count", &int_value) == 0)
+		p.retry_count = param_in_range("FI_ND_RETRY_COUNT", int_value, 0, 7, p.retry_count);
+	if (fi_param_get_int(&nd_prov, "ack_timeout", &int_value) == 0)
+		p.ack_timeout = param_in_range("FI_ND_ACK_TIMEOUT", int_value, 0, 31, p.ack_timeout);
 	if (fi_param_get_size_t(&nd_prov, "mr_cache_max_size", &size_value) == 0)
 		p.mr_cache_max_size = size_value;
 	if (fi_param_get_size_t(&nd_prov, "mr_cache_max_count", &size_value) == 0)
@@ -88,6 +105,15 @@ Params read_params()
 	if (fi_param_get_bool(&nd_prov, "topology", &bool_value) == 0)
 		p.topology = bool_value != 0;
 	return p;
+}
+
+int param_in_range(const char *name, long long value, int lo, int hi, int fallback)
+{
+	if (value >= lo && value <= hi)
+		return static_cast<int>(value);
+	ND_WARN(FI_LOG_CORE, "%s=%lld is outside %d..%d; using the default (%d)\n", name, value, lo,
+		hi, fallback);
+	return fallback;
 }
 
 size_t default_mr_cache_max_size() noexcept

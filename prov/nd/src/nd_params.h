@@ -34,6 +34,20 @@ struct Params {
 	 * buffer (reposted after each message) and any receive posted late pay
 	 * in full. */
 	int min_rnr_timer = 12;
+	/* How often a sender retries a message that found no receive posted
+	 * (0..7). 7 means forever on every device, as libfabric's verbs
+	 * provider sets it: ofi_rxm's flow control counts on a late receiver
+	 * being waited for. A smaller value turns a receiver that never posts
+	 * into an FI_ENORX completion and a broken connection. */
+	int rnr_retry = 7;
+	/* How often a sender retransmits a packet that was not acknowledged
+	 * (0..7). Soft-RoCE never counts down from 7 (it retries forever), so
+	 * 7 would leave a dead peer undetected there; 6 ends the connection
+	 * with FI_ETIMEDOUT after 7 ACK timeouts on every device. */
+	int retry_count = 6;
+	/* The local ACK timeout, 4.096 us * 2^n (0..31); -1: rdma_cm's, derived
+	 * from the path's packet lifetime. */
+	int ack_timeout = -1;
 	/* The registration cache (nd_mr_cache.h). Its size limit defaults to
 	 * what libfabric's own cache takes: physical memory / cores / 2. */
 	bool mr_cache_enable = true;
@@ -53,6 +67,10 @@ void define_params() noexcept;
 
 /* Reads the parameters as they are now; unset ones keep their defaults. */
 Params read_params();
+
+/* `value` of the parameter `name` when it lies in [lo, hi]; otherwise a
+ * warning naming the range, and `fallback`. */
+int param_in_range(const char *name, long long value, int lo, int hi, int fallback);
 
 /* True when `name` is allowed by a comma-separated list of prefixes
  * (an empty list allows everything). Pure; unit-tested. */

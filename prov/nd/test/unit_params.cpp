@@ -1,5 +1,7 @@
-/* unit_params.cpp: FI_ND_IFACE matching. */
+/* unit_params.cpp: FI_ND_IFACE matching and the range checks of the retry parameters. */
 #include <criterion/criterion.h>
+
+#include <cstdlib>
 
 #include "nd_params.h"
 
@@ -25,4 +27,38 @@ Test(params, empty_elements_match_nothing)
 	cr_assert_not(iface_allowed(",", "eth0"));
 	cr_assert_not(iface_allowed(",,ib", "eth0"));
 	cr_assert(iface_allowed(",,ib", "ib0"));
+}
+
+Test(params, values_outside_their_range_fall_back_to_the_default)
+{
+	cr_assert_eq(nd::param_in_range("FI_ND_RNR_RETRY", 0, 0, 7, 7), 0);
+	cr_assert_eq(nd::param_in_range("FI_ND_RNR_RETRY", 7, 0, 7, 7), 7);
+	cr_assert_eq(nd::param_in_range("FI_ND_RNR_RETRY", 8, 0, 7, 7), 7);
+	cr_assert_eq(nd::param_in_range("FI_ND_RETRY_COUNT", -1, 0, 7, 6), 6);
+	cr_assert_eq(nd::param_in_range("FI_ND_ACK_TIMEOUT", 31, 0, 31, -1), 31);
+	cr_assert_eq(nd::param_in_range("FI_ND_ACK_TIMEOUT", 32, 0, 31, -1), -1);
+	cr_assert_eq(nd::param_in_range("FI_ND_ACK_TIMEOUT", 1LL << 40, 0, 31, -1), -1);
+}
+
+/* Each test runs in a process of its own (Criterion forks), so the
+ * environment set here is this test's alone. */
+Test(params, retry_parameters_come_from_the_environment)
+{
+	nd::define_params();
+	nd::Params defaults = nd::read_params();
+	cr_assert_eq(defaults.rnr_retry, 7, "RNR retries are infinite unless asked otherwise");
+	cr_assert_eq(defaults.retry_count, 6);
+	cr_assert_eq(defaults.ack_timeout, -1, "rdma_cm's ACK timeout unless asked otherwise");
+	setenv("FI_ND_RNR_RETRY", "0", 1);
+	setenv("FI_ND_RETRY_COUNT", "9", 1);
+	setenv("FI_ND_ACK_TIMEOUT", "14", 1);
+	nd::Params p = nd::read_params();
+	cr_assert_eq(p.rnr_retry, 0);
+	cr_assert_eq(p.retry_count, 6, "9 is out of range: the default");
+	cr_assert_eq(p.ack_timeout, 14);
+	setenv("FI_ND_ACK_TIMEOUT", "32", 1);
+	setenv("FI_ND_RNR_RETRY", "-1", 1);
+	p = nd::read_params();
+	cr_assert_eq(p.ack_timeout, -1);
+	cr_assert_eq(p.rnr_retry, 7);
 }
