@@ -295,17 +295,10 @@ int ep_setopt(struct fid *fid, int level, int optname, const void *optval, size_
 
 /* ---- names ---- */
 
-/* Binds the endpoint's id to `address` (fi_setname, or the address taken
- * from a passive endpoint at fi_endpoint). Under the progress lock. */
-int bind_endpoint(Endpoint *ep, const SockAddr &address, const char *call)
+/* Binds the endpoint's id, made just before, to `address`, shared when
+ * the endpoint asked for it. Under the progress lock. */
+int bind_id(Endpoint *ep, const SockAddr &address, const char *call)
 {
-	if (ep->bound || ep->fsm.state() != EpState::idle || ep->has_request) {
-		ND_WARN(FI_LOG_EP_CTRL, "%s: the endpoint already has an address\n", call);
-		return -FI_EOPBADSTATE;
-	}
-	int ret = ensure_cm_id(ep->eq, ep->cm, &ep->target);
-	if (ret)
-		return ret;
 	if (ep->shared_addr) {
 		int one = 1;
 		if (rdma_set_option(ep->cm.id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one,
@@ -331,7 +324,24 @@ int bind_endpoint(Endpoint *ep, const SockAddr &address, const char *call)
 		ep->cm.reset();
 		return -FI_EINVAL;
 	}
+	return 0;
+}
+
+/* Binds the endpoint's id to `address` (fi_setname, or the address taken
+ * from a passive endpoint at fi_endpoint). Under the progress lock. */
+int bind_endpoint(Endpoint *ep, const SockAddr &address, const char *call)
+{
+	if (ep->bound || ep->fsm.state() != EpState::idle || ep->has_request) {
+		ND_WARN(FI_LOG_EP_CTRL, "%s: the endpoint already has an address\n", call);
+		return -FI_EOPBADSTATE;
+	}
+	int ret = ensure_cm_id(ep->eq, ep->cm, &ep->target);
+	if (ret)
+		return ret;
+	if ((ret = bind_id(ep, address, call)))
+		return ret;
 	ep->bound = true;
+	ep->bound_address = local_address(ep->cm.id);
 	return 0;
 }
 
@@ -518,6 +528,21 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 }
 
 } // namespace
+
+int Endpoint::renew_cm_id()
+{
+	cm.reset();
+	negotiated = false;
+	effective = {};
+	peer_offer = {};
+	response_data.clear();
+	connect_wire.clear();
+	int ret = ensure_cm_id(eq, cm, &target);
+	if (ret)
+		return ret;
+	/* The application's address (port included) stays the endpoint's. */
+	return bound ? bind_id(this, bound_address, "fi_connect retry") : 0;
+}
 
 int Endpoint::close()
 {

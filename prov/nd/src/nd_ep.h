@@ -85,6 +85,7 @@ struct Endpoint {
 
 	/* Progress of the object itself. */
 	bool bound = false;				/* fi_setname done */
+	SockAddr bound_address;			/* as bound, port assigned: kept for a retry */
 	bool enabled = false;
 
 	/* Completion: what the application bound, else internal CQs. */
@@ -158,6 +159,10 @@ struct Endpoint {
 	int complete_connect();
 	int reject_connect(const void *param, size_t paramlen);
 	void on_cm_event(const CmEventCopy &event);
+	/* A retryable attempt ended (EpStateMachine::attempt_failed): a fresh
+	 * rdma_cm id, bound where the old one was, replaces the used one, which
+	 * rdma_cm cannot connect again (nd_ep.cpp). Returns 0 or -FI_E*. */
+	int renew_cm_id();
 
 	/* Queue pair (nd_ep_cm.cpp). */
 	int create_queue_pair();

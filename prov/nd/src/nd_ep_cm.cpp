@@ -43,12 +43,44 @@ void report_error(Endpoint *ep, int err, int prov_errno, const uint8_t *data = n
 	entry.error.fid = &ep->ep.fid;
 	entry.error.context = ep->ep.fid.context;
 	entry.error.err = err;
-	entry.error.prov_errno = prov_errno;
+	/* prov_errno is rdma_cm's status or an errno, made positive (address
+	 * and route errors come as -errno); where there is none (a disconnect
+	 * while accepting, a device removal) the error itself, never 0. */
+	entry.error.prov_errno = prov_errno < 0 ? -prov_errno : prov_errno ? prov_errno : err;
 	if (len)
 		entry.err_data.assign(data, data + len);
 	ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: %s (provider error %d, %zu bytes of data)\n",
 		static_cast<void *>(ep), fi_strerror(err), prov_errno, len);
 	ep->eq->push(std::move(entry));
+}
+
+/* The end of a connection attempt, as `step` (report_error) says: when
+ * ND allows a retry the endpoint is idle again with a fresh id and its
+ * queue pair untouched (receives posted before stay posted); otherwise what
+ * is outstanding is flushed. The error entry is reported either way. */
+void attempt_over(Endpoint *ep, const EpStep &step, int prov_errno, const uint8_t *data = nullptr,
+		  size_t len = 0)
+{
+	if (ep->tuple_claimed) {
+		release_tuple(ep->tuple_local, ep->peer);
+		ep->tuple_claimed = false;
+	}
+	bool retry = step.next == EpState::idle;
+	if (retry) {
+		int ret = ep->renew_cm_id();
+		if (ret) {
+			ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: no new rdma_cm id for a retry (%s); the endpoint is unusable\n",
+				static_cast<void *>(ep), fi_strerror(-ret));
+			ep->fsm.fail();
+			retry = false;
+		}
+	}
+	if (retry)
+		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: %s; fi_connect may try again\n",
+			static_cast<void *>(ep), fi_strerror(step.error));
+	else
+		ep->flush_queue_pair();
+	report_error(ep, step.error, prov_errno, data, len);
 }
 
 std::vector<uint8_t> unframed_copy(const CmEventCopy &event, const char *what)
@@ -244,8 +276,16 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_connect to %s: %s\n", dest.to_string().c_str(),
 			std::strerror(err));
-		fsm.fail();
-		return fi_error_of_errno(err);
+		const int ret = fi_error_of_errno(err);
+		/* Nothing was sent: the call fails, and whether the endpoint may
+		 * try again follows ND's rule as for a reported failure. */
+		if (fsm.attempt_failed(-ret).next == EpState::idle && renew_cm_id())
+			fsm.fail();
+		if (tuple_claimed) {
+			release_tuple(tuple_local, peer);
+			tuple_claimed = false;
+		}
+		return ret;
 	}
 	return 0;
 }
@@ -408,21 +448,21 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		if (cm.id->verbs != domain->context) {
 			ND_WARN(FI_LOG_EP_CTRL, "fi_connect: %s is reached through another device than this domain's\n",
 				peer.to_string().c_str());
-			fsm.fail();
-			report_error(this, FI_EHOSTUNREACH, 0);
+			attempt_over(this, fsm.attempt_failed(FI_EHOSTUNREACH), EHOSTUNREACH);
 			return;
 		}
 		if (rdma_resolve_route(cm.id, read_params().resolve_timeout_ms)) {
 			int err = errno;
-			fsm.fail();
-			report_error(this, -fi_error_of_errno(err), -err);
+			ND_WARN(FI_LOG_EP_CTRL, "rdma_resolve_route to %s: %s\n", peer.to_string().c_str(),
+				std::strerror(err));
+			attempt_over(this, fsm.attempt_failed(-fi_error_of_errno(err)), err);
 		}
 		return;
 	case EpAction::connect: {
 		int ret = move_queue_pair(IBV_QPS_INIT);
 		if (ret) {
 			fsm.fail();
-			report_error(this, -ret, 0);
+			attempt_over(this, {EpState::failed, EpAction::report_error, -ret}, -ret);
 			return;
 		}
 		const cm::ReadLimits offer = offered();
@@ -439,8 +479,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			int err = errno;
 			ND_WARN(FI_LOG_EP_CTRL, "rdma_connect to %s: %s\n", peer.to_string().c_str(),
 				std::strerror(err));
-			fsm.fail();
-			report_error(this, -fi_error_of_errno(err), -err);
+			attempt_over(this, fsm.attempt_failed(-fi_error_of_errno(err)), err);
 		}
 		connect_wire.clear();
 		return;
@@ -459,7 +498,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		int ret = complete(this);
 		if (ret) {
 			fsm.fail();
-			report_error(this, FI_ECONNABORTED, -ret);
+			attempt_over(this, {EpState::failed, EpAction::report_error, FI_ECONNABORTED}, -ret);
 			return;
 		}
 		eq->push(cm_entry(this, FI_CONNECTED, response_data));
@@ -472,12 +511,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		std::vector<uint8_t> data;
 		if (event.type == RDMA_CM_EVENT_REJECTED)
 			data = unframed_copy(event, "reject");
-		if (tuple_claimed) {
-			release_tuple(tuple_local, peer);
-			tuple_claimed = false;
-		}
-		flush_queue_pair();
-		report_error(this, step.error, event.status, data.data(), data.size());
+		attempt_over(this, step, event.status, data.data(), data.size());
 		return;
 	}
 	case EpAction::report_shutdown:

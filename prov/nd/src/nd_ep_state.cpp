@@ -35,6 +35,25 @@ bool EpStateMachine::attempt_in_progress() const noexcept
 	       state_ == EpState::accepting;
 }
 
+bool EpStateMachine::retryable(int error) noexcept
+{
+	return error == FI_ENETUNREACH || error == FI_EHOSTUNREACH || error == FI_ECONNREFUSED ||
+	       error == FI_ETIMEDOUT;
+}
+
+EpStep EpStateMachine::attempt_failed(int error) noexcept
+{
+	/* Only before an answer: a connector that got one goes on through
+	 * CompleteConnect or Reject, after which ND allows no reuse. The queue
+	 * pair is still in INIT at most, its receives posted. */
+	const bool before_answer = state_ == EpState::resolving_addr ||
+				   state_ == EpState::resolving_route ||
+				   state_ == EpState::connecting;
+	if (side_ == cm::Side::active && before_answer && retryable(error))
+		return go(EpState::idle, EpAction::report_error, error);
+	return go(EpState::failed, EpAction::report_error, error);
+}
+
 EpStep EpStateMachine::addr_resolved() noexcept
 {
 	if (state_ != EpState::resolving_addr)
@@ -46,8 +65,7 @@ EpStep EpStateMachine::addr_error(int status) noexcept
 {
 	if (state_ != EpState::resolving_addr)
 		return absorb();
-	return go(EpState::failed, EpAction::report_error,
-		  cm::error_of(RDMA_CM_EVENT_ADDR_ERROR, status, side_));
+	return attempt_failed(cm::error_of(RDMA_CM_EVENT_ADDR_ERROR, status, side_));
 }
 
 EpStep EpStateMachine::route_resolved() noexcept
@@ -61,8 +79,7 @@ EpStep EpStateMachine::route_error(int status) noexcept
 {
 	if (state_ != EpState::resolving_route)
 		return absorb();
-	return go(EpState::failed, EpAction::report_error,
-		  cm::error_of(RDMA_CM_EVENT_ROUTE_ERROR, status, side_));
+	return attempt_failed(cm::error_of(RDMA_CM_EVENT_ROUTE_ERROR, status, side_));
 }
 
 EpStep EpStateMachine::connect_response() noexcept
@@ -79,16 +96,14 @@ EpStep EpStateMachine::connect_error(int status) noexcept
 {
 	if (!attempt_in_progress())
 		return absorb();
-	return go(EpState::failed, EpAction::report_error,
-		  cm::error_of(RDMA_CM_EVENT_CONNECT_ERROR, status, side_));
+	return attempt_failed(cm::error_of(RDMA_CM_EVENT_CONNECT_ERROR, status, side_));
 }
 
 EpStep EpStateMachine::unreachable(int status) noexcept
 {
 	if (!attempt_in_progress())
 		return absorb();
-	return go(EpState::failed, EpAction::report_error,
-		  cm::error_of(RDMA_CM_EVENT_UNREACHABLE, status, side_));
+	return attempt_failed(cm::error_of(RDMA_CM_EVENT_UNREACHABLE, status, side_));
 }
 
 EpStep EpStateMachine::rejected(int status) noexcept
@@ -97,8 +112,7 @@ EpStep EpStateMachine::rejected(int status) noexcept
 	const bool aborted_accept = side_ == cm::Side::passive && state_ == EpState::accepting;
 	if (!refused_request && !aborted_accept)
 		return absorb();
-	return go(EpState::failed, EpAction::report_error,
-		  cm::error_of(RDMA_CM_EVENT_REJECTED, status, side_));
+	return attempt_failed(cm::error_of(RDMA_CM_EVENT_REJECTED, status, side_));
 }
 
 EpStep EpStateMachine::established() noexcept
@@ -166,7 +180,9 @@ int EpStateMachine::begin_connect() noexcept
 		return 0;
 	case EpState::failed:
 	case EpState::disconnected:
-		return -FI_EOPBADSTATE; /* ND: a used connector cannot be reused */
+		/* ND: a connector is not reused after a failure it cannot
+		 * retry, nor after a connection (a retryable one is idle). */
+		return -FI_EOPBADSTATE;
 	default:
 		return -FI_EISCONN;
 	}

@@ -18,7 +18,8 @@
 namespace nd {
 
 enum class EpState {
-	idle,		  /* nothing sent; a passive-side endpoint may hold a request */
+	idle,		  /* nothing sent (or a retryable attempt ended); a passive-side
+			   * endpoint may hold a request */
 	resolving_addr,	  /* fi_connect: address resolution running */
 	resolving_route,  /* route resolution running */
 	connecting,	  /* request sent, waiting for the reply */
@@ -27,7 +28,7 @@ enum class EpState {
 	connected,
 	shutting_down,	  /* fi_shutdown sent the disconnect */
 	disconnected,	  /* FI_SHUTDOWN reported; the endpoint is done */
-	failed,		  /* the attempt failed or was refused; cannot be reused */
+	failed,		  /* the attempt failed for good; cannot be reused */
 };
 
 const char *to_string(EpState state) noexcept;
@@ -87,6 +88,16 @@ public:
 	/* An action the endpoint carried out failed locally (e.g. rdma_connect
 	 * returned an error): the attempt is over. */
 	void fail() noexcept { state_ = EpState::failed; }
+	/* The connecting side's attempt ended with `error` (positive FI_E*)
+	 * before the accepter answered: back to idle, so that fi_connect may
+	 * try again, where ND allows it (see retryable), else failed. The step
+	 * reports the error either way. */
+	EpStep attempt_failed(int error) noexcept;
+	/* ND Connect: "the connection attempt may be retried" after
+	 * NETWORK_UNREACHABLE, HOST_UNREACHABLE, CONNECTION_REFUSED (no
+	 * listener, backlog, or the peer's Reject) and IO_TIMEOUT; every other
+	 * error leaves the connector unusable. */
+	static bool retryable(int error) noexcept;
 	/* complete() succeeded. */
 	void completed() noexcept { state_ = EpState::connected; }
 

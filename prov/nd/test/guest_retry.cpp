@@ -174,3 +174,82 @@ Test(retry, a_vanished_peer_is_detected_after_the_transport_retries)
 	cr_assert_eq(fi_close(&c.ep->fid), 0);
 	f.close_data();
 }
+
+/* ND Connect: after CONNECTION_REFUSED "the connection attempt may be
+ * retried", and "if the connection fails, the queue pair is not affected".
+ * One endpoint, bound to an address of its own, is refused twice (no
+ * listener, then the listener's fi_reject) and connects at the third
+ * attempt: the receive posted before the first attempt takes the first
+ * message, and the peer sees the address the endpoint was bound to. */
+Test(retry, a_refused_connector_connects_again_and_keeps_its_receives)
+{
+	DataFixture f;
+	f.open();
+	/* Nobody listens here any more. */
+	sockaddr_storage nobody = f.listen_addr;
+	cr_assert_eq(fi_close(&f.pep->fid), 0);
+	f.pep = nullptr;
+
+	DataOptions o;
+	Side c, s;
+	c.ep = f.make_ep(f.info.get(), o, &c.cq);
+	sockaddr_storage mine{};
+	std::memcpy(&mine, f.info->src_addr, f.info->src_addrlen);
+	reinterpret_cast<sockaddr_in &>(mine).sin_port = 0;
+	cr_assert_eq(fi_setname(&c.ep->fid, &mine, f.info->src_addrlen), 0);
+	size_t len = sizeof(mine);
+	cr_assert_eq(fi_getname(&c.ep->fid, &mine, &len), 0);
+	const uint16_t my_port = CmFixture::port_of(mine);
+	cr_assert_neq(my_port, 0);
+	cr_assert_eq(fi_enable(c.ep), 0);
+	Buffer &first = f.buffer(64, 0xee);
+	int recv_ctx;
+	cr_assert_eq(fi_recv(c.ep, first.data(), 64, first.desc(), 0, &recv_ctx), 0);
+
+	cr_assert_eq(fi_connect(c.ep, &nobody, nullptr, 0), 0);
+	Event refused = expect_error(f.eq, &c.ep->fid);
+	cr_assert_eq(refused.err.err, FI_ECONNREFUSED, "got %s", fi_strerror(refused.err.err));
+	cr_assert_gt(refused.err.prov_errno, 0, "rdma_cm's reject reason");
+	expect_cq_empty(c.cq, 200); /* the receive was not flushed */
+	len = sizeof(mine);
+	cr_assert_eq(fi_getname(&c.ep->fid, &mine, &len), 0);
+	cr_assert_eq(CmFixture::port_of(mine), my_port, "the endpoint keeps its address");
+
+	f.pep = f.listen(f.eq);
+	auto why = pattern(20, 3);
+	cr_assert_eq(fi_connect(c.ep, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	cr_assert_eq(fi_reject(f.pep, req.info->handle, why.data(), why.size()), 0);
+	fi_freeinfo(req.info);
+	Event rejected = expect_error(f.eq, &c.ep->fid);
+	cr_assert_eq(rejected.err.err, FI_ECONNREFUSED);
+	cr_assert(rejected.err_data == why, "reject data: %zu bytes", rejected.err_data.size());
+	expect_cq_empty(c.cq, 200);
+
+	cr_assert_eq(fi_connect(c.ep, &f.listen_addr, nullptr, 0), 0);
+	req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	s.ep = f.make_ep(req.info, o, &s.cq);
+	fi_freeinfo(req.info);
+	cr_assert_eq(fi_enable(s.ep), 0);
+	cr_assert_eq(fi_accept(s.ep, nullptr, 0), 0);
+	for (int i = 0; i < 2; i++)
+		expect_event(f.eq, FI_CONNECTED, nullptr);
+	cr_assert_eq(fi_connect(c.ep, &f.listen_addr, nullptr, 0), -FI_EISCONN);
+	sockaddr_storage peer{};
+	len = sizeof(peer);
+	cr_assert_eq(fi_getpeer(s.ep, &peer, &len), 0);
+	cr_assert_eq(CmFixture::port_of(peer), my_port, "connected from the bound port");
+
+	Buffer &src = f.buffer(64);
+	auto want = pattern(64, 9);
+	src.fill(want);
+	cr_assert_eq(fi_send(s.ep, src.data(), 64, src.desc(), 0, nullptr), 0);
+	fi_cq_data_entry r = wait_cq(c.cq);
+	cr_assert_eq(r.op_context, &recv_ctx, "the receive posted before the first attempt");
+	cr_assert_eq(r.len, 64u);
+	cr_assert(first.holds(want));
+	wait_cq(s.cq);
+	cr_assert_eq(fi_close(&c.ep->fid), 0);
+	cr_assert_eq(fi_close(&s.ep->fid), 0);
+	f.close_data();
+}

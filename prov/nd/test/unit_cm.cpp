@@ -199,8 +199,9 @@ EpStateMachine machine_in(EpState target, bool manual = false)
 		m.disconnected();
 		break;
 	case EpState::failed:
+		/* A failure ND does not let the connector retry. */
 		m.begin_connect();
-		m.addr_error(-EHOSTUNREACH);
+		m.addr_error(-ENODEV);
 		break;
 	}
 	cr_assert_eq(m.state(), target, "reached %s, wanted %s", to_string(m.state()),
@@ -228,8 +229,15 @@ const rdma_cm_event_type kAllEvents[] = {
 EpStep expected(EpState s, rdma_cm_event_type e, int status, Side side)
 {
 	auto absorb = EpStep{s, EpAction::absorb};
+	/* ND: an attempt that had no answer yet may be retried after these. */
 	auto fail_with = [&](rdma_cm_event_type type) {
-		return EpStep{EpState::failed, EpAction::report_error, error_of(type, status, side)};
+		const int err = error_of(type, status, side);
+		const bool before_answer = s == EpState::resolving_addr ||
+					   s == EpState::resolving_route || s == EpState::connecting;
+		const bool retry = side == Side::active && before_answer &&
+				   (err == FI_ECONNREFUSED || err == FI_ETIMEDOUT ||
+				    err == FI_EHOSTUNREACH || err == FI_ENETUNREACH);
+		return EpStep{retry ? EpState::idle : EpState::failed, EpAction::report_error, err};
 	};
 	const bool attempt = s == EpState::resolving_addr || s == EpState::resolving_route ||
 			     s == EpState::connecting || s == EpState::response_pending ||
@@ -322,7 +330,7 @@ Test(state_machine, application_calls_check_the_state)
 	cr_assert_eq(machine_in(EpState::connected).begin_connect(), -FI_EISCONN);
 	cr_assert_eq(machine_in(EpState::connecting).begin_connect(), -FI_EISCONN);
 	cr_assert_eq(machine_in(EpState::failed).begin_connect(), -FI_EOPBADSTATE,
-		     "a connector whose attempt failed cannot be reused");
+		     "a connector whose attempt failed for good cannot be reused");
 	cr_assert_eq(machine_in(EpState::disconnected).begin_connect(), -FI_EOPBADSTATE);
 	cr_assert_eq(machine_in(EpState::idle).begin_shutdown(), -FI_ENOTCONN);
 	cr_assert_eq(machine_in(EpState::connecting).begin_shutdown(), -FI_ENOTCONN);
@@ -346,4 +354,72 @@ Test(state_machine, shutdown_is_reported_exactly_once)
 	cr_assert_eq(m.on_event(RDMA_CM_EVENT_TIMEWAIT_EXIT, 0).action, EpAction::absorb);
 	cr_assert_eq(m.on_event(RDMA_CM_EVENT_ESTABLISHED, 0).action, EpAction::absorb);
 	cr_assert_eq(m.state(), EpState::disconnected);
+}
+
+/* ND Connect: NETWORK_UNREACHABLE, HOST_UNREACHABLE, CONNECTION_REFUSED and
+ * IO_TIMEOUT "may be retried"; other errors end the connector. */
+Test(state_machine, refused_unreachable_and_timed_out_attempts_may_be_retried)
+{
+	cr_assert(EpStateMachine::retryable(FI_ECONNREFUSED));
+	cr_assert(EpStateMachine::retryable(FI_EHOSTUNREACH));
+	cr_assert(EpStateMachine::retryable(FI_ENETUNREACH));
+	cr_assert(EpStateMachine::retryable(FI_ETIMEDOUT));
+	cr_assert_not(EpStateMachine::retryable(FI_ENODEV));
+	cr_assert_not(EpStateMachine::retryable(FI_ECONNABORTED));
+	cr_assert_not(EpStateMachine::retryable(0));
+
+	struct Case {
+		EpState from;
+		rdma_cm_event_type event;
+		int status;
+		int error;
+	} cases[] = {
+		{EpState::connecting, RDMA_CM_EVENT_REJECTED, kRejectConsumer, FI_ECONNREFUSED},
+		{EpState::connecting, RDMA_CM_EVENT_REJECTED, kRejectInvalidServiceId, FI_ECONNREFUSED},
+		{EpState::connecting, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT, FI_ETIMEDOUT},
+		{EpState::connecting, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNREFUSED, FI_ECONNREFUSED},
+		{EpState::resolving_addr, RDMA_CM_EVENT_ADDR_ERROR, -ENETUNREACH, FI_ENETUNREACH},
+		{EpState::resolving_addr, RDMA_CM_EVENT_ADDR_ERROR, -ETIMEDOUT, FI_ETIMEDOUT},
+		{EpState::resolving_route, RDMA_CM_EVENT_ROUTE_ERROR, -EHOSTUNREACH, FI_EHOSTUNREACH},
+	};
+	for (const Case &c : cases) {
+		EpStateMachine m = machine_in(c.from);
+		EpStep step = m.on_event(c.event, c.status);
+		cr_assert(step == (EpStep{EpState::idle, EpAction::report_error, c.error}),
+			  "%s x %s: (%s, %d, %d)", to_string(c.from), event_name(c.event),
+			  to_string(step.next), static_cast<int>(step.action), step.error);
+		/* fi_connect again, through the whole attempt to a connection. */
+		cr_assert_eq(m.begin_connect(), 0);
+		cr_assert_eq(m.addr_resolved().action, EpAction::resolve_route);
+		cr_assert_eq(m.route_resolved().action, EpAction::connect);
+		cr_assert_eq(m.connect_response().action, EpAction::complete);
+		m.completed();
+		cr_assert_eq(m.state(), EpState::connected);
+	}
+}
+
+Test(state_machine, other_failures_leave_the_connector_unusable)
+{
+	/* No address at all: not one of ND's retryable errors. */
+	EpStateMachine m = machine_in(EpState::resolving_addr);
+	cr_assert_eq(m.addr_error(-ENODEV).next, EpState::failed);
+	cr_assert_eq(m.begin_connect(), -FI_EOPBADSTATE);
+	/* After the answer: CompleteConnect or Reject, never a retry. */
+	EpStateMachine answered = machine_in(EpState::response_pending);
+	cr_assert_eq(answered.unreachable(-ETIMEDOUT).next, EpState::failed);
+	cr_assert_eq(answered.begin_connect(), -FI_EOPBADSTATE);
+	/* The accepting side has nothing to retry. */
+	EpStateMachine passive = machine_in(EpState::accepting);
+	EpStep step = passive.rejected(kRejectConsumer);
+	cr_assert(step == (EpStep{EpState::failed, EpAction::report_error, FI_ECONNABORTED}));
+	EpStateMachine timed_out = machine_in(EpState::accepting);
+	cr_assert_eq(timed_out.unreachable(-ETIMEDOUT).next, EpState::failed);
+	/* A local failure of the endpoint's own action follows the same rule. */
+	EpStateMachine local = machine_in(EpState::resolving_route);
+	cr_assert_eq(local.attempt_failed(FI_EHOSTUNREACH).next, EpState::idle);
+	EpStateMachine local_other = machine_in(EpState::connecting);
+	cr_assert_eq(local_other.attempt_failed(FI_ENOMEM).next, EpState::failed);
+	/* A device removal ends every attempt for good. */
+	EpStateMachine removed = machine_in(EpState::connecting);
+	cr_assert_eq(removed.device_removal().next, EpState::failed);
 }
