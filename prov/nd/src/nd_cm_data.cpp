@@ -83,6 +83,38 @@ int error_of(rdma_cm_event_type type, int status, Side side) noexcept
 	}
 }
 
+int prov_errno_of(rdma_cm_event_type type, int status, int error) noexcept
+{
+	if (type == RDMA_CM_EVENT_REJECTED && status > 0 && status < kRejectReasonBase)
+		return kRejectReasonBase + status;
+	if (status < 0)
+		return -status;
+	return status ? status : error;
+}
+
+const char *prov_errno_str(int prov_errno) noexcept
+{
+	if (prov_errno < kRejectReasonBase)
+		return std::strerror(prov_errno < 0 ? -prov_errno : prov_errno);
+	/* IB CM reject reasons (IBTA, CM REJ "Reason"), the ones rdma_cm and
+	 * its peers send. */
+	switch (prov_errno - kRejectReasonBase) {
+	case 1: return "connection rejected: no queue pair available at the peer";
+	case 3: return "connection rejected: no resources at the peer";
+	case 4: return "connection rejected: the peer timed out";
+	case 5: return "connection rejected: unsupported request";
+	case kRejectInvalidServiceId:
+		return "connection refused: nobody listens on that port (invalid service ID)";
+	case 10: return "connection rejected: stale connection";
+	case 26: return "connection rejected: invalid MTU";
+	case 27: return "connection rejected: insufficient responder resources";
+	case kRejectConsumer: return "connection rejected by the peer's application";
+	case 29: return "connection rejected: invalid RNR retry count";
+	case 30: return "connection rejected: duplicate local communication ID";
+	default: return "connection rejected by the peer's connection manager";
+	}
+}
+
 const char *event_name(rdma_cm_event_type type) noexcept
 {
 	switch (type) {

@@ -76,6 +76,24 @@ constexpr int kRejectConsumer = 28;	/* the peer's application rejected */
 constexpr int kRejectInvalidServiceId = 8; /* no listener on that port */
 
 /*
+ * prov_errno of EQ error entries is an errno, positive. An IB CM reject
+ * reason (rdma_cm's positive status of REJECTED on InfiniBand and RoCE;
+ * iWARP reports -ECONNREFUSED) lies in the same small numbers (28 would read
+ * as ENOSPC), so it is kept apart as kRejectReasonBase + reason.
+ */
+constexpr int kRejectReasonBase = 0x10000;
+
+/* The prov_errno of an error entry: rdma_cm's `status` of event `type`,
+ * made positive, a reject reason moved above kRejectReasonBase; with no
+ * status, `error` (the positive FI_E*, an errno value) itself. Never 0 or
+ * negative. */
+int prov_errno_of(rdma_cm_event_type type, int status, int error) noexcept;
+
+/* What an EQ entry's prov_errno means, for fi_eq_strerror: strerror for an
+ * errno, a sentence for a reject reason. Never NULL. */
+const char *prov_errno_str(int prov_errno) noexcept;
+
+/*
  * The libfabric error (positive FI_E* value) of an rdma_cm event that ends a
  * connection attempt, or 0 for events that are not failures. ND's meanings:
  * refused (no listener, backlog, rejected) is FI_ECONNREFUSED on the active

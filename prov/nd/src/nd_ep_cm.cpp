@@ -511,7 +511,8 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		std::vector<uint8_t> data;
 		if (event.type == RDMA_CM_EVENT_REJECTED)
 			data = unframed_copy(event, "reject");
-		attempt_over(this, step, event.status, data.data(), data.size());
+		attempt_over(this, step, cm::prov_errno_of(event.type, event.status, step.error),
+			     data.data(), data.size());
 		return;
 	}
 	case EpAction::report_shutdown:

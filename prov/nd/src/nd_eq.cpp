@@ -78,9 +78,8 @@ const char *eq_strerror(fid_eq *eq, int prov_errno, const void *err_data, char *
 {
 	(void)eq;
 	(void)err_data;
-	/* prov_errno of this provider's EQ entries is an errno (or the negated
-	 * status rdma_cm reported), so strerror names it. */
-	const char *text = std::strerror(prov_errno < 0 ? -prov_errno : prov_errno);
+	/* An errno, or an IB CM reject reason (nd_cm_data.h). */
+	const char *text = cm::prov_errno_str(prov_errno);
 	if (buf && len) {
 		std::strncpy(buf, text, len - 1);
 		buf[len - 1] = '\0';

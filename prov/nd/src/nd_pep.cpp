@@ -203,7 +203,8 @@ void pep_cm_event(void *owner, const CmEventCopy &event)
 			break;
 		case RDMA_CM_EVENT_DEVICE_REMOVAL:
 			ND_WARN(FI_LOG_EP_CTRL, "listener: device removed\n");
-			push_pep_error(pep, FI_ENODEV, event.status);
+			push_pep_error(pep, FI_ENODEV,
+				       cm::prov_errno_of(event.type, event.status, FI_ENODEV));
 			break;
 		default:
 			ND_INFO(FI_LOG_EP_CTRL, "listener: %s absorbed\n", cm::event_name(event.type));

@@ -210,6 +210,8 @@ Test(retry, a_refused_connector_connects_again_and_keeps_its_receives)
 	Event refused = expect_error(f.eq, &c.ep->fid);
 	cr_assert_eq(refused.err.err, FI_ECONNREFUSED, "got %s", fi_strerror(refused.err.err));
 	cr_assert_gt(refused.err.prov_errno, 0, "rdma_cm's reject reason");
+	const char *why_refused = fi_eq_strerror(f.eq, refused.err.prov_errno, nullptr, nullptr, 0);
+	cr_assert(std::strstr(why_refused, "listen"), "fi_eq_strerror: %s", why_refused);
 	expect_cq_empty(c.cq, 200); /* the receive was not flushed */
 	len = sizeof(mine);
 	cr_assert_eq(fi_getname(&c.ep->fid, &mine, &len), 0);
@@ -224,6 +226,8 @@ Test(retry, a_refused_connector_connects_again_and_keeps_its_receives)
 	Event rejected = expect_error(f.eq, &c.ep->fid);
 	cr_assert_eq(rejected.err.err, FI_ECONNREFUSED);
 	cr_assert(rejected.err_data == why, "reject data: %zu bytes", rejected.err_data.size());
+	const char *text = fi_eq_strerror(f.eq, rejected.err.prov_errno, nullptr, nullptr, 0);
+	cr_assert(std::strstr(text, "application"), "fi_eq_strerror: %s", text);
 	expect_cq_empty(c.cq, 200);
 
 	cr_assert_eq(fi_connect(c.ep, &f.listen_addr, nullptr, 0), 0);

@@ -4,6 +4,7 @@
  */
 #include <criterion/criterion.h>
 
+#include "nd_cm_data.h"
 #include "nd_eq.h"
 
 #include <rdma/fi_eq.h>
@@ -322,4 +323,36 @@ Test(eq, strerror_names_the_errno)
 	cr_assert_str_eq(buf, strerror(ETIMEDOUT));
 	cr_assert_str_eq(fi_eq_strerror(eq, -ECONNREFUSED, nullptr, nullptr, 0), strerror(ECONNREFUSED));
 	fi_close(&eq->fid);
+}
+
+/* A reject's IB CM reason is no errno: 28 must not read as ENOSPC. */
+Test(eq, strerror_names_reject_reasons)
+{
+	using namespace nd::cm;
+	fid_eq *eq = open_eq();
+	const int by_application = prov_errno_of(RDMA_CM_EVENT_REJECTED, kRejectConsumer, FI_ECONNREFUSED);
+	const int no_listener = prov_errno_of(RDMA_CM_EVENT_REJECTED, kRejectInvalidServiceId, FI_ECONNREFUSED);
+	cr_assert_str_eq(fi_eq_strerror(eq, by_application, nullptr, nullptr, 0),
+			 "connection rejected by the peer's application");
+	cr_assert(strstr(fi_eq_strerror(eq, no_listener, nullptr, nullptr, 0), "nobody listens"));
+	char buf[16];
+	const char *text = fi_eq_strerror(eq, by_application, nullptr, buf, sizeof(buf));
+	cr_assert_eq(text, buf);
+	cr_assert_eq(strlen(buf), sizeof(buf) - 1, "cut to the buffer, terminated");
+	cr_assert_str_eq(fi_eq_strerror(eq, kRejectReasonBase + 200, nullptr, nullptr, 0),
+			 "connection rejected by the peer's connection manager");
+	fi_close(&eq->fid);
+}
+
+Test(eq, prov_errno_is_never_negative_or_zero_for_an_error)
+{
+	using namespace nd::cm;
+	cr_assert_eq(prov_errno_of(RDMA_CM_EVENT_ADDR_ERROR, -ENETUNREACH, FI_ENETUNREACH), ENETUNREACH);
+	cr_assert_eq(prov_errno_of(RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT, FI_ETIMEDOUT), ETIMEDOUT);
+	cr_assert_eq(prov_errno_of(RDMA_CM_EVENT_REJECTED, -ECONNREFUSED, FI_ECONNREFUSED), ECONNREFUSED,
+		     "iWARP's reject is an errno");
+	cr_assert_eq(prov_errno_of(RDMA_CM_EVENT_REJECTED, kRejectConsumer, FI_ECONNREFUSED),
+		     kRejectReasonBase + kRejectConsumer);
+	cr_assert_eq(prov_errno_of(RDMA_CM_EVENT_DISCONNECTED, 0, FI_ECONNABORTED), FI_ECONNABORTED);
+	cr_assert_eq(prov_errno_of(RDMA_CM_EVENT_DEVICE_REMOVAL, 0, FI_ENODEV), FI_ENODEV);
 }
