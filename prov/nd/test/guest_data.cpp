@@ -1354,7 +1354,7 @@ Test(data, every_cq_format_reports_its_fields)
 	DataFixture f;
 	f.open();
 	auto [c, s] = f.connect_data();
-	for (fi_cq_format format : {FI_CQ_FORMAT_CONTEXT, FI_CQ_FORMAT_MSG, FI_CQ_FORMAT_DATA}) {
+	for (fi_cq_format format : {FI_CQ_FORMAT_CONTEXT, FI_CQ_FORMAT_MSG, FI_CQ_FORMAT_DATA, FI_CQ_FORMAT_TAGGED}) {
 		/* A pair whose server reports in `format`. */
 		fi_cq_attr attr{};
 		attr.format = format;
@@ -1380,7 +1380,7 @@ Test(data, every_cq_format_reports_its_fields)
 		cr_assert_eq(fi_recv(sep, buf.data(), 64, buf.desc(), 0, &ctx), 0);
 		cr_assert_eq(fi_senddata(cep, buf.data(), 40, buf.desc(), 99, 0, nullptr), 0);
 		/* Room for the largest format, with a guard after the entry. */
-		uint8_t raw[sizeof(fi_cq_data_entry) + 8];
+		uint8_t raw[sizeof(fi_cq_tagged_entry) + 8];
 		std::memset(raw, 0xab, sizeof(raw));
 		ssize_t n;
 		while ((n = fi_cq_read(cq, raw, 1)) == -FI_EAGAIN) {
@@ -1388,15 +1388,18 @@ Test(data, every_cq_format_reports_its_fields)
 		cr_assert_eq(n, 1);
 		size_t size = format == FI_CQ_FORMAT_CONTEXT ? sizeof(fi_cq_entry)
 			      : format == FI_CQ_FORMAT_MSG   ? sizeof(fi_cq_msg_entry)
-							       : sizeof(fi_cq_data_entry);
+			      : format == FI_CQ_FORMAT_DATA  ? sizeof(fi_cq_data_entry)
+							       : sizeof(fi_cq_tagged_entry);
 		cr_assert_eq(reinterpret_cast<fi_cq_entry *>(raw)->op_context, &ctx);
 		if (format != FI_CQ_FORMAT_CONTEXT) {
 			auto *m = reinterpret_cast<fi_cq_msg_entry *>(raw);
 			cr_assert_eq(m->len, 40u);
 			cr_assert_eq(m->flags, FI_RECV | FI_MSG | FI_REMOTE_CQ_DATA);
 		}
-		if (format == FI_CQ_FORMAT_DATA)
+		if (format == FI_CQ_FORMAT_DATA || format == FI_CQ_FORMAT_TAGGED)
 			cr_assert_eq(reinterpret_cast<fi_cq_data_entry *>(raw)->data, 99u);
+		if (format == FI_CQ_FORMAT_TAGGED)
+			cr_assert_eq(reinterpret_cast<fi_cq_tagged_entry *>(raw)->tag, 0u, "an untagged message");
 		cr_assert_eq(raw[size], 0xab, "format %d wrote past its entry", format);
 		wait_cq(ccq);
 		cr_assert_eq(fi_close(&cep->fid), 0);

@@ -195,8 +195,11 @@ Test(getinfo, bad_hints_give_enodata)
 		     "not a local address");
 
 	hints = nd_hints();
-	hints->caps = FI_TAGGED;
+	hints->caps = FI_ATOMIC;
 	cr_assert_eq(getinfo(nullptr, nullptr, 0, hints.get(), &info), -FI_ENODATA);
+	hints = nd_hints();
+	hints->caps = FI_TAGGED | FI_MULTI_RECV;
+	cr_assert_eq(getinfo(nullptr, nullptr, 0, hints.get(), &info), -FI_ENODATA, "not together");
 
 	hints = nd_hints();
 	hints->tx_attr->size = (size_t)1 << 40;

@@ -149,11 +149,6 @@ Test(objects, eq_open_rejects_bad_attributes)
 Test(objects, unsupported_operations_say_enosys)
 {
 	Opened o = open_fabric_and_domain();
-	fi_cq_attr cq_attr{};
-	cq_attr.format = FI_CQ_FORMAT_TAGGED;
-	fid_cq *cq = nullptr;
-	cr_assert_eq(fi_cq_open(o.domain, &cq_attr, &cq, nullptr), -FI_ENOSYS, "no FI_TAGGED");
-	cr_assert_null(cq);
 	fi_av_attr av_attr{};
 	fid_av *av = nullptr;
 	cr_assert_eq(fi_av_open(o.domain, &av_attr, &av, nullptr), -FI_ENOSYS);
