@@ -241,6 +241,12 @@ std::vector<PortAddress> local_addresses(const Params &params)
 
 } // namespace
 
+bool is_software_device(const std::string &name)
+{
+	const std::string ibdev = "/sys/class/infiniband/" + name;
+	return real_path(ibdev + "/device").empty() && !read_sysfs(ibdev + "/parent").empty();
+}
+
 CmDataLimits transport_cm_limits(bool iwarp) noexcept
 {
 	if (iwarp)

@@ -99,6 +99,11 @@ uint32_t mtu_bytes(int ibv_mtu_code) noexcept;
 /* Parses the last path component "0000:03:00.0" of a PCI sysfs path. Pure. */
 bool parse_pci_address(const std::string &text, PciAddress *out) noexcept;
 
+/* Whether the RDMA device named `name` is a software one (Soft-RoCE,
+ * soft-iWARP): it has no device of its own in sysfs, only a parent
+ * network interface. */
+bool is_software_device(const std::string &name);
+
 /*
  * Finds every RDMA adapter port that has an IP address, by asking rdma_cm
  * which device each local address binds to (what connect/listen will do).

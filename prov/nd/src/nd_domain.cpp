@@ -176,8 +176,12 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	const Params params = read_params();
 	domain->min_rnr_timer = static_cast<uint8_t>(params.min_rnr_timer);
 	domain->rnr_retry = static_cast<uint8_t>(params.rnr_retry);
-	domain->retry_count = static_cast<uint8_t>(params.retry_count);
-	domain->ack_timeout = params.ack_timeout;
+	const bool soft_roce = !domain->iwarp && is_software_device(info->domain_attr->name);
+	const TransportRetry retry = transport_retry(params, soft_roce);
+	domain->retry_count = static_cast<uint8_t>(retry.retry_count);
+	domain->ack_timeout = retry.ack_timeout;
+	ND_INFO(FI_LOG_DOMAIN, "fi_domain(%s): %s: transport retry count %d, ACK timeout %d (-1: rdma_cm's)\n",
+		info->domain_attr->name, soft_roce ? "Soft-RoCE" : "hardware", retry.retry_count, retry.ack_timeout);
 	domain->threading = info->domain_attr->threading == FI_THREAD_UNSPEC
 				    ? FI_THREAD_SAFE
 				    : info->domain_attr->threading;

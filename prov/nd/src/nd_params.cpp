@@ -40,12 +40,12 @@ void define_params() noexcept
 			"less, such a send completes with FI_ENORX and the connection breaks.");
 	fi_param_define(&nd_prov, "retry_count", FI_PARAM_INT,
 			"How often a sender retransmits a packet the peer did not acknowledge, "
-			"0..7 (default 6). Then the send completes with FI_ETIMEDOUT and the "
-			"connection breaks. Soft-RoCE treats 7 as forever.");
+			"0..7 (default 6; 7 on Soft-RoCE, which treats 7 as forever). Then the "
+			"send completes with FI_ETIMEDOUT and the connection breaks.");
 	fi_param_define(&nd_prov, "ack_timeout", FI_PARAM_INT,
 			"Local ACK timeout exponent: a packet is retransmitted after "
 			"4.096 us * 2^n without acknowledgement, 0..31 (default: rdma_cm's, "
-			"from the path; on RoCE 2^(packet lifetime + 1)).");
+			"from the path; on RoCE 2^(packet lifetime + 1); 14 on Soft-RoCE).");
 	fi_param_define(&nd_prov, "mr_cache_enable", FI_PARAM_BOOL,
 			"Keep memory registrations for reuse, watching unmapped memory with "
 			"UCX's libucm (default yes; off where libucm cannot be loaded).");
@@ -114,6 +114,19 @@ int param_in_range(const char *name, long long value, int lo, int hi, int fallba
 	ND_WARN(FI_LOG_CORE, "%s=%lld is outside %d..%d; using the default (%d)\n", name, value, lo,
 		hi, fallback);
 	return fallback;
+}
+
+namespace {
+/* 4.096 us * 2^14 = 67 ms: see transport_retry in nd_params.h. */
+constexpr int kSoftRoceAckTimeout = 14;
+} // namespace
+
+TransportRetry transport_retry(const Params &params, bool soft_roce) noexcept
+{
+	TransportRetry t;
+	t.retry_count = params.retry_count >= 0 ? params.retry_count : soft_roce ? 7 : 6;
+	t.ack_timeout = params.ack_timeout >= 0 ? params.ack_timeout : soft_roce ? kSoftRoceAckTimeout : -1;
+	return t;
 }
 
 size_t default_mr_cache_max_size() noexcept

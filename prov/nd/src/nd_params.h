@@ -41,10 +41,9 @@ struct Params {
 	 * into an FI_ENORX completion and a broken connection. */
 	int rnr_retry = 7;
 	/* How often a sender retransmits a packet that was not acknowledged
-	 * (0..7). Soft-RoCE never counts down from 7 (it retries forever), so
-	 * 7 would leave a dead peer undetected there; 6 ends the connection
-	 * with FI_ETIMEDOUT after 7 ACK timeouts on every device. */
-	int retry_count = 6;
+	 * (0..7); -1: the device's default (transport_retry below). After the
+	 * last retry the send completes with FI_ETIMEDOUT. */
+	int retry_count = -1;
 	/* The local ACK timeout, 4.096 us * 2^n (0..31); -1: rdma_cm's, derived
 	 * from the path's packet lifetime. */
 	int ack_timeout = -1;
@@ -67,6 +66,32 @@ void define_params() noexcept;
 
 /* Reads the parameters as they are now; unset ones keep their defaults. */
 Params read_params();
+
+/*
+ * The transport retry a domain's queue pairs get: what the application set
+ * (FI_ND_RETRY_COUNT, FI_ND_ACK_TIMEOUT), else the device's defaults.
+ *
+ * Hardware: retry count 6 and rdma_cm's ACK timeout (from the path; 19,
+ * 2.1 s, on RoCE). A peer gone silent is reported after 7 timeouts; a short
+ * timeout would turn a fabric reroute into broken connections, and these
+ * fabrics rarely drop.
+ *
+ * Soft-RoCE: ACK timeout 14 (67 ms) and retry count 7. Soft-RoCE runs over
+ * plain Ethernet, which drops packets, and recovers the loss of a message's
+ * last packet only when this timeout fires: at 19, Open MPI's 256 KiB
+ * bandwidth between two Soft-RoCE guests measured 0.3 MB/s, at 14 3.9 MB/s
+ * (12 gave 4.3). Its retransmit timer also runs while a sender waits out
+ * receiver-not-ready NAKs, so any count below 7 (which it treats as
+ * "forever") ends a connection whose receiver is late by 7 timeouts
+ * (measured: a receive posted 1.5 s late broke the connection at 14 with
+ * count 6): the default keeps ofi_rxm's late receivers waited for, and
+ * FI_ND_RETRY_COUNT=6 trades that for a dead peer reported in 0.5 s.
+ */
+struct TransportRetry {
+	int retry_count;
+	int ack_timeout;	/* -1: rdma_cm's */
+};
+TransportRetry transport_retry(const Params &params, bool soft_roce) noexcept;
 
 /* `value` of the parameter `name` when it lies in [lo, hi]; otherwise a
  * warning naming the range, and `fallback`. */

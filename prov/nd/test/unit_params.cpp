@@ -47,18 +47,36 @@ Test(params, retry_parameters_come_from_the_environment)
 	nd::define_params();
 	nd::Params defaults = nd::read_params();
 	cr_assert_eq(defaults.rnr_retry, 7, "RNR retries are infinite unless asked otherwise");
-	cr_assert_eq(defaults.retry_count, 6);
+	cr_assert_eq(defaults.retry_count, -1, "the device's default");
 	cr_assert_eq(defaults.ack_timeout, -1, "rdma_cm's ACK timeout unless asked otherwise");
 	setenv("FI_ND_RNR_RETRY", "0", 1);
 	setenv("FI_ND_RETRY_COUNT", "9", 1);
 	setenv("FI_ND_ACK_TIMEOUT", "14", 1);
 	nd::Params p = nd::read_params();
 	cr_assert_eq(p.rnr_retry, 0);
-	cr_assert_eq(p.retry_count, 6, "9 is out of range: the default");
+	cr_assert_eq(p.retry_count, -1, "9 is out of range: the default");
 	cr_assert_eq(p.ack_timeout, 14);
 	setenv("FI_ND_ACK_TIMEOUT", "32", 1);
 	setenv("FI_ND_RNR_RETRY", "-1", 1);
 	p = nd::read_params();
 	cr_assert_eq(p.ack_timeout, -1);
 	cr_assert_eq(p.rnr_retry, 7);
+}
+
+Test(params, transport_retry_defaults_per_kind_of_device)
+{
+	nd::Params p;
+	nd::TransportRetry hw = nd::transport_retry(p, false);
+	cr_assert_eq(hw.retry_count, 6);
+	cr_assert_eq(hw.ack_timeout, -1, "rdma_cm's on hardware");
+	nd::TransportRetry soft = nd::transport_retry(p, true);
+	cr_assert_eq(soft.retry_count, 7, "Soft-RoCE: late receivers stay waited for");
+	cr_assert_eq(soft.ack_timeout, 14, "Soft-RoCE: a lost packet costs 67 ms, not 2.1 s");
+	p.retry_count = 6;
+	p.ack_timeout = 19;
+	soft = nd::transport_retry(p, true);
+	cr_assert_eq(soft.retry_count, 6, "what the application set wins");
+	cr_assert_eq(soft.ack_timeout, 19);
+	p.retry_count = 0;
+	cr_assert_eq(nd::transport_retry(p, false).retry_count, 0);
 }
