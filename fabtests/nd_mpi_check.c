@@ -3,11 +3,13 @@
  * byte by byte. Run with 2 or more ranks (fabtests/nd_mpi.sh runs it through
  * Open MPI's OFI MTL over "nd;ofi_rxm"):
  *
- *   - ping-pong between rank 0 and every other rank, 1 B to 4 MiB (eager
- *     and rendezvous sizes of ofi_rxm), each message filled with a pattern
- *     that depends on its size, round and sender, and checked on arrival;
+ *   - ping-pong between every pair of ranks, 1 B to 4 MiB (eager and
+ *     rendezvous sizes of ofi_rxm; -m BYTES sets the largest), each
+ *     message filled with a pattern that depends on its size, round and
+ *     sender, and checked on arrival;
  *   - a window of non-blocking sends and receives in both directions;
  *   - MPI_Allreduce of integer vectors, checked against the closed form;
+ *   - MPI_Alltoall, every block marked with its sender and receiver;
  *   - a barrier loop.
  *
  * Prints one line per check and "nd_mpi_check: N passed, M failed" on
@@ -25,6 +27,7 @@
 
 static int rank, nranks;
 static int failures;
+static size_t max_size = MAX_SIZE;
 
 static unsigned char pattern(size_t i, size_t size, int round, int from)
 {
@@ -54,28 +57,34 @@ static void check(int ok, const char *what, size_t size, long bad)
 	fprintf(stderr, "rank %d: FAIL %s, %zu bytes: first wrong byte at %ld\n", rank, what, size, bad);
 }
 
+/* One pair at a time, every pair: `low` pings, `high` pongs. */
 static void ping_pong(unsigned char *buf)
 {
-	for (int peer = 1; peer < nranks; peer++) {
-		for (size_t size = 1; size <= MAX_SIZE; size *= 4) {
-			for (int round = 0; round < ROUNDS; round++) {
-				long bad;
-				if (rank == 0) {
-					fill(buf, size, round, 0);
-					MPI_Send(buf, (int)size, MPI_BYTE, peer, round, MPI_COMM_WORLD);
-					memset(buf, 0, size);
-					MPI_Recv(buf, (int)size, MPI_BYTE, peer, round, MPI_COMM_WORLD,
-						 MPI_STATUS_IGNORE);
-					bad = first_mismatch(buf, size, round, peer);
-					check(bad < 0, "pong payload", size, bad);
-				} else if (rank == peer) {
-					memset(buf, 0, size);
-					MPI_Recv(buf, (int)size, MPI_BYTE, 0, round, MPI_COMM_WORLD,
-						 MPI_STATUS_IGNORE);
-					bad = first_mismatch(buf, size, round, 0);
-					check(bad < 0, "ping payload", size, bad);
-					fill(buf, size, round, peer);
-					MPI_Send(buf, (int)size, MPI_BYTE, 0, round, MPI_COMM_WORLD);
+	for (int low = 0; low < nranks; low++) {
+		for (int high = low + 1; high < nranks; high++) {
+			if (rank != low && rank != high)
+				continue;
+			const int peer = rank == low ? high : low;
+			for (size_t size = 1; size <= max_size; size *= 4) {
+				for (int round = 0; round < ROUNDS; round++) {
+					long bad;
+					if (rank == low) {
+						fill(buf, size, round, rank);
+						MPI_Send(buf, (int)size, MPI_BYTE, peer, round, MPI_COMM_WORLD);
+						memset(buf, 0, size);
+						MPI_Recv(buf, (int)size, MPI_BYTE, peer, round, MPI_COMM_WORLD,
+							 MPI_STATUS_IGNORE);
+						bad = first_mismatch(buf, size, round, peer);
+						check(bad < 0, "pong payload", size, bad);
+					} else {
+						memset(buf, 0, size);
+						MPI_Recv(buf, (int)size, MPI_BYTE, peer, round, MPI_COMM_WORLD,
+							 MPI_STATUS_IGNORE);
+						bad = first_mismatch(buf, size, round, peer);
+						check(bad < 0, "ping payload", size, bad);
+						fill(buf, size, round, rank);
+						MPI_Send(buf, (int)size, MPI_BYTE, peer, round, MPI_COMM_WORLD);
+					}
 				}
 			}
 		}
@@ -136,6 +145,29 @@ static void allreduce(void)
 	free(out);
 }
 
+/* Every rank sends every other a block marked with both ranks. */
+static void alltoall(void)
+{
+	static const size_t blocks[] = {64, 65536};
+	for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++) {
+		const size_t block = blocks[b];
+		unsigned char *out = malloc(block * nranks), *in = calloc(nranks, block);
+		if (!out || !in) {
+			fprintf(stderr, "rank %d: out of memory\n", rank);
+			MPI_Abort(MPI_COMM_WORLD, 2);
+		}
+		for (int to = 0; to < nranks; to++)
+			fill(out + to * block, block, to, rank);
+		MPI_Alltoall(out, (int)block, MPI_BYTE, in, (int)block, MPI_BYTE, MPI_COMM_WORLD);
+		for (int from = 0; from < nranks; from++) {
+			long bad = first_mismatch(in + from * block, block, rank, from);
+			check(bad < 0, "alltoall block", block, bad);
+		}
+		free(out);
+		free(in);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	MPI_Init(&argc, &argv);
@@ -147,21 +179,27 @@ int main(int argc, char **argv)
 		MPI_Finalize();
 		return 2;
 	}
-	unsigned char *buf = malloc(MAX_SIZE);
+	for (int i = 1; i + 1 < argc; i++)
+		if (strcmp(argv[i], "-m") == 0)
+			max_size = strtoul(argv[i + 1], NULL, 0);
+	if (max_size < 1 || max_size > MAX_SIZE)
+		max_size = MAX_SIZE;
+	unsigned char *buf = malloc(max_size);
 	if (!buf)
 		MPI_Abort(MPI_COMM_WORLD, 2);
 
 	struct {
 		const char *name;
 		void (*run)(void);
-	} steps[] = {{"windows", windows}, {"allreduce", allreduce}};
+	} steps[] = {{"windows", windows}, {"allreduce", allreduce}, {"alltoall", alltoall}};
 	int passed = 0, failed = 0;
 
 	int before = failures, any;
 	ping_pong(buf);
 	MPI_Allreduce(&(int){failures - before}, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 	if (rank == 0)
-		printf("%s: ping_pong (1 B to %u MiB, %d ranks)\n", any ? "FAIL" : "PASS", MAX_SIZE >> 20, nranks);
+		printf("%s: ping_pong (every pair, 1 B to %zu KiB, %d ranks)\n", any ? "FAIL" : "PASS", max_size >> 10,
+		       nranks);
 	any ? failed++ : passed++;
 	for (size_t s = 0; s < sizeof(steps) / sizeof(steps[0]); s++) {
 		before = failures;
