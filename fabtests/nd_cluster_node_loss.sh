@@ -1,0 +1,52 @@
+#!/bin/bash
+# nd_cluster_node_loss.sh BUILDDIR [PROVIDER]: a host that dies mid-transfer,
+# on util/nd-cluster 2. Node 1 serves fabtests/nd_node_loss, lets traffic
+# flow for 2 s, then powers itself off (sysrq: no disconnect, no reply,
+# ever); node 0, the survivor, must see its outstanding sends, RDMA writes
+# and reads complete in error within 30 s of the last success, every
+# request accounted for, every close 0. nd-cluster's status is 125 (node 1
+# is gone) by design: node 0's PASS:/FAIL: line is the verdict.
+#
+# Runs with FI_ND_RETRY_COUNT=6: Soft-RoCE's default retry count, 7,
+# retransmits for ever (fi_nd(7), FI_ND_RETRY_COUNT), and a dead peer is
+# then never reported.
+set -u
+builddir=$(cd "${1:?usage: nd_cluster_node_loss.sh BUILDDIR [PROVIDER]}" && pwd)
+prov=${2:-nd}
+export FI_PROVIDER_PATH=$builddir/.libs
+export FI_ND_RETRY_COUNT=${FI_ND_RETRY_COUNT:-6}
+meet=${ND_MEET:?run by util/nd-cluster}
+prog=$builddir/fabtests/nd_node_loss
+server=10.0.3.11
+
+# wait_for_line FILE TEXT SECONDS
+wait_for_line() {
+	local deadline=$((SECONDS + $3))
+	until grep -q "$2" "$1" 2>/dev/null; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.1
+	done
+}
+
+if ((ND_NODE == 1)); then
+	"$prog" -p "$prov" -s -a "$server" >"$meet/loss.server" 2>&1 &
+	if ! wait_for_line "$meet/loss.server" serving 90; then
+		echo "node 1: the survivor never connected"
+		exit 1
+	fi
+	sleep 2
+	echo "node 1: powering off mid-transfer"
+	: >"$meet/.done.$ND_NODE" # util/guest/cluster-node: a crashed node is done
+	echo o >/proc/sysrq-trigger
+	sleep 60
+	exit 1 # not reached
+fi
+if ! wait_for_line "$meet/loss.server" listening 60; then
+	echo "FAIL: node loss ($prov): the server on node 1 did not start"
+	exit 0
+fi
+if timeout 120 "$prog" -p "$prov" -c "$server" -T 30; then
+	echo "PASS: node loss ($prov, FI_ND_RETRY_COUNT=$FI_ND_RETRY_COUNT): the survivor's requests all completed in error and every object closed"
+else
+	echo "FAIL: node loss ($prov, FI_ND_RETRY_COUNT=$FI_ND_RETRY_COUNT): see above"
+fi
