@@ -65,10 +65,12 @@ struct DataOptions {
 	std::function<void(fid_ep *)> before_connect;	/* after fi_enable */
 };
 
-/* Reads one completion within `timeout_ms`; an error entry fails the test. */
-inline fi_cq_data_entry wait_cq(fid_cq *cq, int timeout_ms = 10000)
+/* Reads one completion within `timeout_ms`; an error entry fails the test.
+ * `Entry` is the CQ's format (fi_cq_tagged_entry for FI_CQ_FORMAT_TAGGED). */
+template <typename Entry = fi_cq_data_entry>
+Entry wait_cq(fid_cq *cq, int timeout_ms = 10000)
 {
-	fi_cq_data_entry entry{};
+	Entry entry{};
 	const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
 	for (;;) {
 		ssize_t rc = fi_cq_read(cq, &entry, 1);
@@ -77,9 +79,9 @@ inline fi_cq_data_entry wait_cq(fid_cq *cq, int timeout_ms = 10000)
 		if (rc == -FI_EAVAIL) {
 			fi_cq_err_entry err{};
 			fi_cq_readerr(cq, &err, 0);
-			cr_assert_fail("error completion: %s (%s), context %p", fi_strerror(err.err),
-				       fi_cq_strerror(cq, err.prov_errno, nullptr, nullptr, 0),
-				       err.op_context);
+			cr_assert_fail("error completion: %s (%s, prov_errno %d, flags 0x%llx), context %p",
+				       fi_strerror(err.err), fi_cq_strerror(cq, err.prov_errno, nullptr, nullptr, 0),
+				       err.prov_errno, static_cast<unsigned long long>(err.flags), err.op_context);
 		}
 		cr_assert_eq(rc, -FI_EAGAIN, "fi_cq_read: %zd", rc);
 		cr_assert(std::chrono::steady_clock::now() < end, "no completion in %d ms", timeout_ms);

@@ -1986,24 +1986,9 @@ TestSuite(tagged, .timeout = 120);
 
 namespace {
 
-/* Reads one tagged-format completion within 10 s; errors fail the test. */
 fi_cq_tagged_entry wait_tagged(fid_cq *cq)
 {
-	fi_cq_tagged_entry entry{};
-	const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-	for (;;) {
-		ssize_t rc = fi_cq_read(cq, &entry, 1);
-		if (rc == 1)
-			return entry;
-		if (rc == -FI_EAVAIL) {
-			fi_cq_err_entry err{};
-			fi_cq_readerr(cq, &err, 0);
-			cr_assert_fail("error completion: %s (prov_errno %d, flags 0x%llx), context %p", fi_strerror(err.err), err.prov_errno, (unsigned long long)err.flags, err.op_context);
-		}
-		cr_assert_eq(rc, -FI_EAGAIN, "fi_cq_read: %zd", rc);
-		cr_assert(std::chrono::steady_clock::now() < end, "no completion in 10 s");
-		std::this_thread::yield();
-	}
+	return wait_cq<fi_cq_tagged_entry>(cq);
 }
 
 struct TaggedPair {
