@@ -108,6 +108,13 @@ EpStep EpStateMachine::unreachable(int status) noexcept
 
 EpStep EpStateMachine::rejected(int status) noexcept
 {
+	/* ND CompleteConnect: an accepter that gives up while the connector
+	 * decides (it closed, or timed out waiting) aborts the connection; the
+	 * application hears of it now, not at its next call. */
+	if (side_ == cm::Side::active && state_ == EpState::response_pending) {
+		peer_aborted_ = true;
+		return go(EpState::failed, EpAction::report_error, FI_ECONNABORTED);
+	}
 	const bool refused_request = side_ == cm::Side::active && state_ == EpState::connecting;
 	const bool aborted_accept = side_ == cm::Side::passive && state_ == EpState::accepting;
 	if (!refused_request && !aborted_accept)
@@ -128,8 +135,11 @@ EpStep EpStateMachine::disconnected() noexcept
 	case EpState::connected:
 	case EpState::shutting_down:
 		return go(EpState::disconnected, EpAction::report_shutdown);
+	case EpState::response_pending:
+		peer_aborted_ = true;
+		[[fallthrough]];
 	case EpState::accepting:
-		/* The peer let go before completing what we accepted. */
+		/* The peer let go before the connection was complete. */
 		return go(EpState::failed, EpAction::report_error, FI_ECONNABORTED);
 	default:
 		return absorb();
@@ -214,6 +224,9 @@ int EpStateMachine::begin_shutdown() noexcept
 
 int EpStateMachine::begin_complete() noexcept
 {
+	/* ND_CONNECTION_ABORTED after the peer gave up (reported on the EQ). */
+	if (state_ == EpState::failed && peer_aborted_)
+		return -FI_ECONNABORTED;
 	return state_ == EpState::response_pending ? 0 : -FI_ENOTCONN;
 }
 

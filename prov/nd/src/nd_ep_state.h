@@ -109,6 +109,9 @@ private:
 	EpState state_ = EpState::idle;
 	cm::Side side_;
 	bool manual_;
+	/* Manual mode: the accepter gave up while the application decided;
+	 * fi_nd_complete_connect then says so (ND_CONNECTION_ABORTED). */
+	bool peer_aborted_ = false;
 };
 
 } // namespace nd

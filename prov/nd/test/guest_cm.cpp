@@ -313,6 +313,32 @@ Test(cm, manual_reject_after_accept_aborts_the_accepter)
 	f.close();
 }
 
+/* ND CompleteConnect: an accepter that gives up while the connector
+ * decides aborts the connection. Closing the accepting endpoint makes its
+ * CM send a REJ; the connector hears of it at once, on its EQ, and a later
+ * fi_nd_complete_connect says aborted, not "not connecting". */
+Test(cm, manual_complete_reports_an_accepter_that_gives_up)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *c = f.client();
+	set_int(c, FI_OPT_ND_MANUAL_COMPLETE, 1);
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_ep *s = f.server(req);
+	cr_assert_eq(fi_accept(s, nullptr, 0), 0);
+	expect_event(f.eq, FI_ND_CONNRESP, &c->fid);
+	cr_assert_eq(fi_close(&s->fid), 0, "the accepter gives up");
+	Event err = expect_error(f.eq, &c->fid);
+	cr_assert_eq(err.err.err, FI_ECONNABORTED);
+	cr_assert_eq(fi_nd_complete_connect(c), -FI_ECONNABORTED);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), -FI_EOPBADSTATE);
+	expect_quiet(f.eq, 300);
+	cr_assert_eq(fi_close(&c->fid), 0);
+	f.close();
+}
+
 Test(cm, no_listener_is_connection_refused)
 {
 	CmFixture f;

@@ -257,6 +257,8 @@ EpStep expected(EpState s, rdma_cm_event_type e, int status, Side side)
 	case RDMA_CM_EVENT_UNREACHABLE:
 		return attempt ? fail_with(e) : absorb;
 	case RDMA_CM_EVENT_REJECTED:
+		if (s == EpState::response_pending && side == Side::active)
+			return {EpState::failed, EpAction::report_error, FI_ECONNABORTED};
 		if ((s == EpState::connecting && side == Side::active) ||
 		    (s == EpState::accepting && side == Side::passive))
 			return fail_with(e);
@@ -266,7 +268,7 @@ EpStep expected(EpState s, rdma_cm_event_type e, int status, Side side)
 	case RDMA_CM_EVENT_DISCONNECTED:
 		if (s == EpState::connected || s == EpState::shutting_down)
 			return {EpState::disconnected, EpAction::report_shutdown};
-		if (s == EpState::accepting)
+		if (s == EpState::accepting || s == EpState::response_pending)
 			return {EpState::failed, EpAction::report_error, FI_ECONNABORTED};
 		return absorb;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
@@ -313,6 +315,18 @@ Test(state_machine, manual_mode_reports_the_response)
 	cr_assert_eq(m.begin_complete(), 0);
 	m.completed();
 	cr_assert_eq(m.state(), EpState::connected);
+}
+
+Test(state_machine, manual_mode_reports_an_accepter_that_gives_up)
+{
+	for (rdma_cm_event_type e : {RDMA_CM_EVENT_REJECTED, RDMA_CM_EVENT_DISCONNECTED}) {
+		EpStateMachine m = machine_in(EpState::response_pending);
+		EpStep step = m.on_event(e, e == RDMA_CM_EVENT_REJECTED ? kRejectConsumer : 0);
+		cr_assert(step == (EpStep{EpState::failed, EpAction::report_error, FI_ECONNABORTED}), "%s",
+			  event_name(e));
+		cr_assert_eq(m.begin_complete(), -FI_ECONNABORTED, "ND_CONNECTION_ABORTED");
+		cr_assert_eq(m.begin_connect(), -FI_EOPBADSTATE, "answered, then aborted: not retried");
+	}
 }
 
 Test(state_machine, manual_reject_leaves_the_endpoint_unusable)
