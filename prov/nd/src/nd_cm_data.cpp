@@ -138,4 +138,18 @@ const char *event_name(rdma_cm_event_type type) noexcept
 	}
 }
 
+bool peer_gave_up(rdma_cm_event_type type) noexcept
+{
+	switch (type) {
+	case RDMA_CM_EVENT_REJECTED:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		return true;
+	default:
+		return false;
+	}
+}
+
 } // namespace nd::cm

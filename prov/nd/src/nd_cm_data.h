@@ -107,6 +107,11 @@ int error_of(rdma_cm_event_type type, int status, Side side) noexcept;
 /* Printable name of an rdma_cm event (rdma_event_str without the library). */
 const char *event_name(rdma_cm_event_type type) noexcept;
 
+/* Whether an event on a connection request's id, before it is answered,
+ * means the requester went away (rejected, timed out, disconnected, or the
+ * device is gone): fi_accept must then fail with FI_ECONNABORTED. */
+bool peer_gave_up(rdma_cm_event_type type) noexcept;
+
 } // namespace nd::cm
 
 #endif /* ND_CM_DATA_H */

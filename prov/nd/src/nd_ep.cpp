@@ -40,7 +40,33 @@ int bind_eq(Endpoint *ep, EventQueue *eq)
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: the endpoint already has an EQ\n");
 		return -FI_EINVAL;
 	}
-	return bind_cm_to_eq(eq, ep->cm, &ep->eq);
+	EventQueue *home = ep->cm_home;
+	if (!home)
+		return bind_cm_to_eq(eq, ep->cm, &ep->eq);
+	/* A passive-side endpoint: until now its events came through the
+	 * listener's EQ, under that EQ's progress lock, and were held. Both
+	 * locks: no handler runs while the id changes channel. */
+	rdma_event_channel *channel;
+	int ret = eq->cm_channel(&channel);
+	if (ret)
+		return ret;
+	std::unique_lock<std::mutex> home_guard(home->progress_lock(), std::defer_lock);
+	std::unique_lock<std::mutex> eq_guard(eq->progress_lock(), std::defer_lock);
+	if (home == eq)
+		home_guard.lock();
+	else
+		std::lock(home_guard, eq_guard);
+	ret = ep->cm.migrate(channel);
+	if (ret)
+		return ret;
+	ep->eq = eq;
+	eq->bound.acquire();
+	home->bound.release();
+	ep->cm_home = nullptr;
+	for (EqEntry &entry : ep->held_events)
+		eq->push(std::move(entry));
+	ep->held_events.clear();
+	return 0;
 }
 
 int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags) noexcept
@@ -56,25 +82,25 @@ int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags) noexcept
 			       [&] { return bind_eq(ep, from_fid<EventQueue>(bfid)); });
 	case FI_CLASS_CQ:
 		return guarded("fi_ep_bind(cq)", [&] {
-			return under_progress_lock(ep->eq, [&] {
+			return under_progress_lock(ep->progress_eq(), [&] {
 				return ep->bind_cq(from_fid<CompletionQueue>(bfid), flags);
 			});
 		});
 	case FI_CLASS_CNTR:
 		return guarded("fi_ep_bind(cntr)", [&] {
-			return under_progress_lock(ep->eq, [&] {
+			return under_progress_lock(ep->progress_eq(), [&] {
 				return ep->bind_cntr(from_fid<Counter>(bfid), flags);
 			});
 		});
 	case FI_CLASS_SRX_CTX:
 		return guarded("fi_ep_bind(srx)", [&] {
-			return under_progress_lock(ep->eq, [&] {
+			return under_progress_lock(ep->progress_eq(), [&] {
 				return ep->bind_srx(from_fid<SharedRx>(bfid));
 			});
 		});
 	case FI_CLASS_STX_CTX:
 		return guarded("fi_ep_bind(stx)", [&] {
-			return under_progress_lock(ep->eq, [&] {
+			return under_progress_lock(ep->progress_eq(), [&] {
 				return ep->bind_stx(from_fid<SharedTx>(bfid));
 			});
 		});
@@ -142,7 +168,7 @@ int ep_control(struct fid *fid, int command, void *arg) noexcept
 	return guarded("fi_control(ep)", [&] {
 		switch (command) {
 		case FI_ENABLE:
-			return under_progress_lock(ep->eq, [&] { return enable(ep); });
+			return under_progress_lock(ep->progress_eq(), [&] { return enable(ep); });
 		case FI_ND_COMPLETE_CONNECT:
 			return ep->complete_connect();
 		case FI_ND_REJECT_CONNECT: {
@@ -154,9 +180,9 @@ int ep_control(struct fid *fid, int command, void *arg) noexcept
 			return ep->reject_connect(data->data, data->len);
 		}
 		case FI_ND_GET_PEER_READ_LIMITS:
-			return under_progress_lock(ep->eq, [&] { return peer_read_limits(ep, arg); });
+			return under_progress_lock(ep->progress_eq(), [&] { return peer_read_limits(ep, arg); });
 		case FI_ND_GET_QP_READ_LIMITS:
-			return under_progress_lock(ep->eq, [&] { return qp_read_limits(ep, arg); });
+			return under_progress_lock(ep->progress_eq(), [&] { return qp_read_limits(ep, arg); });
 		default:
 			ND_WARN(FI_LOG_EP_CTRL, "fi_control(ep): command %d not supported\n", command);
 			return -FI_ENOSYS;
@@ -203,7 +229,7 @@ int ep_getopt(struct fid *fid, int level, int optname, void *optval, size_t *opt
 	if (level != FI_OPT_ENDPOINT)
 		return -FI_ENOPROTOOPT;
 	return guarded("fi_getopt(ep)", [&] {
-		return under_progress_lock(ep->eq, [&]() -> int {
+		return under_progress_lock(ep->progress_eq(), [&]() -> int {
 			const CmDataLimits &limits = ep->domain->cm_limits;
 			const cm::ReadLimits limits_now = ep->negotiated ? ep->effective : ep->offered();
 			switch (optname) {
@@ -236,7 +262,7 @@ int ep_setopt(struct fid *fid, int level, int optname, const void *optval, size_
 	if (level != FI_OPT_ENDPOINT)
 		return -FI_ENOPROTOOPT;
 	return guarded("fi_setopt(ep)", [&] {
-		return under_progress_lock(ep->eq, [&]() -> int {
+		return under_progress_lock(ep->progress_eq(), [&]() -> int {
 			const bool before_connecting = ep->fsm.state() == EpState::idle;
 			int ret;
 			switch (optname) {
@@ -354,7 +380,7 @@ int ep_setname(struct fid *fid, void *addr, size_t addrlen) noexcept
 			ND_WARN(FI_LOG_EP_CTRL, "fi_setname: not an IPv4/IPv6 address of %zu bytes\n", addrlen);
 			return -FI_EINVAL;
 		}
-		return under_progress_lock(ep->eq, [&] { return bind_endpoint(ep, address, "fi_setname"); });
+		return under_progress_lock(ep->progress_eq(), [&] { return bind_endpoint(ep, address, "fi_setname"); });
 	});
 }
 
@@ -362,7 +388,7 @@ int ep_getname(struct fid *fid, void *addr, size_t *addrlen) noexcept
 {
 	Endpoint *ep = ep_of(fid);
 	return guarded("fi_getname(ep)", [&] {
-		return under_progress_lock(ep->eq, [&] {
+		return under_progress_lock(ep->progress_eq(), [&] {
 			SockAddr local = local_address(ep->cm.id);
 			if (!local.length() && ep->info->src_addr)
 				sockaddr_copy(ep->info->src_addr, ep->info->src_addrlen, &local);
@@ -375,7 +401,7 @@ int ep_getpeer(fid_ep *fep, void *addr, size_t *addrlen) noexcept
 {
 	Endpoint *ep = ep_of(fep);
 	return guarded("fi_getpeer", [&] {
-		return under_progress_lock(ep->eq, [&] {
+		return under_progress_lock(ep->progress_eq(), [&] {
 			EpState s = ep->fsm.state();
 			if (s == EpState::idle && !ep->has_request) {
 				ND_INFO(FI_LOG_EP_CTRL, "fi_getpeer: not connected\n");
@@ -478,21 +504,42 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 		else if (ret != -FI_ENOENT)
 			return ret;
 	}
-	if (info->handle && !takes_address) {
-		request = take_request(info->handle);
+	const bool from_request = info->handle && !takes_address;
+	copy->handle = nullptr;
+	auto ep = std::make_unique<Endpoint>(domain, copy.get(),
+					     from_request ? cm::Side::passive : cm::Side::active);
+	if (from_request) {
+		/* The id moves to the endpoint under the listener EQ's progress
+		 * lock: an event of the request (the requester giving up) is seen
+		 * either by the request, before, or by the endpoint, after. Its
+		 * events are dispatched by the listener's EQ until the endpoint
+		 * binds one of its own (cm_home). */
+		bool other_device = false;
+		request = take_request(info->handle, [&](ConnRequest &r) {
+			if (r.id->verbs != domain->context) {
+				other_device = true;
+				return false;
+			}
+			ep->cm.adopt(r.id, &ep->target);
+			ep->cm_home = r.pep->eq;
+			ep->cm_home->bound.acquire();
+			ep->has_request = true;
+			ep->request_peer_gone = r.peer_gone;
+			ep->peer_offer = r.offer();
+			ep->peer = peer_address(r.id);
+			return true;
+		});
 		if (!request)
 			return -FI_EINVAL;
-		if (request->id->verbs != domain->context) {
+		if (other_device) {
 			ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: the request arrived on another device than this domain's\n");
 			rdma_reject(request->id, nullptr, 0);
 			rdma_destroy_id(request->id);
 			release_request(request);
 			return -FI_EINVAL;
 		}
+		release_request(request);
 	}
-	copy->handle = nullptr;
-	auto ep = std::make_unique<Endpoint>(domain, copy.get(),
-					     request ? cm::Side::passive : cm::Side::active);
 	copy.release();
 	ep->ep.fid.fclass = FI_CLASS_EP;
 	ep->ep.fid.context = context;
@@ -506,14 +553,6 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 	ep->ep.rma = &ep_rma_ops;
 	ep->ep.tagged = ep->framed ? &ep_tagged_ops : &unsupported::tagged_ops;
 	ep->ep.atomic = &unsupported::atomic_ops;
-	if (request) {
-		ep->cm.adopt(request->id, &ep->target);
-		ep->has_request = true;
-		ep->request_peer_gone = request->peer_gone;
-		ep->peer_offer = request->offer();
-		ep->peer = peer_address(request->id);
-		release_request(request);
-	}
 	if (takes_address) {
 		int ret = bind_endpoint(ep.get(), taken_address, "fi_endpoint");
 		if (ret) {
@@ -559,7 +598,14 @@ int Endpoint::close()
 		 * is ever reported after a local close. */
 		cm.reset();
 	};
-	teardown_and_unbind(eq, &ep.fid, teardown);
+	if (cm_home) {
+		/* Never bound: its id still lives on the listener's channel. */
+		under_progress_lock(cm_home, teardown);
+		cm_home->bound.release();
+		held_events.clear();
+	} else {
+		teardown_and_unbind(eq, &ep.fid, teardown);
+	}
 	release_queues();
 	unbind_all();
 	domain->children.release();

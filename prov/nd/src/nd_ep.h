@@ -20,6 +20,7 @@
 #include "nd_cm.h"
 #include "nd_cm_data.h"
 #include "nd_ep_state.h"
+#include "nd_eq.h"
 #include "nd_multi_recv.h"
 #include "nd_verbs.h"
 #include "nd_wq.h"
@@ -71,6 +72,11 @@ struct Endpoint {
 	Domain *domain;
 	fi_info *info;
 	EventQueue *eq = nullptr;
+	/* A passive-side endpoint not yet bound to an EQ: the listener's EQ,
+	 * whose channel carries its id and whose progress lock its handlers
+	 * run under; the events they report are held until fi_ep_bind. */
+	EventQueue *cm_home = nullptr;
+	std::vector<EqEntry> held_events;
 	CmTarget target;
 	CmIdHolder cm;
 	EpStateMachine fsm;
@@ -159,6 +165,11 @@ struct Endpoint {
 	int complete_connect();
 	int reject_connect(const void *param, size_t paramlen);
 	void on_cm_event(const CmEventCopy &event);
+	/* Queues an event on the endpoint's EQ, or holds it until one is
+	 * bound (under the progress lock the handlers run under). */
+	void post_event(EqEntry &&entry);
+	/* The EQ whose progress lock guards this endpoint's connection state. */
+	EventQueue *progress_eq() const noexcept { return eq ? eq : cm_home; }
 	/* A retryable attempt ended (EpStateMachine::attempt_failed): a fresh
 	 * rdma_cm id, bound where the old one was, replaces the used one, which
 	 * rdma_cm cannot connect again (nd_ep.cpp). Returns 0 or -FI_E*. */

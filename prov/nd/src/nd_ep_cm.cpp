@@ -51,7 +51,7 @@ void report_error(Endpoint *ep, int err, int prov_errno, const uint8_t *data = n
 		entry.err_data.assign(data, data + len);
 	ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: %s (provider error %d, %zu bytes of data)\n",
 		static_cast<void *>(ep), fi_strerror(err), prov_errno, len);
-	ep->eq->push(std::move(entry));
+	ep->post_event(std::move(entry));
 }
 
 /* The end of a connection attempt, as `step` (report_error) says: when
@@ -324,6 +324,16 @@ int Endpoint::accept(const void *param, size_t paramlen)
 	if ((ret = move_queue_pair(IBV_QPS_INIT)) || (ret = move_queue_pair(IBV_QPS_RTR)) ||
 	    (ret = move_queue_pair(IBV_QPS_RTS))) {
 		fsm.fail();
+		flush_queue_pair();
+		/* The kernel delivers no event for a request until it is
+		 * accepted: a requester that gave up (its CM sent a REJ) shows
+		 * only as a CM id that is no longer connecting, which
+		 * rdma_init_qp_attr refuses with EINVAL. ND: aborted. */
+		if (ret == -FI_EINVAL) {
+			ND_INFO(FI_LOG_EP_CTRL, "fi_accept: the requester from %s is gone\n",
+				peer.to_string().c_str());
+			return -FI_ECONNABORTED;
+		}
 		return ret;
 	}
 	rdma_conn_param param_out{};
@@ -399,10 +409,13 @@ int Endpoint::complete_connect()
 	}
 	ret = complete(this);
 	if (ret) {
+		/* The queue pair may already be in RTS (a failed rdma_establish):
+		 * the link must not stay up with nothing to carry it. */
 		fsm.fail();
+		flush_queue_pair();
 		return ret;
 	}
-	eq->push(cm_entry(this, FI_CONNECTED, {}));
+	post_event(cm_entry(this, FI_CONNECTED, {}));
 	return 0;
 }
 
@@ -433,9 +446,24 @@ int Endpoint::reject_connect(const void *param, size_t paramlen)
 
 /* ---- events ---- */
 
+void Endpoint::post_event(EqEntry &&entry)
+{
+	if (eq)
+		eq->push(std::move(entry));
+	else
+		held_events.push_back(std::move(entry));
+}
+
 void Endpoint::on_cm_event(const CmEventCopy &event)
 {
 	const EpState before = fsm.state();
+	/* A request taken by fi_endpoint and not yet answered: a requester
+	 * that gives up now is the endpoint's to learn (fi_accept says so). */
+	if (has_request && before == EpState::idle && cm::peer_gave_up(event.type)) {
+		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: %s before fi_accept; the requester gave up\n",
+			static_cast<void *>(this), cm::event_name(event.type));
+		request_peer_gone = true;
+	}
 	EpStep step = fsm.on_event(event.type, event.status);
 	switch (step.action) {
 	case EpAction::absorb:
@@ -492,7 +520,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		negotiated = true;
 		response_data = unframed_copy(event, "connect response");
 		if (step.action == EpAction::report_response) {
-			eq->push(cm_entry(this, FI_ND_CONNRESP, response_data));
+			post_event(cm_entry(this, FI_ND_CONNRESP, response_data));
 			return;
 		}
 		int ret = complete(this);
@@ -501,11 +529,11 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			attempt_over(this, {EpState::failed, EpAction::report_error, FI_ECONNABORTED}, -ret);
 			return;
 		}
-		eq->push(cm_entry(this, FI_CONNECTED, response_data));
+		post_event(cm_entry(this, FI_CONNECTED, response_data));
 		return;
 	}
 	case EpAction::report_connected:
-		eq->push(cm_entry(this, FI_CONNECTED, {}));
+		post_event(cm_entry(this, FI_CONNECTED, {}));
 		return;
 	case EpAction::report_error: {
 		std::vector<uint8_t> data;
@@ -521,7 +549,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		flush_queue_pair();
 		if (before == EpState::connected)
 			rdma_disconnect(cm.id);
-		eq->push(cm_entry(this, FI_SHUTDOWN, {}));
+		post_event(cm_entry(this, FI_SHUTDOWN, {}));
 		return;
 	}
 }

@@ -219,19 +219,12 @@ void pep_cm_event(void *owner, const CmEventCopy &event)
 void connreq_cm_event(void *owner, const CmEventCopy &event)
 {
 	auto *request = static_cast<ConnRequest *>(owner);
-	switch (event.type) {
-	case RDMA_CM_EVENT_REJECTED:
-	case RDMA_CM_EVENT_UNREACHABLE:
-	case RDMA_CM_EVENT_CONNECT_ERROR:
-	case RDMA_CM_EVENT_DISCONNECTED:
-	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+	if (cm::peer_gave_up(event.type)) {
 		ND_INFO(FI_LOG_EP_CTRL, "connection request from %s: %s before an answer; the requester gave up\n",
 			peer_address(request->id).to_string().c_str(), cm::event_name(event.type));
 		request->peer_gone = true;
-		break;
-	default:
+	} else {
 		ND_INFO(FI_LOG_EP_CTRL, "connection request: %s absorbed\n", cm::event_name(event.type));
-		break;
 	}
 }
 
@@ -248,7 +241,7 @@ ConnRequest *unlist_request(fid *handle, PassiveEndpoint *pep)
 	return request;
 }
 
-ConnRequest *take_request(fid *handle)
+ConnRequest *take_request(fid *handle, const std::function<bool(ConnRequest &)> &adopt)
 {
 	/* Take it under its listener's progress lock, so that no event
 	 * handler of the request runs while it changes hands. */
@@ -265,8 +258,12 @@ ConnRequest *take_request(fid *handle)
 	}
 	std::lock_guard<std::mutex> progress(eq->progress_lock());
 	ConnRequest *request = unlist_request(handle, nullptr);
-	if (!request)
+	if (!request) {
 		ND_WARN(FI_LOG_EP_CTRL, "info->handle is not a live connection request\n");
+		return nullptr;
+	}
+	if (!adopt(*request))
+		request->id->context = nullptr; /* the caller rejects it; nobody owns its events */
 	return request;
 }
 

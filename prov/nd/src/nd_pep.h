@@ -19,6 +19,7 @@
 
 #include <rdma/fi_endpoint.h>
 
+#include <functional>
 #include <list>
 
 namespace nd {
@@ -44,11 +45,14 @@ struct ConnRequest {
 	}
 };
 
-/* Takes a request out of its listener's hands for fi_endpoint: the caller
- * then owns request->id and must delete the request object with
- * release_request(). Returns nullptr (logged) for a handle that is not a
- * live request. */
-ConnRequest *take_request(fid *handle);
+/* Takes a request out of its listener's hands for fi_endpoint: under the
+ * listener EQ's progress lock the request leaves the listener and `adopt`
+ * runs, so that no event handler of the request (nor of its new owner, once
+ * `adopt` points the id at it) runs in between. The caller then owns
+ * request->id and must delete the request object with release_request().
+ * `adopt` returns false to refuse the request (the caller then rejects it).
+ * Returns nullptr (logged) for a handle that is not a live request. */
+ConnRequest *take_request(fid *handle, const std::function<bool(ConnRequest &)> &adopt);
 void release_request(ConnRequest *request) noexcept;
 
 /* fi_getinfo(3) with hints->handle a passive endpoint: the address it is

@@ -808,3 +808,51 @@ Test(cm, closing_an_object_removes_its_queued_events)
 	cr_assert_eq(fi_close(&c2->fid), 0);
 	f.close();
 }
+
+/* A request taken by fi_endpoint is progressed by the listener's EQ until
+ * its endpoint binds an EQ of its own. A requester that gives up in between
+ * (its CM sends a REJ, which the kernel does not report for a request not
+ * yet accepted) is noticed by fi_accept, after the bind: FI_ECONNABORTED,
+ * not an invalid-argument error; no event names the unbound endpoint on
+ * the listener's EQ; an endpoint closed without ever binding refuses its
+ * requester. */
+Test(cm, requester_that_gives_up_before_the_endpoint_binds)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *c = f.client();
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_ep *s = nullptr;
+	cr_assert_eq(fi_endpoint(f.domain, req.info, &s, nullptr), 0);
+	fi_freeinfo(req.info);
+	cr_assert_eq(fi_close(&c->fid), 0, "the requester gives up (its CM rejects)");
+	/* Reading the listener's EQ progresses the unbound endpoint's id. */
+	expect_quiet(f.eq, 500);
+	fid_eq *own_eq = nullptr;
+	fi_eq_attr attr{};
+	attr.wait_obj = FI_WAIT_FD;
+	cr_assert_eq(fi_eq_open(f.fabric, &attr, &own_eq, nullptr), 0);
+	cr_assert_eq(fi_ep_bind(s, &own_eq->fid, 0), 0);
+	cr_assert_eq(fi_enable(s), 0);
+	int rc = fi_accept(s, nullptr, 0);
+	cr_assert_eq(rc, -FI_ECONNABORTED, "fi_accept: %d", rc);
+	expect_quiet(own_eq, 200);
+	cr_assert_eq(fi_close(&s->fid), 0);
+	cr_assert_eq(fi_close(&own_eq->fid), 0);
+
+	/* Closed before any bind: the requester is refused. */
+	fid_ep *c2 = f.client();
+	CmFixture::enable(c2);
+	cr_assert_eq(fi_connect(c2, &f.listen_addr, nullptr, 0), 0);
+	Event req2 = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_ep *s2 = nullptr;
+	cr_assert_eq(fi_endpoint(f.domain, req2.info, &s2, nullptr), 0);
+	fi_freeinfo(req2.info);
+	cr_assert_eq(fi_close(&s2->fid), 0);
+	Event err = expect_error(f.eq, &c2->fid);
+	cr_assert_eq(err.err.err, FI_ECONNREFUSED);
+	cr_assert_eq(fi_close(&c2->fid), 0);
+	f.close();
+}
