@@ -96,6 +96,8 @@ const char *prov_errno_str(int prov_errno) noexcept
 {
 	if (prov_errno < kRejectReasonBase)
 		return std::strerror(prov_errno < 0 ? -prov_errno : prov_errno);
+	if (prov_errno >= kAsyncEventBase)
+		return ibv_event_type_str(static_cast<ibv_event_type>(prov_errno - kAsyncEventBase));
 	/* IB CM reject reasons (IBTA, CM REJ "Reason"), the ones rdma_cm and
 	 * its peers send. */
 	switch (prov_errno - kRejectReasonBase) {

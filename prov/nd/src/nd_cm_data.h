@@ -82,6 +82,9 @@ constexpr int kRejectInvalidServiceId = 8; /* no listener on that port */
  * as ENOSPC), so it is kept apart as kRejectReasonBase + reason.
  */
 constexpr int kRejectReasonBase = 0x10000;
+/* A verbs asynchronous event (nd_async.h) is kAsyncEventBase + its
+ * ibv_event_type. */
+constexpr int kAsyncEventBase = 0x20000;
 
 /* The prov_errno of an error entry: rdma_cm's `status` of event `type`,
  * made positive, a reject reason moved above kRejectReasonBase; with no
@@ -90,7 +93,8 @@ constexpr int kRejectReasonBase = 0x10000;
 int prov_errno_of(rdma_cm_event_type type, int status, int error) noexcept;
 
 /* What an EQ entry's prov_errno means, for fi_eq_strerror: strerror for an
- * errno, a sentence for a reject reason. Never NULL. */
+ * errno, a sentence for a reject reason, the event's name for a verbs
+ * asynchronous event. Never NULL. */
 const char *prov_errno_str(int prov_errno) noexcept;
 
 /*

@@ -1,5 +1,6 @@
 /* nd_domain.cpp: the domain object (fid_domain). */
 #include "nd_domain.h"
+#include "nd_async.h"
 #include "nd_fabric.h"
 #include "nd_info.h"
 #include "nd_mem_monitor.h"
@@ -190,6 +191,10 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	UniqueInfo copy(fi_dupinfo(info));
 	if (!copy)
 		return -FI_ENOMEM;
+	/* The device's asynchronous events (a queue pair or the device
+	 * failing) are read by the EQs from now on. */
+	if (int ret = async::device_open(domain->context))
+		return ret;
 	domain->mr_cache = open_mr_cache(*domain, params);
 
 	domain->info = copy.release();
@@ -216,6 +221,7 @@ int Domain::close()
 	}
 	fabric->children.release();
 	fi_freeinfo(info);
+	async::device_close(context);
 	delete this; /* members release the PD, then librdmacm's device list */
 	return 0;
 }

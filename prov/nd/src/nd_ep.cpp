@@ -1,5 +1,6 @@
 /* nd_ep.cpp: the active endpoint object: open, bind, enable, options, names, close. */
 #include "nd_ep.h"
+#include "nd_async.h"
 #include "nd_cntr.h"
 #include "nd_cq.h"
 #include "nd_srx.h"
@@ -585,6 +586,10 @@ int Endpoint::renew_cm_id()
 
 int Endpoint::close()
 {
+	/* First: no asynchronous event reaches the endpoint (or queues an
+	 * entry naming it) from here on. */
+	if (qp)
+		async::remove_qp(qp.get());
 	auto teardown = [&] {
 		EpState s = fsm.state();
 		if (cm.id && (s == EpState::connected || s == EpState::shutting_down ||

@@ -117,6 +117,8 @@ struct Endpoint {
 	bool slow_tx = false;			/* locked, or a shared budget: fi_inject goes out of line */
 	OptionalLock rx_lock;
 	std::atomic<LinkState> link{LinkState::idle};
+	/* A verbs asynchronous event ended the queue pair (reported once). */
+	std::atomic<bool> async_failed{false};
 	bool recv_ready = false;			/* the QP takes receives (INIT or later) */
 	std::vector<PendingRecv> pending_recvs;	/* under rx_lock */
 	uint32_t signal_interval = 1;
@@ -236,6 +238,9 @@ struct Endpoint {
 	void post_drain_marker() noexcept;
 	ssize_t link_error(const char *call) const;
 };
+
+/* The queue pair's asynchronous events (nd_async.h). */
+void ep_async_event(void *owner, ibv_event_type type, int error);
 
 /* Data transfer tables of a connected endpoint (nd_ep_data.cpp, nd_ep_rma.cpp). */
 extern fi_ops_msg ep_msg_ops;

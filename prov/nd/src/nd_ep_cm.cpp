@@ -3,6 +3,7 @@
  * CompleteConnect, Accept, Reject (connecting side), Disconnect and
  * NotifyDisconnect on rdma_cm, and the queue pair's state transitions.
  */
+#include "nd_async.h"
 #include "nd_cq.h"
 #include "nd_domain.h"
 #include "nd_ep.h"
@@ -96,6 +97,35 @@ std::vector<uint8_t> unframed_copy(const CmEventCopy &event, const char *what)
 
 /* ---- queue pair ---- */
 
+/* A verbs asynchronous event that ends the queue pair (nd_async.h), from
+ * an EQ's progress: the link is down, everything outstanding completes in
+ * error (FI_ECANCELED, as after a local shutdown), and the EQ gets one
+ * error entry, FI_ECONNABORTED or FI_ENODEV. Runs under the async
+ * registry's lock, which fi_close takes before anything else: the endpoint
+ * and its EQ outlive the call. */
+void ep_async_event(void *owner, ibv_event_type type, int error)
+{
+	auto *ep = static_cast<Endpoint *>(owner);
+	if (ep->async_failed.exchange(true))
+		return; /* reported once (a device failure names every QP) */
+	ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: %s: the connection is lost (%s)\n", owner,
+		ibv_event_type_str(type), fi_strerror(error));
+	ep->flush_queue_pair();
+	/* Transfers now fail as after a failed transfer, not as after a
+	 * shutdown. */
+	ep->link.store(LinkState::broken, std::memory_order_release);
+	EventQueue *eq = ep->eq;
+	if (!eq)
+		return;
+	EqEntry entry;
+	entry.is_error = true;
+	entry.error.fid = &ep->ep.fid;
+	entry.error.context = ep->ep.fid.context;
+	entry.error.err = error;
+	entry.error.prov_errno = cm::kAsyncEventBase + static_cast<int>(type);
+	eq->push(std::move(entry));
+}
+
 int Endpoint::create_queue_pair()
 {
 	int ret = setup_data_path();
@@ -124,6 +154,7 @@ int Endpoint::create_queue_pair()
 	}
 	if (rq && rq->framing)
 		static_cast<Framing *>(rq->framing.get())->qp.store(qp.get(), std::memory_order_release);
+	async::add_qp(domain->context, qp.get(), ep_async_event, this);
 	return 0;
 }
 

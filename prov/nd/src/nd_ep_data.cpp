@@ -8,6 +8,7 @@
  * scatter/gather lists live on the stack.
  */
 #include "nd_cntr.h"
+#include "nd_async.h"
 #include "nd_cq.h"
 #include "nd_domain.h"
 #include "nd_ep.h"
@@ -295,6 +296,8 @@ void Endpoint::release_queues() noexcept
 		});
 		counters_watch = false;
 	}
+	if (qp)
+		async::remove_qp(qp.get());
 	qp.reset();
 	if (tx_cq && tx_reserved)
 		tx_cq->unreserve(static_cast<int>(tx_reserved));

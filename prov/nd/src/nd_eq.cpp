@@ -1,5 +1,6 @@
 /* nd_eq.cpp: the event queue (fid_eq), see nd_eq.h. */
 #include "nd_eq.h"
+#include "nd_async.h"
 #include "nd_unsupported.h"
 #include "nd_cm.h"
 #include "nd_cm_data.h"
@@ -137,6 +138,8 @@ EventQueue::~EventQueue()
 {
 	if (wait_set_)
 		wait_set_->remove(&eq.fid, epoll_fd_);
+	if (watching_async_)
+		async::unwatch(epoll_fd_);
 	if (epoll_fd_ >= 0)
 		::close(epoll_fd_);
 	if (event_fd_ >= 0)
@@ -221,6 +224,9 @@ int EventQueue::init_wait()
 		ND_WARN(FI_LOG_EQ, "fi_eq_open: epoll_ctl: %s\n", std::strerror(errno));
 		return -FI_ENOMEM;
 	}
+	/* Verbs asynchronous events wake the EQ's waiters too. */
+	async::watch(epoll_fd_);
+	watching_async_ = true;
 	return 0;
 }
 
@@ -368,6 +374,8 @@ void dispatch(const CmEventCopy &event)
 
 void EventQueue::progress()
 {
+	/* A queue pair or device that failed: its owners' error entries. */
+	async::drain();
 	rdma_event_channel *channel;
 	{
 		std::lock_guard<std::mutex> guard(lock_);

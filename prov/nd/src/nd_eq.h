@@ -100,6 +100,7 @@ struct EventQueue {
 	int event_fd_;
 	int epoll_fd_;
 	WaitSet *wait_set_ = nullptr;		/* FI_WAIT_SET: joined with epoll_fd_ */
+	bool watching_async_ = false;		/* epoll_fd_ watches the async fds */
 	std::mutex lock_;
 	std::mutex progress_lock_;
 	UniqueEventChannel cm_channel_;
