@@ -263,6 +263,7 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 	cq->format = format;
 	cq->internal = internal;
 	cq->waitable = waitable;
+	cq->vector = vector;
 	cq->epoll_fd = -1;
 	cq->signal_fd = -1;
 	cq->reserved = 0;
@@ -292,13 +293,16 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 			}
 		}
 	}
-	cq->verbs_cq.reset(ibv_create_cq(domain->context, size, cq.get(), cq->channel.get(), vector));
-	if (!cq->verbs_cq) {
+	VerbsCqSlot first;
+	first.cq.reset(cq->create_verbs_cq(size));
+	if (!first.cq) {
 		int err = errno;
 		ND_WARN(FI_LOG_CQ, "fi_cq_open: ibv_create_cq(%d): %s\n", size, std::strerror(err));
 		return fi_error_of_errno(err);
 	}
-	cq->capacity = cq->verbs_cq->cqe;
+	first.capacity = first.cq->cqe;
+	cq->capacity = first.capacity;
+	cq->slots.push_back(std::move(first));
 	if (!internal) { /* an internal CQ reports nothing */
 		cq->ready.reserve(static_cast<size_t>(cq->capacity));
 		cq->errors.reserve(static_cast<size_t>(cq->capacity));
@@ -328,7 +332,7 @@ CompletionQueue::~CompletionQueue()
 		::close(epoll_fd);
 	if (signal_fd >= 0)
 		::close(signal_fd);
-	/* verbs_cq is destroyed before channel (declared after it): every
+	/* The verbs CQs go before channel (declared after it): every
 	 * channel event was acknowledged when it was read. */
 }
 
@@ -337,36 +341,77 @@ int CompletionQueue::close()
 	return close_bound_domain_child(this, FI_LOG_CQ, "cq");
 }
 
-int CompletionQueue::reserve(int count)
+ibv_cq *CompletionQueue::create_verbs_cq(int size) noexcept
+{
+	return ibv_create_cq(domain->context, size, this, channel.get(), vector);
+}
+
+int CompletionQueue::reserve(int count, ibv_cq **where)
 {
 	std::lock_guard<OptionalLock> guard(lock);
-	const int needed = reserved + count;
-	if (needed > capacity) {
-		if (needed > domain->max_cqe) {
-			ND_WARN(FI_LOG_CQ, "CQ %p: %d outstanding requests would complete here; the device's CQs hold %d\n",
-				static_cast<void *>(this), needed, domain->max_cqe);
-			return -FI_ENOSPC;
+	const int max_cqe = domain->max_cqe;
+	if (count > max_cqe) {
+		ND_WARN(FI_LOG_CQ, "CQ %p: one endpoint may have %d requests outstanding here; the device's largest CQ holds %d (make tx_attr/rx_attr->size smaller)\n",
+			static_cast<void *>(this), count, max_cqe);
+		return -FI_ENOSPC;
+	}
+	/* The first verbs CQ with room, or one that can grow to make it; a
+	 * new one when every one is at the device's limit. */
+	VerbsCqSlot *slot = nullptr;
+	for (VerbsCqSlot &candidate : slots) {
+		if (candidate.reserved + count <= max_cqe) {
+			slot = &candidate;
+			break;
 		}
-		const int grown = std::min(std::max(needed, capacity * 2), domain->max_cqe);
-		int rc = ibv_resize_cq(verbs_cq.get(), grown);
+	}
+	const int before = slot ? slot->capacity : 0;
+	if (!slot) {
+		VerbsCqSlot added;
+		const int size = std::min(max_cqe, std::max(count, slots.front().capacity));
+		added.cq.reset(create_verbs_cq(size));
+		if (!added.cq) {
+			int err = errno;
+			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_create_cq(%d) for verbs CQ %zu: %s\n",
+				static_cast<void *>(this), size, slots.size() + 1, std::strerror(err));
+			return fi_error_of_errno(err, -FI_ENOSPC);
+		}
+		added.capacity = added.cq->cqe;
+		if (waitable) /* armed like its siblings: a waiter asleep now wakes for it */
+			ibv_req_notify_cq(added.cq.get(), 0);
+		ND_INFO(FI_LOG_CQ, "CQ %p: verbs CQ %zu of %d entries chained (%d requests outstanding on the others)\n",
+			static_cast<void *>(this), slots.size() + 1, added.capacity, reserved);
+		try {
+			slots.push_back(std::move(added));
+		} catch (const std::bad_alloc &) {
+			return -FI_ENOMEM;
+		}
+		slot = &slots.back();
+	} else if (slot->reserved + count > slot->capacity) {
+		const int needed = slot->reserved + count;
+		const int grown = std::min(std::max(needed, slot->capacity * 2), max_cqe);
+		int rc = ibv_resize_cq(slot->cq.get(), grown);
 		if (rc) {
 			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_resize_cq(%d) for %d outstanding requests: %s\n",
 				static_cast<void *>(this), grown, needed, std::strerror(rc));
 			return -FI_ENOSPC;
 		}
-		capacity = verbs_cq->cqe;
-		if (!internal) {
-			try {
-				ready.reserve(static_cast<size_t>(capacity));
-				errors.reserve(static_cast<size_t>(capacity));
-			} catch (const std::bad_alloc &) {
-				ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for %d entries\n",
-					static_cast<void *>(this), capacity);
-				return -FI_ENOMEM;
-			}
+		slot->capacity = slot->cq->cqe;
+	}
+	const int total = capacity + slot->capacity - before;
+	if (!internal && total > capacity) {
+		try {
+			ready.reserve(static_cast<size_t>(total));
+			errors.reserve(static_cast<size_t>(total));
+		} catch (const std::bad_alloc &) {
+			ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for %d entries\n",
+				static_cast<void *>(this), total);
+			return -FI_ENOMEM;
 		}
 	}
-	reserved = needed;
+	capacity = total;
+	slot->reserved += count;
+	reserved += count;
+	*where = slot->cq.get();
 	return 0;
 }
 
@@ -380,10 +425,16 @@ void CompletionQueue::adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept
 	}
 }
 
-void CompletionQueue::unreserve(int count) noexcept
+void CompletionQueue::unreserve(int count, ibv_cq *where) noexcept
 {
 	std::lock_guard<OptionalLock> guard(lock);
-	reserved -= count;
+	for (VerbsCqSlot &slot : slots) {
+		if (slot.cq.get() == where) {
+			slot.reserved -= count;
+			reserved -= count;
+			return;
+		}
+	}
 }
 
 bool CompletionQueue::report_canceled(void *context, uint64_t flags)
@@ -445,25 +496,29 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 void CompletionQueue::progress_locked()
 {
 	ibv_wc wc[kPollBatch];
-	for (;;) {
-		/* The software queue holds at most what the CQ was sized for;
-		 * the rest waits in the verbs CQ for the application to read. */
-		const size_t room = ready.size() < static_cast<size_t>(capacity)
-					    ? static_cast<size_t>(capacity) - ready.size()
-					    : 0;
-		if (!internal && room == 0)
-			return;
-		const int want = internal ? kPollBatch : static_cast<int>(std::min<size_t>(room, kPollBatch));
-		int n = ibv_poll_cq(verbs_cq.get(), want, wc);
-		if (n <= 0)
-			return;
-		for (int i = 0; i < n; i++) {
-			CqEntry entry;
-			if (complete(wc[i], &entry))
-				ready.push_back(entry);
+	for (VerbsCqSlot &slot : slots) {
+		for (;;) {
+			/* The software queue holds at most what the CQ was sized
+			 * for; the rest waits in the verbs CQs for the
+			 * application to read. */
+			const size_t room = ready.size() < static_cast<size_t>(capacity)
+						    ? static_cast<size_t>(capacity) - ready.size()
+						    : 0;
+			if (!internal && room == 0)
+				return;
+			const int want = internal ? kPollBatch
+						  : static_cast<int>(std::min<size_t>(room, kPollBatch));
+			int n = ibv_poll_cq(slot.cq.get(), want, wc);
+			if (n <= 0)
+				break;
+			for (int i = 0; i < n; i++) {
+				CqEntry entry;
+				if (complete(wc[i], &entry))
+					ready.push_back(entry);
+			}
+			if (n < want)
+				break;
 		}
-		if (n < want)
-			return;
 	}
 }
 
@@ -508,10 +563,28 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 		store<Format>(buf, n++, ready.front());
 		ready.pop_front();
 	}
+	if (__builtin_expect(slots.size() == 1, 1)) {
+		n = poll_into<Format>(slots.front().cq.get(), buf, n, count);
+	} else {
+		/* Chained verbs CQs, in turn from where the last read stopped:
+		 * a busy one does not starve the others. */
+		const size_t first = next_slot < slots.size() ? next_slot : 0;
+		for (size_t i = 0; i < slots.size() && n < count; i++)
+			n = poll_into<Format>(slots[(first + i) % slots.size()].cq.get(), buf, n, count);
+		next_slot = first + 1 < slots.size() ? first + 1 : 0;
+	}
+	if (n)
+		return static_cast<ssize_t>(n);
+	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
+}
+
+template <fi_cq_format Format>
+size_t CompletionQueue::poll_into(ibv_cq *verbs, void *buf, size_t n, size_t count)
+{
 	ibv_wc wc[kPollBatch];
 	while (n < count) {
 		const int want = static_cast<int>(std::min<size_t>(count - n, kPollBatch));
-		const int got = ibv_poll_cq(verbs_cq.get(), want, wc);
+		const int got = ibv_poll_cq(verbs, want, wc);
 		for (int i = 0; i < got; i++) {
 			/* The common case inline: a success (retire() inlines its
 			 * own common case); complete() takes everything else,
@@ -538,9 +611,7 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 		if (got < want)
 			break;
 	}
-	if (n)
-		return static_cast<ssize_t>(n);
-	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
+	return n;
 }
 
 template ssize_t CompletionQueue::read<FI_CQ_FORMAT_CONTEXT>(void *, size_t);
@@ -621,7 +692,12 @@ ssize_t CompletionQueue::sread(void *buf, size_t count, const void *, int timeou
 			return n;
 		/* Arm, then look again: a completion that arrived before the
 		 * arm would otherwise raise no event. */
-		if (int rc = ibv_req_notify_cq(verbs_cq.get(), 0))
+		int rc;
+		{
+			std::lock_guard<OptionalLock> guard(lock);
+			rc = arm_all();
+		}
+		if (rc)
 			return fi_error_of_errno(rc);
 		n = read_now();
 		if (n != -FI_EAGAIN)
@@ -643,6 +719,14 @@ ssize_t CompletionQueue::sread(void *buf, size_t count, const void *, int timeou
 		if (::read(signal_fd, &signals, sizeof(signals)) == sizeof(signals))
 			return -FI_EAGAIN; /* fi_cq_signal: wake the waiter */
 	}
+}
+
+int CompletionQueue::arm_all() noexcept
+{
+	for (VerbsCqSlot &slot : slots)
+		if (int rc = ibv_req_notify_cq(slot.cq.get(), 0))
+			return rc;
+	return 0;
 }
 
 int CompletionQueue::signal()
@@ -674,7 +758,7 @@ int CompletionQueue::trywait()
 	drain_channel(channel.get());
 	uint64_t signals;
 	(void)!::read(signal_fd, &signals, sizeof(signals));
-	if (int rc = ibv_req_notify_cq(verbs_cq.get(), 0))
+	if (int rc = arm_all())
 		return fi_error_of_errno(rc);
 	progress_locked();
 	return ready.empty() && errors.empty() ? 0 : -FI_EAGAIN;
@@ -695,7 +779,8 @@ int cq_arm(CompletionQueue &cq) noexcept
 	if (!cq.waitable)
 		return -FI_EINVAL;
 	drain_channel(cq.channel.get());
-	int rc = ibv_req_notify_cq(cq.verbs_cq.get(), 0);
+	std::lock_guard<OptionalLock> guard(cq.lock);
+	int rc = cq.arm_all();
 	return rc ? fi_error_of_errno(rc) : 0;
 }
 

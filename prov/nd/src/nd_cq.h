@@ -13,6 +13,12 @@
  * No completion is ever lost: the verbs CQ is resized, before a queue pair
  * can post to it, to hold every request that may be outstanding on the
  * queues that complete into it (fi_enable reserves, fi_close releases).
+ * Where that would pass the device's largest CQ, the CQ chains another
+ * verbs CQ (on the same completion channel, so one fd still wakes its
+ * waiters) and the new queue pair completes there: one libfabric CQ serves
+ * any number of endpoints, as ofi_rxm and MPI use it; only an endpoint
+ * whose own queues exceed the device's CQ size is refused (-FI_ENOSPC).
+ * Reads poll the verbs CQs in turn, starting where the last read stopped.
  *
  * Waiting (FI_WAIT_FD, FI_WAIT_UNSPEC, FI_WAIT_SET): a completion channel and an eventfd
  * (fi_cq_signal) inside one epoll set; FI_GETWAIT returns the epoll fd and
@@ -94,16 +100,27 @@ private:
 	size_t count_ = 0;
 };
 
+/* One verbs CQ of a CompletionQueue, and what was reserved on it. */
+struct VerbsCqSlot {
+	UniqueCq cq;
+	int capacity = 0;			/* entries it holds */
+	int reserved = 0;			/* requests that may complete into it */
+};
+
 struct CompletionQueue {
 	fid_cq cq;				/* first: from_fid<CompletionQueue> */
 	Domain *domain;
 	fi_cq_format format;
 	bool internal;				/* an endpoint's own; no application reads it */
 	bool waitable;
+	int vector;				/* completion vector of its verbs CQs */
 	UniqueCompChannel channel;
-	UniqueCq verbs_cq;			/* after channel: destroyed first */
-	int capacity;				/* entries the verbs CQ holds */
-	int reserved;				/* requests that may complete into it */
+	/* [0] opened with the CQ; more chained when it reaches the device's
+	 * largest CQ. After channel: destroyed first. Never shrinks. */
+	std::vector<VerbsCqSlot> slots;
+	size_t next_slot = 0;			/* where the next read starts */
+	int capacity;				/* entries all verbs CQs hold */
+	int reserved;				/* requests that may complete into them */
 	int epoll_fd;
 	WaitSet *wait_set = nullptr;		/* FI_WAIT_SET: joined with epoll_fd */
 	int signal_fd;
@@ -129,9 +146,10 @@ struct CompletionQueue {
 	 * outstanding, until the CQ closes. */
 	void adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept;
 
-	/* Makes room for `count` more outstanding requests (fi_enable). */
-	int reserve(int count);
-	void unreserve(int count) noexcept;
+	/* Makes room for `count` more outstanding requests (fi_enable) and
+	 * says on which verbs CQ (*where) they must complete. */
+	int reserve(int count, ibv_cq **where);
+	void unreserve(int count, ibv_cq *where) noexcept;
 	/* An FI_ECANCELED error entry for a request nd held and cancelled
 	 * before the adapter saw it (fi_cancel); false when out of memory. */
 	bool report_canceled(void *context, uint64_t flags);
@@ -168,6 +186,13 @@ struct CompletionQueue {
 	 * false when out of memory. Under lock. */
 	bool push_error(const CqError &error);
 	void progress_locked();
+	/* Polls one verbs CQ into the application's buffer from index n. */
+	template <fi_cq_format Format>
+	size_t poll_into(ibv_cq *verbs, void *buf, size_t n, size_t count);
+	/* Arms every verbs CQ for the next completion. Returns 0 or an errno. */
+	int arm_all() noexcept;
+	/* A verbs CQ of `size` entries on the CQ's channel; null with errno. */
+	ibv_cq *create_verbs_cq(int size) noexcept;
 
 	~CompletionQueue();
 };

@@ -138,6 +138,10 @@ struct Endpoint {
 	uint64_t rx_op_flags = 0;
 	uint32_t tx_reserved = 0;			/* entries reserved on tx_cq / rx_cq */
 	uint32_t rx_reserved = 0;
+	/* The verbs CQs of tx_cq / rx_cq this endpoint's queue pair completes
+	 * into (a CQ may chain several: nd_cq.h). */
+	ibv_cq *tx_verbs_cq = nullptr;
+	ibv_cq *rx_verbs_cq = nullptr;
 	bool counters_watch = false;		/* the bound counters watch tx_cq/rx_cq */
 
 	/* Resources: created at fi_enable; the QP is destroyed first. */

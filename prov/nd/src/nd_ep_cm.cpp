@@ -134,8 +134,8 @@ int Endpoint::create_queue_pair()
 		return ret;
 	}
 	ibv_qp_init_attr attr{};
-	attr.send_cq = tx_cq->verbs_cq.get();
-	attr.recv_cq = rx_cq->verbs_cq.get();
+	attr.send_cq = tx_verbs_cq;
+	attr.recv_cq = rx_verbs_cq;
 	attr.srq = srx ? srx->srq.get() : nullptr;
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 0;

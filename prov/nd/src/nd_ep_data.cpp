@@ -191,13 +191,18 @@ int Endpoint::setup_data_path()
 	 * grow grows once (on Soft-RoCE each resize is a system call and a new
 	 * mapping of the queue, and connection setup paid for two). */
 	const bool one_cq = tx_cq == rx_cq;
-	int ret = tx_cq->reserve(static_cast<int>(tx + 1 + (one_cq ? rx_completions : 0)));
+	int ret = tx_cq->reserve(static_cast<int>(tx + 1 + (one_cq ? rx_completions : 0)), &tx_verbs_cq);
 	if (ret)
 		return ret;
-	tx_reserved = tx + 1; /* + the close marker */
-	if (!one_cq && (ret = rx_cq->reserve(static_cast<int>(rx_completions))))
-		return ret;
-	rx_reserved = rx_completions;
+	/* One step on one CQ: both directions complete into the same verbs
+	 * CQ, and the receive side's share goes back with the send side's. */
+	tx_reserved = tx + 1 + (one_cq ? rx_completions : 0); /* + the close marker */
+	rx_verbs_cq = tx_verbs_cq;
+	if (!one_cq) {
+		if ((ret = rx_cq->reserve(static_cast<int>(rx_completions), &rx_verbs_cq)))
+			return ret;
+		rx_reserved = rx_completions;
+	}
 
 	/* What retiring a request touches (nd_wq.h): the counters bound for its
 	 * kind (bound before fi_enable), and this endpoint's link. */
@@ -300,9 +305,9 @@ void Endpoint::release_queues() noexcept
 		async::remove_qp(qp.get());
 	qp.reset();
 	if (tx_cq && tx_reserved)
-		tx_cq->unreserve(static_cast<int>(tx_reserved));
+		tx_cq->unreserve(static_cast<int>(tx_reserved), tx_verbs_cq);
 	if (rx_cq && rx_reserved)
-		rx_cq->unreserve(static_cast<int>(rx_reserved));
+		rx_cq->unreserve(static_cast<int>(rx_reserved), rx_verbs_cq);
 	tx_reserved = rx_reserved = 0;
 	sq.reset();
 	rq.reset();

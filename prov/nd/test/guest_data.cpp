@@ -2162,3 +2162,84 @@ Test(tagged, a_burst_beyond_the_receive_buffers_arrives_whole_and_in_order)
 		cr_assert_eq(dst.bytes[16 * i + 15], i & 0xff);
 	}
 }
+
+/* One CQ for every endpoint at the default queue depth, as ofi_rxm and MPI
+ * use nd. Each endpoint reserves room for everything it may have
+ * outstanding (tx + 1 + rx entries); past the device's largest CQ
+ * (Soft-RoCE's 32,767 entries, about 42 endpoints at the default 384) the
+ * CQ chains another verbs CQ instead of refusing the next endpoint. Every
+ * message's completion arrives on the one CQ, read by a waiter that sleeps
+ * on it (fi_cq_sread), and every byte is checked. */
+Test(data, endpoints_past_the_device_cq_limit_share_one_cq, .timeout = 300)
+{
+	constexpr size_t kSoftRoceMaxCqe = 32767;
+	constexpr size_t kLen = 64;
+	DataFixture f;
+	f.open();
+	fid_cq *cq = f.open_cq(0, FI_WAIT_FD);
+	const size_t per_ep = f.info->tx_attr->size + 1 + f.info->rx_attr->size;
+	/* Enough connections for three verbs CQs' worth. */
+	const size_t n = std::min<size_t>(150, (3 * kSoftRoceMaxCqe) / (2 * per_ep) + 1);
+	auto open_ep = [&](fi_info *from) {
+		fid_ep *ep = nullptr;
+		cr_assert_eq(fi_endpoint(f.domain, from, &ep, nullptr), 0);
+		cr_assert_eq(fi_ep_bind(ep, &f.eq->fid, 0), 0);
+		cr_assert_eq(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+		int rc = fi_enable(ep);
+		cr_assert_eq(rc, 0, "fi_enable: %s", fi_strerror(-rc));
+		return ep;
+	};
+	std::vector<fid_ep *> clients, servers;
+	for (size_t i = 0; i < n; i++) {
+		fid_ep *c = open_ep(f.info.get());
+		cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+		Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+		fid_ep *s = open_ep(req.info);
+		fi_freeinfo(req.info);
+		cr_assert_eq(fi_accept(s, nullptr, 0), 0);
+		for (int k = 0; k < 2; k++)
+			expect_event(f.eq, FI_CONNECTED, nullptr);
+		clients.push_back(c);
+		servers.push_back(s);
+	}
+	Buffer &out = f.buffer(n * kLen);
+	Buffer &in = f.buffer(n * kLen);
+	for (size_t i = 0; i < n; i++) {
+		std::vector<uint8_t> p = pattern(kLen, static_cast<uint8_t>(i));
+		std::copy(p.begin(), p.end(), out.data() + i * kLen);
+		cr_assert_eq(fi_recv(servers[i], in.data() + i * kLen, kLen, in.desc(), 0,
+				     reinterpret_cast<void *>(0x10000 + i)), 0);
+	}
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(fi_send(clients[i], out.data() + i * kLen, kLen, out.desc(), 0,
+				     reinterpret_cast<void *>(0x20000 + i)), 0);
+	std::vector<int> sends(n), recvs(n);
+	for (size_t got = 0; got < 2 * n;) {
+		fi_cq_data_entry entries[16];
+		ssize_t rc = fi_cq_sread(cq, entries, 16, nullptr, 10000);
+		cr_assert_gt(rc, 0, "fi_cq_sread after %zu of %zu completions: %zd", got, 2 * n, rc);
+		for (ssize_t k = 0; k < rc; k++) {
+			const uintptr_t ctx = reinterpret_cast<uintptr_t>(entries[k].op_context);
+			const size_t i = ctx & 0xffff;
+			cr_assert_lt(i, n, "context %p", entries[k].op_context);
+			if (ctx & 0x10000) {
+				cr_assert_eq(entries[k].len, kLen);
+				recvs[i]++;
+			} else {
+				sends[i]++;
+			}
+		}
+		got += static_cast<size_t>(rc);
+	}
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(sends[i], 1, "connection %zu: send completions", i);
+		cr_assert_eq(recvs[i], 1, "connection %zu: receive completions", i);
+		cr_assert(in.holds(pattern(kLen, static_cast<uint8_t>(i)), i * kLen),
+			  "connection %zu: the bytes", i);
+	}
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(fi_close(&clients[i]->fid), 0);
+		cr_assert_eq(fi_close(&servers[i]->fid), 0);
+	}
+	f.close_data();
+}
