@@ -873,8 +873,10 @@ static void raw_start(struct raw_case *c)
 
 static int raw_finish(struct raw_case *c)
 {
-	if (!sem_wait_ms(&to_main, 3 * EVENT_MS) && (raw_lost = true))
+	if (!sem_wait_ms(&to_main, 3 * EVENT_MS)) {
+		raw_lost = true;
 		FAIL("the raw client did not finish its case within %d ms", 3 * EVENT_MS);
+	}
 	if (c->failure[0])
 		FAIL("%s", c->failure);
 	return T_PASS;
