@@ -55,6 +55,7 @@
 #include <rdma/fi_errno.h>
 
 #define MAX_CONN 1024
+#define MAX_ROUNDS 100000
 
 struct conn {
 	struct fid_ep *client, *server;
@@ -568,8 +569,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "-c: a CQ holds at least one entry\n");
 		return 2;
 	}
-	if (n < 1 || n > MAX_CONN || rounds < 1 || rounds > 1000) {
-		fprintf(stderr, "1 <= connections <= %d, 1 <= rounds <= 1000\n", MAX_CONN);
+	if (n < 1 || n > MAX_CONN || rounds < 1 || rounds > MAX_ROUNDS) {
+		fprintf(stderr, "1 <= connections <= %d, 1 <= rounds <= %d\n", MAX_CONN, MAX_ROUNDS);
 		return 2;
 	}
 	if (split && transfer) {
@@ -608,7 +609,12 @@ int main(int argc, char **argv)
 		client_info_for(address, port, info->domain_attr->mr_mode);
 	}
 
-	double rate[1000], connect_us[1000], accept_us[1000];
+	double *rate = calloc(rounds, sizeof(*rate)), *connect_us = calloc(rounds, sizeof(*connect_us)),
+	       *accept_us = calloc(rounds, sizeof(*accept_us));
+	if (!rate || !connect_us || !accept_us) {
+		fprintf(stderr, "nd_cm_bench: out of memory for %d rounds\n", rounds);
+		return 1;
+	}
 	if (split)
 		client_round(1, from_server, &connect_us[0], &accept_us[0]); /* warm-up */
 	else
@@ -642,5 +648,8 @@ int main(int argc, char **argv)
 					? WEXITSTATUS(status)
 					: 1;
 	}
+	free(rate);
+	free(connect_us);
+	free(accept_us);
 	return fds_after == fds_before && ids_after == ids_before && !server_status ? 0 : 1;
 }
