@@ -18,7 +18,7 @@ srcdir=$(cd "$(dirname "$0")/.." && pwd)
 meet=${ND_MEET:?run by util/nd-cluster}
 
 if ((ND_NODE != 0)); then
-	deadline=$((SECONDS + ${ND_UPSTREAM_WAIT:-900}))
+	deadline=$((SECONDS + ${ND_UPSTREAM_WAIT:-600}))
 	until [[ -e $meet/upstream.done ]] || ((SECONDS >= deadline)); do sleep 0.5; done
 	exit 0
 fi
@@ -31,14 +31,14 @@ out=$(mktemp)
 start=$SECONDS
 # nd_upstream.sh bounds each test (ND_UPSTREAM_TIMEOUT, 120 s); the whole
 # run is bounded here too.
-ND_UPSTREAM_REMOTE=nd-node0,nd-node1 timeout "${ND_UPSTREAM_TOTAL:-840}" \
+ND_UPSTREAM_REMOTE=nd-node0,nd-node1 timeout "${ND_UPSTREAM_TOTAL:-480}" \
 	"$srcdir/fabtests/nd_upstream.sh" "$ftdir" "$builddir" nd 2>&1 | tee "$out" |
 	sed -u 's/^FAIL: /  unexpected: /' # counted once, in the verdict below
 rc=${PIPESTATUS[0]}
 line=$(grep -a "^upstream: [0-9]* passed, [0-9]* failed" "$out" | tail -1)
-counts=$(grep -a "^upstream(" "$out" | sed 's/^upstream(\([A-Z]*\), .*: /\1 /' | tr '\n' ';')
+counts=$(grep -a "^upstream(" "$out" | sed 's/^upstream(\([A-Z]*\), .*: /\1 /' | paste -sd '|' | sed 's/|/; /g')
 if [ "$rc" -eq 0 ] && [ -n "$line" ]; then
-	echo "PASS: cross-node upstream fabtests (nd-node0 serves, nd-node1 connects): ${line#upstream: } against upstream.expect; ${counts%;} ($((SECONDS - start)) s)"
+	echo "PASS: cross-node upstream fabtests (nd-node0 serves, nd-node1 connects): ${line#upstream: } against upstream.expect; ${counts} ($((SECONDS - start)) s)"
 else
 	echo "FAIL: cross-node upstream fabtests (nd-node0 serves, nd-node1 connects): ${line:-no verdict} (exit $rc, $((SECONDS - start)) s)"
 fi
