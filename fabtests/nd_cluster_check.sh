@@ -2,7 +2,7 @@
 # nd_cluster_check.sh BUILDDIR: the cross-node checks, run on both nodes of
 # util/nd-cluster 2 (util/nd-check's cross-node stage). Node 0 serves, node 1
 # connects, over the virtual wire between two guests:
-#   - fabtests/nd_perf send_lat and write_bw with nd, send_lat with the verbs
+#   - fabtests/nd_perf send_lat and write_bw with nd and with the verbs
 #     provider beside it (figures printed; a failed run fails the check);
 #   - Open MPI over "nd;ofi_rxm" across the two nodes, launched by mpirun
 #     over ssh: latency, rendezvous-size bandwidth and allreduce, every
@@ -55,6 +55,7 @@ perf_pair() { # INDEX PROVIDER TEST SIZES
 perf_pair 1 nd send_lat 64,4096
 perf_pair 2 verbs send_lat 64,4096
 perf_pair 3 nd write_bw 65536
+perf_pair 4 verbs write_bw 65536
 
 # Open MPI across the nodes, from node 0 (node 1 serves it through sshd).
 if ((ND_NODE == 0)); then

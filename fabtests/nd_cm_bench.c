@@ -4,6 +4,8 @@
  *
  *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-Q] [-2]
  *               [-c CQ_SIZE] [-q]
+ *   nd_cm_bench -S [-a ADDRESS] [-P PORT] [-k CLIENTS] [-n N] [-r ROUNDS] [-x] [-Q] [-p P]
+ *   nd_cm_bench -C SERVER [-P PORT] [-n N] [-r ROUNDS] [-x] [-Q] [-p P] [-q]
  *
  * Each round opens CONNECTIONS client endpoints, starts every fi_connect at
  * once, accepts each request as it arrives, and waits for all 2 x
@@ -34,6 +36,21 @@
  * endpoint's queues at fi_enable, one that does not (verbs) leaves it.
  * It also counts file descriptors before and after all rounds, so the
  * same program run under valgrind checks that cycles leave nothing behind.
+ *
+ * -S and -C put the two sides on different hosts (util/nd-cluster's nodes):
+ * -S listens on ADDRESS:PORT (default port 9250) and serves CLIENTS client
+ * processes (default 1), each making a warm-up connection and ROUNDS rounds
+ * of N; it accepts every request, closes each endpoint at its FI_SHUTDOWN,
+ * and exits 0 once all CLIENTS x (1 + ROUNDS x N) connections came and went
+ * (1 when a request is refused, an event is an error, or nothing happens
+ * for 30 s). -C SERVER is the client of -2's rounds without the pipe: its
+ * connections per second are N over the time to its own N FI_CONNECTED.
+ * With -x each connection carries a message each way before it is shut
+ * down, its bytes naming the client process, the connection and the
+ * round; the server checks what arrives and answers, the client checks
+ * the answer (a wrong byte, or a server that never saw a message, fails
+ * the run). The client's connect data names it, so several clients can
+ * share one server.
  */
 #include <arpa/inet.h>
 #include <getopt.h>
@@ -41,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <poll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,6 +91,16 @@ static int quiet;
 static int transfer;
 static int small_queues;
 static int split;
+/* -C: what names this client process in its connect data (host and pid),
+ * so that a server of several clients knows whose message to expect. */
+static uint32_t remote_tag;
+static int remote_mode;
+
+/* The connect data of -C's connections. */
+struct hello {
+	uint32_t tag;
+	int32_t conn, round;
+};
 static int own_cq_size = 16;
 
 /* The hints both sides use; -Q shapes the queue pairs like cmtime's. */
@@ -186,7 +214,12 @@ static void start_clients(int n, const void *dest)
 	for (int i = 0; i < n; i++) {
 		conns[i].started = now_us();
 		conns[i].client = open_ep(client_info, &conns[i].client_cq);
-		CHECK(fi_connect(conns[i].client, dest, &i, sizeof(i)));
+		if (remote_mode) {
+			struct hello h = { remote_tag, i, round_number };
+			CHECK(fi_connect(conns[i].client, dest, &h, sizeof(h)));
+		} else {
+			CHECK(fi_connect(conns[i].client, dest, &i, sizeof(i)));
+		}
 	}
 }
 
@@ -394,16 +427,18 @@ static void wait_completion(struct fid_cq *cq)
 	}
 }
 
-static void fill(uint8_t *buf, int conn, int round, int side)
+/* A message's bytes name its client process (tag; 0 with both sides in
+ * one process), connection, round and direction. */
+static void fill(uint8_t *buf, uint32_t tag, int conn, int round, int side)
 {
 	for (int i = 0; i < MSG_LEN; i++)
-		buf[i] = (uint8_t)(conn * 7 + round * 13 + side * 101 + i);
+		buf[i] = (uint8_t)(conn * 7 + round * 13 + side * 101 + (tag >> (i % 4 * 8)) + i);
 }
 
-static void check(const uint8_t *buf, int conn, int round, int side)
+static void check(const uint8_t *buf, uint32_t tag, int conn, int round, int side)
 {
 	uint8_t want[MSG_LEN];
-	fill(want, conn, round, side);
+	fill(want, tag, conn, round, side);
 	if (memcmp(buf, want, MSG_LEN)) {
 		fprintf(stderr, "connection %d round %d: the message arrived corrupted\n", conn, round);
 		exit(1);
@@ -417,21 +452,21 @@ static void exchange(int n, int round)
 	for (int i = 0; i < n; i++) {
 		memset(messages[i][1], 0, MSG_LEN);
 		CHECK((int)fi_recv(conns[i].server, messages[i][1], MSG_LEN, desc, 0, NULL));
-		fill(messages[i][0], i, round, 0);
+		fill(messages[i][0], 0, i, round, 0);
 		CHECK((int)fi_send(conns[i].client, messages[i][0], MSG_LEN, desc, 0, NULL));
 	}
 	for (int i = 0; i < n; i++) {
 		wait_completion(conns[i].server_cq); /* the receive */
-		check(messages[i][1], i, round, 0);
+		check(messages[i][1], 0, i, round, 0);
 		wait_completion(conns[i].client_cq); /* the send */
 		CHECK((int)fi_recv(conns[i].client, messages[i][0], MSG_LEN, desc, 0, NULL));
-		fill(messages[i][1], i, round, 1);
+		fill(messages[i][1], 0, i, round, 1);
 		CHECK((int)fi_send(conns[i].server, messages[i][1], MSG_LEN, desc, 0, NULL));
 		wait_completion(conns[i].client_cq);
 		wait_completion(conns[i].server_cq);
 	}
 	for (int i = 0; i < n; i++)
-		check(messages[i][0], i, round, 1);
+		check(messages[i][0], 0, i, round, 1);
 }
 
 /* rdma_cm ids this process holds, as the kernel lists them (iproute2's
@@ -496,11 +531,11 @@ static void close_domain(void)
 }
 
 /* A listener on an address the provider picks; returns its port. */
-static unsigned listen_on(const char *address)
+static unsigned listen_on(const char *address, const char *service)
 {
 	struct fi_info *hints = bench_hints(prov, FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
 						     FI_MR_PROV_KEY);
-	CHECK(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), address, "0", FI_SOURCE, hints, &info));
+	CHECK(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), address, service, FI_SOURCE, hints, &info));
 	fi_freeinfo(hints);
 	open_domain(info);
 	CHECK(fi_passive_ep(fabric, info, &pep, NULL));
@@ -529,7 +564,7 @@ static void client_info_for(const char *address, unsigned port, uint64_t mr_mode
  * warm-up), then its own leak check as the exit status. */
 static int serve(const char *address, int n, int rounds, int to_client)
 {
-	unsigned port = listen_on(address);
+	unsigned port = listen_on(address, "0");
 	write_all(to_client, &port, sizeof(port));
 	server_round(1, to_client); /* warm-up */
 	int fds_before = nd_count_fds();
@@ -542,13 +577,216 @@ static int serve(const char *address, int n, int rounds, int to_client)
 	return fds_after == fds_before ? 0 : 1;
 }
 
+/* ---- -S and -C: the two sides on different hosts ---- */
+
+/* The client's side of an exchange: a message to the server on every
+ * connection, and the server's answer checked. */
+static void remote_exchange(int n, int round)
+{
+	void *desc = fi_mr_desc(messages_mr);
+	for (int i = 0; i < n; i++) {
+		memset(messages[i][1], 0, MSG_LEN);
+		CHECK((int)fi_recv(conns[i].client, messages[i][1], MSG_LEN, desc, 0, NULL));
+		fill(messages[i][0], remote_tag, i, round, 0);
+		CHECK((int)fi_send(conns[i].client, messages[i][0], MSG_LEN, desc, 0, NULL));
+	}
+	for (int i = 0; i < n; i++) {
+		wait_completion(conns[i].client_cq); /* the send and the answer, */
+		wait_completion(conns[i].client_cq); /* in either order */
+		check(messages[i][1], remote_tag, i, round, 1);
+	}
+}
+
+/* One round of -C: connect n, time their n FI_CONNECTED, exchange with -x,
+ * shut down and close. */
+static double remote_client_round(int n, double *connect_us)
+{
+	memset(conns, 0, sizeof(conns));
+	double start = now_us();
+	start_clients(n, client_info->dest_addr);
+	double last = establish(n, n);
+	*connect_us = mean_connect_us(n);
+	if (transfer)
+		remote_exchange(n, round_number);
+	round_number++;
+	for (int i = 0; i < n; i++)
+		close_client(&conns[i]);
+	drain_eq();
+	return n / ((last - start) / 1e6);
+}
+
+/* The server's state of a connection slot (conns[slot].server). */
+static struct {
+	struct hello who;
+	struct fi_context ctx[2]; /* the receive, the answer */
+	int got;		   /* the client's message arrived and was checked */
+} slots[MAX_CONN];
+
+static int slot_of(fid_t fid)
+{
+	for (int s = 0; s < MAX_CONN; s++)
+		if (conns[s].server && &conns[s].server->fid == fid)
+			return s;
+	return -1;
+}
+
+/* Reads slot s's CQ: checks the client's message and answers it. Returns
+ * -1 on an error completion. */
+static int serve_slot_cq(int s)
+{
+	struct fi_cq_entry e;
+	ssize_t rc;
+	while ((rc = fi_cq_read(conns[s].server_cq, &e, 1)) == 1) {
+		if (e.op_context != &slots[s].ctx[0])
+			continue; /* the answer went out */
+		const struct hello *w = &slots[s].who;
+		check(messages[s][1], w->tag, w->conn, w->round, 0);
+		slots[s].got = 1;
+		fill(messages[s][0], w->tag, w->conn, w->round, 1);
+		CHECK((int)fi_send(conns[s].server, messages[s][0], MSG_LEN, fi_mr_desc(messages_mr), 0,
+				   &slots[s].ctx[1]));
+	}
+	if (rc == -FI_EAVAIL) {
+		struct fi_cq_err_entry err = { 0 };
+		fi_cq_readerr(conns[s].server_cq, &err, 0);
+		fprintf(stderr, "server: a transfer failed: %s (provider %d)\n", fi_strerror(err.err),
+			err.prov_errno);
+		return -1;
+	}
+	return 0;
+}
+
+/* -S: serves `clients` processes of -C until every one of their
+ * connections came and went. */
+static int serve_remote(const char *address, const char *service, int n, int rounds, int clients)
+{
+	listen_on(address, service);
+	printf("nd_cm_bench: listening on %s port %s for %d client(s)\n", address, service, clients);
+	fflush(stdout);
+	const long expected = (long)clients * (1 + (long)rounds * n);
+	long established = 0, down = 0, checked = 0;
+	double quiet_since = now_us();
+	while (down < expected) {
+		struct event_buf buf;
+		uint32_t type;
+		/* With -x the CQs are read between events. */
+		ssize_t rc = fi_eq_sread(eq, &type, &buf, sizeof(buf), transfer ? 1 : 1000, 0);
+		if (rc == -FI_EAVAIL) {
+			struct fi_eq_err_entry err = { 0 };
+			fi_eq_readerr(eq, &err, 0);
+			fprintf(stderr, "server: EQ error: %s (provider %d)\n", fi_strerror(err.err),
+				err.prov_errno);
+			return 1;
+		}
+		if (rc < 0 && rc != -FI_EAGAIN) {
+			fprintf(stderr, "server: fi_eq_sread: %s\n", fi_strerror((int)-rc));
+			return 1;
+		}
+		if (rc >= 0) {
+			quiet_since = now_us();
+			int s = type == FI_CONNREQ ? -1 : slot_of(buf.entry.fid);
+			if (type == FI_CONNREQ) {
+				if ((size_t)rc < sizeof(buf.entry) + sizeof(struct hello)) {
+					fprintf(stderr, "server: a request without its connect data\n");
+					return 1;
+				}
+				for (s = 0; s < MAX_CONN && conns[s].server; s++)
+					;
+				if (s == MAX_CONN) {
+					fprintf(stderr, "server: more than %d connections at once\n", MAX_CONN);
+					return 1;
+				}
+				memcpy(&slots[s].who, buf.entry.data, sizeof(slots[s].who));
+				slots[s].got = 0;
+				conns[s].server = open_ep(buf.entry.info, &conns[s].server_cq);
+				fi_freeinfo(buf.entry.info);
+				if (transfer) {
+					memset(messages[s][1], 0, MSG_LEN);
+					CHECK((int)fi_recv(conns[s].server, messages[s][1], MSG_LEN,
+							   fi_mr_desc(messages_mr), 0, &slots[s].ctx[0]));
+				}
+				CHECK(fi_accept(conns[s].server, NULL, 0));
+			} else if (type == FI_CONNECTED && s >= 0) {
+				established++;
+			} else if (type == FI_SHUTDOWN && s >= 0) {
+				if (transfer && serve_slot_cq(s))
+					return 1;
+				if (transfer && !slots[s].got) {
+					fprintf(stderr, "server: connection %d of client %08x (round %d) shut down before its message arrived\n",
+						slots[s].who.conn, slots[s].who.tag, slots[s].who.round);
+					return 1;
+				}
+				checked += slots[s].got;
+				close_server(&conns[s]);
+				down++;
+			} else {
+				fprintf(stderr, "server: unexpected event %u\n", type);
+				return 1;
+			}
+		}
+		if (transfer)
+			for (int s = 0; s < MAX_CONN; s++)
+				if (conns[s].server && !slots[s].got && serve_slot_cq(s))
+					return 1;
+		if (now_us() - quiet_since > 30e6) {
+			fprintf(stderr, "server: no event for 30 s; %ld of %ld connections came and went\n",
+				down, expected);
+			return 1;
+		}
+	}
+	printf("nd_cm_bench server: %ld connections from %d client(s) established and shut down%s\n",
+	       established, clients, transfer ? ", each one's message checked and answered" : "");
+	if (transfer && checked != expected) {
+		fprintf(stderr, "server: %ld messages checked, %ld expected\n", checked, expected);
+		return 1;
+	}
+	close_domain();
+	return established == expected ? 0 : 1;
+}
+
+/* -C: rounds against a server on another host; exits non-zero when a
+ * round fails (read_event and wait_completion exit) or resources leak. */
+static int remote_client(const char *server, const char *service, int n, int rounds)
+{
+	char host[256] = "";
+	gethostname(host, sizeof(host) - 1);
+	remote_tag = (uint32_t)getpid() * 2654435761u;
+	for (const char *c = host; *c; c++)
+		remote_tag = (remote_tag ^ (uint8_t)*c) * 16777619u;
+	remote_mode = 1;
+	client_info_for(server, (unsigned)atoi(service),
+			FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY);
+	open_domain(client_info);
+	double rate[1000], connect_us[1000];
+	remote_client_round(1, &connect_us[0]); /* warm-up */
+	int fds_before = nd_count_fds();
+	int ids_before = count_cm_ids();
+	for (int r = 0; r < rounds; r++) {
+		rate[r] = remote_client_round(n, &connect_us[r]);
+		if (!quiet)
+			printf("round %d: %d connections, %.0f conn/s, connect %.0f us\n", r, n, rate[r],
+			       connect_us[r]);
+	}
+	int fds_after = nd_count_fds();
+	int ids_after = count_cm_ids();
+	printf("%s n=%d rounds=%d%s to %s: %.0f conn/s, connect %.0f us (medians); fds %d -> %d\n",
+	       prov, n, rounds, transfer ? " with transfers" : "", server, median(rate, rounds),
+	       median(connect_us, rounds), fds_before, fds_after);
+	if (ids_before >= 0)
+		printf("rdma_cm ids of this process: %d before the rounds, %d after\n", ids_before,
+		       ids_after);
+	close_domain();
+	return fds_after == fds_before && ids_after == ids_before ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	const char *address = getenv("ND_GUEST_IP");
-	int n = 16, rounds = 5, opt;
+	const char *remote_server = NULL, *service = "9250";
+	int n = 16, rounds = 5, opt, serve_only = 0, clients = 1;
 	if (!address)
 		address = "10.0.2.15";
-	while ((opt = getopt(argc, argv, "p:a:n:r:xQ2c:q")) != -1) {
+	while ((opt = getopt(argc, argv, "p:a:n:r:xQ2c:qSC:P:k:")) != -1) {
 		switch (opt) {
 		case 'p': prov = optarg; break;
 		case 'a': address = optarg; break;
@@ -559,9 +797,15 @@ int main(int argc, char **argv)
 		case '2': split = 1; break;
 		case 'c': own_cq_size = atoi(optarg); break;
 		case 'q': quiet = 1; break;
+		case 'S': serve_only = 1; break;
+		case 'C': remote_server = optarg; break;
+		case 'P': service = optarg; break;
+		case 'k': clients = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-2] [-c cq_size] [-q]\n",
-				argv[0]);
+			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-2] [-c cq_size] [-q]\n"
+					"       %s -S [-a address] [-P port] [-k clients] [-n connections] [-r rounds] [-x] [-Q] [-p provider]\n"
+					"       %s -C server [-P port] [-n connections] [-r rounds] [-x] [-Q] [-p provider] [-q]\n",
+				argv[0], argv[0], argv[0]);
 			return 2;
 		}
 	}
@@ -577,6 +821,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "-x needs both sides in one process; leave out -2\n");
 		return 2;
 	}
+	if ((serve_only || remote_server) && (split || (serve_only && remote_server))) {
+		fprintf(stderr, "-S, -C and -2 exclude each other\n");
+		return 2;
+	}
+	if (clients < 1 || clients * (long)n > MAX_CONN) {
+		fprintf(stderr, "1 <= clients, clients x connections <= %d\n", MAX_CONN);
+		return 2;
+	}
+	if (serve_only)
+		return serve_remote(address, service, n, rounds, clients);
+	if (remote_server)
+		return remote_client(remote_server, service, n, rounds);
 
 	/* -2 forks before anything opens a device: verbs resources do not
 	 * survive fork. */
@@ -605,7 +861,7 @@ int main(int argc, char **argv)
 				FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY);
 		open_domain(client_info);
 	} else {
-		unsigned port = listen_on(address);
+		unsigned port = listen_on(address, "0");
 		client_info_for(address, port, info->domain_attr->mr_mode);
 	}
 

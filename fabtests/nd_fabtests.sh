@@ -5,7 +5,10 @@
 #
 #   - every subtest of nd_msg_tests -p PROVIDER, each as its own process;
 #   - nd_rdm_tests -p "PROVIDER;ofi_rxm", without and with
-#     FI_OFI_RXM_USE_SRX=1.
+#     FI_OFI_RXM_USE_SRX=1;
+#   - for nd, nd_pair_tests with its server and client in two processes on
+#     this host's address ($ND_GUEST_IP, default 10.0.2.15): the program
+#     nd-check's cross-node stage runs with the two on two nodes.
 #
 # Each run has a timeout (ND_FT_TIMEOUT seconds, default 60). Prints the
 # PASS/FAIL/SKIP lines of the programs, the output of failed runs, and a
@@ -64,7 +67,8 @@ run() {
 
 msg=$bindir/nd_msg_tests
 rdm=$bindir/nd_rdm_tests
-for bin in "$msg" "$rdm"; do
+pair=$bindir/nd_pair_tests
+for bin in "$msg" "$rdm" "$pair"; do
 	if [ ! -x "$bin" ]; then
 		echo "FAIL: $bin not built"
 		failed=$((failed + 1))
@@ -85,6 +89,24 @@ fi
 if [ -x "$rdm" ]; then
 	run "rdm" env -u FI_OFI_RXM_USE_SRX "$rdm" -p "$prov;ofi_rxm"
 	run "rdm-srx" env FI_OFI_RXM_USE_SRX=1 "$rdm" -p "$prov;ofi_rxm"
+fi
+
+# Server in the background (it stops at the client's closing request, or
+# after 120 s without one), the client in front; the server's own FAIL:
+# lines join the client's. nd only: the subtests try nd's limits of
+# accept and reject data.
+if [ -x "$pair" ] && [ "$prov" = nd ]; then
+	run "pair" bash -c '
+		out=$(mktemp)
+		"$1" -p nd -s -a "$2" >"$out" 2>&1 &
+		server=$!
+		for _ in $(seq 100); do grep -q listening "$out" && break; sleep 0.1; done
+		"$1" -p nd -c "$2"
+		rc=$?
+		wait "$server" || rc=1
+		grep -v "^server ok" "$out"
+		rm -f "$out"
+		exit "$rc"' _ "$pair" "${ND_GUEST_IP:-10.0.2.15}"
 fi
 
 [ "$skipped" -eq 0 ] || echo "($skipped checks skipped)"

@@ -18,6 +18,14 @@
 # when any is an error.
 #
 #   util/nd-guest -- fabtests/nd_upstream.sh ~/.cache/libfabric-nd/fabtests/1.17.0 build/release
+#
+# ND_UPSTREAM_REMOTE=SERVER,CLIENT runs the tests with their server on host
+# SERVER and their client on host CLIENT, both reached by ssh (runfabtests.sh's
+# own remote mode, as on a cluster; util/nd-cluster's nodes nd-node0,
+# nd-node1), on the addresses those names resolve to; FTDIR and BUILDDIR
+# must be at the same paths there. The subsets are then the tests that move
+# data (see msg_set below). The same expectations apply: a test that behaves
+# differently across hosts is a finding, not an exclusion.
 set -uo pipefail
 
 ftdir=$(cd "${1:?usage: nd_upstream.sh FTDIR BUILDDIR [PROVIDER]}" && pwd)
@@ -25,6 +33,7 @@ builddir=$(cd "${2:?usage: nd_upstream.sh FTDIR BUILDDIR [PROVIDER]}" && pwd)
 prov=${3:-nd}
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 ip=${ND_GUEST_IP:-10.0.2.15}
+remote=${ND_UPSTREAM_REMOTE:-}
 limit=${ND_UPSTREAM_TIMEOUT:-120}
 expect=$srcdir/fabtests/upstream.expect
 version=$(cat "$ftdir/nd-fabtests-version" 2>/dev/null || basename "$ftdir")
@@ -33,6 +42,26 @@ if [ "$prov" = nd ]; then
 	export FI_PROVIDER_PATH=$builddir/.libs
 fi
 unset FI_UNIVERSE_SIZE FI_PROVIDER
+
+# Where the two sides run: this host on its own address, or the two hosts
+# of ND_UPSTREAM_REMOTE by ssh, each test's processes given the provider
+# path explicitly (-E) rather than trusting ssh to carry the environment.
+where=(-s "$ip" -c "$ip")
+hosts=()
+if [ -n "$remote" ]; then
+	s_host=${remote%%,*}
+	c_host=${remote#*,}
+	s_ip=$(getent ahostsv4 "$s_host" | awk 'NR == 1 { print $1 }')
+	c_ip=$(getent ahostsv4 "$c_host" | awk 'NR == 1 { print $1 }')
+	if [ -z "$s_ip" ] || [ -z "$c_ip" ] || [ "$s_host" = "$remote" ]; then
+		echo "nd_upstream.sh: ND_UPSTREAM_REMOTE=$remote: needs SERVER,CLIENT host names that resolve" >&2
+		exit 2
+	fi
+	where=(-s "$s_ip" -c "$c_ip" -p "$ftdir/bin")
+	[ -n "${FI_PROVIDER_PATH:-}" ] && where+=(-E "FI_PROVIDER_PATH=$FI_PROVIDER_PATH")
+	hosts=("$s_host" "$c_host")
+	echo "upstream: servers on $s_host ($s_ip), clients on $c_host ($c_ip)"
+fi
 
 # runfabtests.sh writes its scratch files in the working directory.
 workdir=$(mktemp -d)
@@ -43,6 +72,30 @@ cd "$workdir" || exit 1
 # the provider itself, RDM endpoints through libfabric's rxm over it.
 msg_excludes='fi_rdm,-e rdm,-e dgram,fi_dgram,fi_av_,fi_scalable_ep,fi_rdm_'
 rdm_excludes='dgram,-e msg,fi_msg'
+
+# The test sets: quick (unit, functional and short tests) for MSG, short for
+# RDM. Across hosts, where a test costs 10-20 s in emulated guests (two ssh
+# logins and the programs' start), the subset is the tests that move data
+# over the wire, once each: the short sets (pingpong, bandwidth, RMA,
+# atomics, multi-receive), with the byte-verifying variant (-v) of each
+# pair and without rxm's delivery-complete repeats (-U). The unit tests run
+# on one host and the functional ones are checked in the one-host run.
+#
+# At 35-55 s per test even these fifteen take about 11 minutes, so by default
+# (ND_UPSTREAM_REMOTE_SET=quick) the cross-host run keeps five of them:
+# a byte-verifying ping-pong and an RDMA read of each subset, and MSG's
+# multi-receive buffers; ND_UPSTREAM_REMOTE_SET=data runs the fifteen.
+msg_set=quick
+rdm_set=short
+if [ -n "$remote" ]; then
+	msg_set=short
+	msg_excludes+=',^fi_msg_pingpong -I 5$,^fi_msg_bw -I 5$'
+	rdm_excludes+=', -U$,^fi_rdm_pingpong -I 5$,^fi_rdm_tagged_pingpong -I 5$,^fi_rdm_tagged_bw -I 5$'
+	if [ "${ND_UPSTREAM_REMOTE_SET:-quick}" = quick ]; then
+		msg_excludes+=',^fi_msg_bw,^fi_rma_bw -e msg -o write'
+		rdm_excludes+=',^fi_rma_bw -e rdm -o write,^fi_rdm_atomic,^fi_rdm_cntr_pingpong,^fi_multi_recv -e rdm,^fi_rdm_pingpong,^fi_rdm_tagged_bw'
+	fi
+fi
 
 results=$workdir/results
 : >"$results"
@@ -55,7 +108,7 @@ run_suite() {
 	local out=$workdir/$suite.out
 	# Each test's outcome is shown as it ends, for a run that takes minutes.
 	PATH=$ftdir/bin:$PATH "$ftdir/bin/runfabtests.sh" -v -T "$limit" "$@" \
-		-s "$ip" -c "$ip" "$provarg" 2>&1 | tee "$out" | awk -v suite="$suite" '
+		"${where[@]}" "$provarg" "${hosts[@]}" 2>&1 | tee "$out" | awk -v suite="$suite" '
 		/^- name:/ { sub(/^- name: */, ""); name = $0 }
 		/^  result:/ { sub(/^  result: */, ""); r = $0; sub(/ .*/, "", r) }
 		/^  time:/ { if (r != "Excluded") { printf "  %s %-8s %4ss %s\n", suite, r, $2, name; fflush() } }'
@@ -67,11 +120,11 @@ run_suite() {
 	p=$(grep -c "^$suite Pass " "$results")
 	f=$(grep -c "^$suite Fail " "$results")
 	n=$(grep -c "^$suite Notrun " "$results")
-	echo "upstream($suite, $prov, fabtests $version): $p pass, $f fail, $n notrun"
+	echo "upstream($suite, $prov, fabtests $version${remote:+, across $remote}): $p pass, $f fail, $n notrun"
 }
 
-run_suite MSG "$prov" -t quick -e "$msg_excludes"
-run_suite RDM "$prov;ofi_rxm" -t short -e "$rdm_excludes"
+run_suite MSG "$prov" -t "$msg_set" -e "$msg_excludes"
+run_suite RDM "$prov;ofi_rxm" -t "$rdm_set" -e "$rdm_excludes"
 
 [ "$prov" = nd ] || exit 0
 
