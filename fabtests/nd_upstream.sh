@@ -68,6 +68,14 @@ workdir=$(mktemp -d)
 trap 'rm -rf "$workdir"' EXIT
 cd "$workdir" || exit 1
 
+# Across hosts, a test's client starts once its server listens, not one
+# second after the server's ssh was started (fabtests/nd_ssh_after_listen).
+if [ -n "$remote" ]; then
+	mkdir -p "$workdir/ssh-bin"
+	ln -s "$srcdir/fabtests/nd_ssh_after_listen" "$workdir/ssh-bin/ssh"
+	export PATH=$workdir/ssh-bin:$PATH ND_UPSTREAM_SERVER_IP=$s_ip ND_UPSTREAM_CLIENT_HOST=$c_host
+fi
+
 # The subsets of the issue that brought the suite in: MSG endpoints through
 # the provider itself, RDM endpoints through libfabric's rxm over it.
 msg_excludes='fi_rdm,-e rdm,-e dgram,fi_dgram,fi_av_,fi_scalable_ep,fi_rdm_'
