@@ -41,33 +41,15 @@ int bind_eq(Endpoint *ep, EventQueue *eq)
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: the endpoint already has an EQ\n");
 		return -FI_EINVAL;
 	}
-	EventQueue *home = ep->cm_home;
-	if (!home)
-		return bind_cm_to_eq(eq, ep->cm, &ep->eq);
-	/* A passive-side endpoint: until now its events came through the
-	 * listener's EQ, under that EQ's progress lock, and were held. Both
-	 * locks: no handler runs while the id changes channel. */
-	rdma_event_channel *channel;
-	int ret = eq->cm_channel(&channel);
-	if (ret)
-		return ret;
-	std::unique_lock<std::mutex> home_guard(home->progress_lock(), std::defer_lock);
-	std::unique_lock<std::mutex> eq_guard(eq->progress_lock(), std::defer_lock);
-	if (home == eq)
-		home_guard.lock();
-	else
-		std::lock(home_guard, eq_guard);
-	ret = ep->cm.migrate(channel);
-	if (ret)
-		return ret;
-	ep->eq = eq;
-	eq->bound.acquire();
-	home->bound.release();
-	ep->cm_home = nullptr;
-	for (EqEntry &entry : ep->held_events)
-		eq->push(std::move(entry));
-	ep->held_events.clear();
-	return 0;
+	/* A passive-side endpoint's events came through the listener's EQ
+	 * until now, under that EQ's progress lock, and were held: they go to
+	 * its own EQ before any later one can. */
+	return bind_cm_to_eq(eq, ep->cm, &ep->eq, ep->cm_home, [ep] {
+		ep->cm_home = nullptr;
+		for (EqEntry &entry : ep->held_events)
+			ep->eq->push(std::move(entry));
+		ep->held_events.clear();
+	});
 }
 
 int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags) noexcept

@@ -114,16 +114,10 @@ void ep_async_event(void *owner, ibv_event_type type, int error)
 	/* Transfers now fail as after a failed transfer, not as after a
 	 * shutdown. */
 	ep->link.store(LinkState::broken, std::memory_order_release);
-	EventQueue *eq = ep->eq;
-	if (!eq)
-		return;
-	EqEntry entry;
-	entry.is_error = true;
-	entry.error.fid = &ep->ep.fid;
-	entry.error.context = ep->ep.fid.context;
-	entry.error.err = error;
-	entry.error.prov_errno = cm::kAsyncEventBase + static_cast<int>(type);
-	eq->push(std::move(entry));
+	/* Without an EQ yet there is nobody to tell, and held events belong
+	 * to the progress lock this call does not hold. */
+	if (ep->eq)
+		report_error(ep, error, cm::kAsyncEventBase + static_cast<int>(type));
 }
 
 int Endpoint::create_queue_pair()

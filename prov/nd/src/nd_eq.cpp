@@ -423,18 +423,30 @@ int ensure_cm_id(EventQueue *eq, CmIdHolder &cm, CmTarget *target)
 	return cm.ensure(channel, target);
 }
 
-int bind_cm_to_eq(EventQueue *eq, CmIdHolder &cm, EventQueue **slot)
+int bind_cm_to_eq(EventQueue *eq, CmIdHolder &cm, EventQueue **slot, EventQueue *home,
+		  const std::function<void()> &moved)
 {
 	rdma_event_channel *channel;
 	int ret = eq->cm_channel(&channel);
 	if (ret)
 		return ret;
-	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	std::unique_lock<std::mutex> eq_guard(eq->progress_lock(), std::defer_lock);
+	std::unique_lock<std::mutex> home_guard;
+	if (home && home != eq) {
+		home_guard = std::unique_lock<std::mutex>(home->progress_lock(), std::defer_lock);
+		std::lock(eq_guard, home_guard);
+	} else {
+		eq_guard.lock();
+	}
 	ret = cm.migrate(channel);
 	if (ret)
 		return ret;
 	*slot = eq;
 	eq->bound.acquire();
+	if (home)
+		home->bound.release();
+	if (moved)
+		moved();
 	return 0;
 }
 

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -147,8 +148,12 @@ int ensure_cm_id(EventQueue *eq, CmIdHolder &cm, CmTarget *target);
 
 /* Binds an object to `eq`: its id (if any) moves onto the EQ's channel
  * under the progress lock, *slot becomes eq and the EQ counts the
- * binding. The caller has checked that the object has no EQ yet. */
-int bind_cm_to_eq(EventQueue *eq, CmIdHolder &cm, EventQueue **slot);
+ * binding. The caller has checked that the object has no EQ yet. `home`,
+ * when given, is the EQ whose channel carried the id until now (a taken
+ * connection request's listener EQ): both progress locks are held while the
+ * id moves, home stops counting the object, and `moved` runs under them. */
+int bind_cm_to_eq(EventQueue *eq, CmIdHolder &cm, EventQueue **slot, EventQueue *home = nullptr,
+		  const std::function<void()> &moved = {});
 
 /* Default number of entries when the application asks for none. */
 constexpr size_t kDefaultEqSize = 1024;
