@@ -259,6 +259,18 @@ static int device_read_limits(const char *name, int *inbound, int *outbound)
 	return rc;
 }
 
+/* A subtest's last word: every close returned 0 (else `bad` names those
+ * that did not) and no file descriptor was left behind. */
+static int closes_and_fds(int result, const char *bad, int fds_before, int fds_after)
+{
+	printf("    every close %s; fds %d -> %d\n", bad[0] ? bad : "returned 0", fds_before, fds_after);
+	if (result == T_PASS && bad[0])
+		FAIL("%s", bad);
+	if (result == T_PASS && fds_after != fds_before)
+		FAIL("file descriptors %d before, %d after", fds_before, fds_after);
+	return result;
+}
+
 /* What a process keeps after its first use of the libraries (loaded
  * providers, librdmacm's device contexts) is not a leak of one subtest:
  * use them once before counting. */
@@ -592,12 +604,7 @@ out:
 	free(buf);
 	const int fds_after = nd_count_fds(); /* the pipe was open before too */
 	close(from_child);
-	printf("    every close %s; fds %d -> %d\n", bad[0] ? bad : "returned 0", fds_before, fds_after);
-	if (result == T_PASS && bad[0])
-		FAIL("%s", bad);
-	if (result == T_PASS && fds_after != fds_before)
-		FAIL("file descriptors %d before, %d after", fds_before, fds_after);
-	return result;
+	return closes_and_fds(result, bad, fds_before, fds_after);
 }
 
 /* ---- garbage: raw rdma_cm peers against a listener ---- */
@@ -1400,13 +1407,7 @@ out:
 	close_fid(gfabric ? &gfabric->fid : NULL, "fabric", bad, sizeof(bad));
 	if (ginfo)
 		fi_freeinfo(ginfo);
-	const int fds_after = nd_count_fds();
-	printf("    every close %s; fds %d -> %d\n", bad[0] ? bad : "returned 0", fds_before, fds_after);
-	if (result == T_PASS && bad[0])
-		FAIL("%s", bad);
-	if (result == T_PASS && fds_after != fds_before)
-		FAIL("file descriptors %d before, %d after", fds_before, fds_after);
-	return result;
+	return closes_and_fds(result, bad, fds_before, nd_count_fds());
 }
 
 /* ---- main ---- */
