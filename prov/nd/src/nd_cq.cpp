@@ -442,7 +442,7 @@ bool CompletionQueue::report_canceled(void *context, uint64_t flags)
 	std::lock_guard<OptionalLock> guard(lock);
 	if (internal)
 		return true;
-	CqError error;
+	CqError error{};
 	error.entry.op_context = context;
 	error.entry.flags = flags;
 	error.entry.err = FI_ECANCELED;
@@ -476,7 +476,7 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 		const bool flushed = wc.status == IBV_WC_WR_FLUSH_ERR;
 		if (internal || (!done.report && flushed))
 			return false;
-		CqError error;
+		CqError error{};
 		error.entry.op_context = done.context;
 		error.entry.flags = done.flags;
 		error.entry.len = 0;

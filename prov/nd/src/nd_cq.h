@@ -37,6 +37,7 @@
 #include <rdma/fi_eq.h>
 
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace nd {
@@ -50,8 +51,10 @@ using UniqueCompChannel = VerbsHandle<ibv_comp_channel, ibv_destroy_comp_channel
  * context, msg, data and tagged formats (each a prefix of the next). */
 using CqEntry = fi_cq_tagged_entry;
 
+/* No default member initializer: the rings below leave their storage
+ * untouched until used, and every error is built as `CqError error{}`. */
 struct CqError {
-	fi_cq_err_entry entry{};
+	fi_cq_err_entry entry;
 };
 
 /*
@@ -59,9 +62,19 @@ struct CqError {
  * when it grows (fi_enable's reservation), where a failure is reported as
  * -FI_ENOMEM. Completion handling, reached from noexcept entry points
  * (fi_cq_read, and fi_send through make_room), never allocates through it.
+ *
+ * A CQ shared by many endpoints reserves room for every request they may
+ * have outstanding (1,000 connections at the default depth: a million
+ * entries, 140 MB), yet rarely holds more than a few. So the storage is
+ * not initialized (the kernel backs a large allocation with pages only
+ * where it is written), and an emptied ring starts again at its first
+ * slot: the memory a process touches follows the entries queued at once,
+ * not the reservation.
  */
 template <typename T>
 class CompletionRing {
+	static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_default_constructible_v<T>,
+		      "slots are left uninitialized until written");
 public:
 	bool empty() const noexcept { return count_ == 0; }
 	size_t size() const noexcept { return count_; }
@@ -69,7 +82,7 @@ public:
 	T &front() noexcept { return slots_[head_]; }
 	void pop_front() noexcept
 	{
-		head_ = head_ + 1 == capacity_ ? 0 : head_ + 1;
+		head_ = head_ + 1 == capacity_ || count_ == 1 ? 0 : head_ + 1;
 		count_--;
 	}
 	/* Needs room() > 0. */
@@ -85,7 +98,7 @@ public:
 	{
 		if (capacity <= capacity_)
 			return;
-		auto slots = std::make_unique<T[]>(capacity);
+		auto slots = std::make_unique_for_overwrite<T[]>(capacity);
 		for (size_t i = 0; i < count_; i++)
 			slots[i] = slots_[(head_ + i) % capacity_];
 		slots_ = std::move(slots);

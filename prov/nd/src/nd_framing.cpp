@@ -134,7 +134,7 @@ bool Framing::deliver(const FramedRecv &recv, const frame::Header &header, const
 			length, static_cast<unsigned long long>(recv.capacity));
 		if (cq.internal)
 			return false;
-		CqError error;
+		CqError error{};
 		error.entry.op_context = recv.context;
 		error.entry.flags = cq_flags_of(header);
 		error.entry.len = copied;

@@ -378,21 +378,44 @@ Test(work_queue, counter_kind_follows_the_cq_flags)
 	cr_assert_eq(counter_kind(FI_RMA | FI_REMOTE_WRITE), CounterKind::none);
 }
 
+Test(completion_ring, an_emptied_ring_starts_again_at_its_first_slot)
+{
+	/* A CQ reserves a ring for every request its endpoints may have
+	 * outstanding; the pages it touches must follow what is queued at
+	 * once, not how many entries have passed through. */
+	CompletionRing<int> ring;
+	ring.reserve(1000);
+	ring.push_back(1);
+	const int *first_slot = &ring.front();
+	for (int i = 0; i < 5000; i++) {
+		ring.pop_front();
+		ring.push_back(i);
+		cr_assert_eq(&ring.front(), first_slot, "entry %d went to another slot", i);
+	}
+	ring.push_back(-1);
+	ring.pop_front();
+	cr_assert_eq(&ring.front(), first_slot + 1, "a ring still holding entries goes on");
+}
+
 Test(completion_ring, keeps_order_across_wrap_and_growth)
 {
 	CompletionRing<int> ring;
 	cr_assert_eq(ring.room(), 0u, "no storage until reserved");
 	ring.reserve(3);
 	cr_assert_eq(ring.room(), 3u);
-	for (int round = 0; round < 10; round++) { /* wraps many times */
+	ring.push_back(-1);
+	for (int round = 0; round < 10; round++) { /* never empty: wraps many times */
 		ring.push_back(round);
 		ring.push_back(round + 100);
+		cr_assert_eq(ring.front(), round - 1 < 0 ? -1 : round - 1 + 100);
+		ring.pop_front();
 		cr_assert_eq(ring.front(), round);
 		ring.pop_front();
-		cr_assert_eq(ring.front(), round + 100);
-		ring.pop_front();
-		cr_assert(ring.empty());
+		cr_assert_eq(ring.size(), 1u);
 	}
+	cr_assert_eq(ring.front(), 109);
+	ring.pop_front();
+	cr_assert(ring.empty());
 	ring.push_back(1);
 	ring.push_back(2);
 	ring.push_back(3);
