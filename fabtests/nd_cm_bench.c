@@ -2,7 +2,7 @@
  * nd_cm_bench: connection setup through libfabric, server and client in one
  * process on one device, for any FI_EP_MSG provider (-p nd, -p verbs).
  *
- *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-Q] [-2]
+ *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-Q] [-O] [-2]
  *               [-c CQ_SIZE] [-q]
  *   nd_cm_bench -S [-a ADDRESS] [-P PORT] [-k CLIENTS] [-n N] [-r ROUNDS] [-x] [-Q] [-p P]
  *   nd_cm_bench -C SERVER [-P PORT] [-n N] [-r ROUNDS] [-x] [-Q] [-p P] [-q]
@@ -31,11 +31,21 @@
  * through a pipe, and each round ends when the server has seen every
  * FI_SHUTDOWN and closed its endpoints. Without -2 one thread serves both
  * sides, which halves the CPU either side gets on a small machine.
+ * With -O every endpoint of the process shares one CQ whatever the queue
+ * sizes, as ofi_rxm binds all its MSG endpoints to one: at the provider's
+ * default depth, 1,000 connections reserve far more entries than one verbs
+ * CQ of Soft-RoCE holds (32,767). With -x the exchange then posts every
+ * message at once and reads the completions of all connections from that
+ * CQ with fi_cq_sread, matching each by its context.
  * -c sets the size of each endpoint's own CQ (default 16; not under -Q): a
  * provider that never lets a CQ overflow (nd) grows a CQ smaller than the
  * endpoint's queues at fi_enable, one that does not (verbs) leaves it.
- * It also counts file descriptors before and after all rounds, so the
- * same program run under valgrind checks that cycles leave nothing behind.
+ * It also counts file descriptors and the kernel's rdma_cm ids of the
+ * process before and after all rounds, so the same program run under
+ * valgrind checks that cycles leave nothing behind, and reads its resident
+ * memory after each round: with two rounds or more, the RSS after the last
+ * may exceed the RSS after the first by 1/64 at most (4 MiB at least), or
+ * the run fails; memory a round leaks per connection shows there.
  *
  * -S and -C put the two sides on different hosts (util/nd-cluster's nodes):
  * -S listens on ADDRESS:PORT (default port 9250) and serves CLIENTS client
@@ -54,6 +64,7 @@
  */
 #include <arpa/inet.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +102,7 @@ static int quiet;
 static int transfer;
 static int small_queues;
 static int split;
+static int one_cq;
 /* -C: what names this client process in its connect data (host and pid),
  * so that a server of several clients knows whose message to expect. */
 static uint32_t remote_tag;
@@ -138,9 +150,15 @@ static void bind_cq(struct fid_ep *ep, struct fid_cq **own)
 {
 	struct fi_cq_attr attr = { .format = FI_CQ_FORMAT_CONTEXT, .size = (size_t)own_cq_size };
 	*own = NULL;
-	if (small_queues && !transfer) {
+	if (one_cq || (small_queues && !transfer)) {
 		if (!shared_cq) {
+			/* Room for every completion one exchange can have
+			 * outstanding (4 per connection), so that a provider
+			 * that sizes the CQ as asked (verbs) cannot overflow. */
 			attr.size = 4 * MAX_CONN;
+			/* -O -x waits in fi_cq_sread. */
+			if (one_cq)
+				attr.wait_obj = FI_WAIT_UNSPEC;
 			CHECK(fi_cq_open(domain, &attr, &shared_cq, NULL));
 		}
 		CHECK(fi_ep_bind(ep, &shared_cq->fid, FI_TRANSMIT | FI_RECV));
@@ -445,10 +463,107 @@ static void check(const uint8_t *buf, uint32_t tag, int conn, int round, int sid
 	}
 }
 
+/* -O: the contexts of connection i's four operations: the server's
+ * receive, the client's send, the client's receive, the server's send. */
+static struct fi_context one_cq_ctx[MAX_CONN][4];
+static uint8_t one_cq_done[MAX_CONN][4];
+
+/* Completions of the current kind pair still to come. */
+static int one_cq_missing;
+
+/* Reads what the shared CQ holds, waiting up to timeout_ms for the first
+ * entry (0: no wait), and checks each is of kind first or first + 1 and
+ * arrives exactly once; returns how many it read. */
+static int reap_one_cq(int n, int first, int timeout_ms)
+{
+	struct fi_cq_entry entries[64];
+	ssize_t rc = timeout_ms ? fi_cq_sread(shared_cq, entries, 64, NULL, timeout_ms)
+				: fi_cq_read(shared_cq, entries, 64);
+	if (rc == -FI_EAVAIL) {
+		struct fi_cq_err_entry err = { 0 };
+		fi_cq_readerr(shared_cq, &err, 0);
+		fprintf(stderr, "transfer failed: %s (provider %d)\n", fi_strerror(err.err), err.prov_errno);
+		exit(1);
+	}
+	if (rc == -FI_EAGAIN && timeout_ms) {
+		fprintf(stderr, "no completion on the shared CQ for %d ms; %d missing\n", timeout_ms,
+			one_cq_missing);
+		exit(1);
+	}
+	if (rc == -FI_EAGAIN)
+		return 0;
+	if (rc < 0) {
+		fprintf(stderr, "fi_cq_sread: %s\n", fi_strerror((int)-rc));
+		exit(1);
+	}
+	for (ssize_t e = 0; e < rc; e++) {
+		/* Compared as integers: a context from elsewhere is no
+		 * pointer into the array. */
+		uintptr_t base = (uintptr_t)&one_cq_ctx[0][0], ctx = (uintptr_t)entries[e].op_context;
+		size_t at = (ctx - base) / sizeof(struct fi_context);
+		int conn = (int)(at / 4), kind = (int)(at % 4);
+		if (ctx < base || (ctx - base) % sizeof(struct fi_context) || at >= (size_t)n * 4 ||
+		    kind < first || kind > first + 1 || one_cq_done[conn][kind]++) {
+			fprintf(stderr, "a completion with a context nothing posted, or twice\n");
+			exit(1);
+		}
+		one_cq_missing--;
+	}
+	return (int)rc;
+}
+
+/* Posts through `post` (a fi_send or fi_recv in a macro below); on
+ * -FI_EAGAIN reads the CQ, as fi_msg(3) asks, and tries again for 30 s. */
+#define POST_ONE_CQ(n, first, call)                                                          \
+	do {                                                                                 \
+		double give_up_ = now_us() + 30e6;                                           \
+		ssize_t rc_;                                                                 \
+		while ((rc_ = (call)) == -FI_EAGAIN && now_us() < give_up_)                  \
+			reap_one_cq(n, first, 0);                                            \
+		if (rc_) {                                                                   \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,        \
+				fi_strerror((int)-rc_));                                     \
+			exit(1);                                                             \
+		}                                                                            \
+		one_cq_missing++;                                                            \
+	} while (0)
+
+/* -O -x: every message of one direction posted at once, all completions
+ * read from the one CQ, then the other direction. */
+static void exchange_one_cq(int n, int round)
+{
+	void *desc = fi_mr_desc(messages_mr);
+	memset(one_cq_done, 0, sizeof(one_cq_done));
+	one_cq_missing = 0;
+	for (int i = 0; i < n; i++) {
+		memset(messages[i][1], 0, MSG_LEN);
+		POST_ONE_CQ(n, 0, fi_recv(conns[i].server, messages[i][1], MSG_LEN, desc, 0, &one_cq_ctx[i][0]));
+		fill(messages[i][0], 0, i, round, 0);
+		POST_ONE_CQ(n, 0, fi_send(conns[i].client, messages[i][0], MSG_LEN, desc, 0, &one_cq_ctx[i][1]));
+	}
+	while (one_cq_missing)
+		reap_one_cq(n, 0, 30000);
+	for (int i = 0; i < n; i++) {
+		check(messages[i][1], 0, i, round, 0);
+		memset(messages[i][0], 0, MSG_LEN);
+		POST_ONE_CQ(n, 2, fi_recv(conns[i].client, messages[i][0], MSG_LEN, desc, 0, &one_cq_ctx[i][2]));
+		fill(messages[i][1], 0, i, round, 1);
+		POST_ONE_CQ(n, 2, fi_send(conns[i].server, messages[i][1], MSG_LEN, desc, 0, &one_cq_ctx[i][3]));
+	}
+	while (one_cq_missing)
+		reap_one_cq(n, 2, 30000);
+	for (int i = 0; i < n; i++)
+		check(messages[i][0], 0, i, round, 1);
+}
+
 /* A message each way on every connection, checked byte by byte. */
 static void exchange(int n, int round)
 {
 	void *desc = fi_mr_desc(messages_mr);
+	if (one_cq) {
+		exchange_one_cq(n, round);
+		return;
+	}
 	for (int i = 0; i < n; i++) {
 		memset(messages[i][1], 0, MSG_LEN);
 		CHECK((int)fi_recv(conns[i].server, messages[i][1], MSG_LEN, desc, 0, NULL));
@@ -487,6 +602,35 @@ static int count_cm_ids(void)
 	}
 	int status = pclose(out);
 	return status == 0 || lines ? n : -1;
+}
+
+/* Resident memory of this process in KiB (/proc/self/statm); -1 where
+ * unreadable. */
+static long rss_kib(void)
+{
+	long pages_total, pages_resident;
+	FILE *statm = fopen("/proc/self/statm", "r");
+	if (!statm)
+		return -1;
+	int got = fscanf(statm, "%ld %ld", &pages_total, &pages_resident);
+	fclose(statm);
+	return got == 2 ? pages_resident * (sysconf(_SC_PAGESIZE) / 1024) : -1;
+}
+
+/* Whether the RSS after the last round stayed within 1/64 (4 MiB at
+ * least) of the RSS after the first; prints both. True with one round. */
+static int rss_flat(const long *rss, int rounds)
+{
+	if (rounds < 2 || rss[0] < 0 || rss[rounds - 1] < 0)
+		return 1;
+	long allowed = rss[0] / 64 > 4096 ? rss[0] / 64 : 4096;
+	int flat = rss[rounds - 1] - rss[0] <= allowed;
+	printf("resident memory: %ld KiB after round 1, %ld KiB after round %d (%+ld KiB; at most %+ld allowed)\n",
+	       rss[0], rss[rounds - 1], rounds, rss[rounds - 1] - rss[0], allowed);
+	if (!flat)
+		fprintf(stderr, "resident memory grew by %ld KiB over %d rounds\n", rss[rounds - 1] - rss[0],
+			rounds - 1);
+	return flat;
 }
 
 static int compare(const void *a, const void *b)
@@ -786,7 +930,7 @@ int main(int argc, char **argv)
 	int n = 16, rounds = 5, opt, serve_only = 0, clients = 1;
 	if (!address)
 		address = "10.0.2.15";
-	while ((opt = getopt(argc, argv, "p:a:n:r:xQ2c:qSC:P:k:")) != -1) {
+	while ((opt = getopt(argc, argv, "p:a:n:r:xQO2c:qSC:P:k:")) != -1) {
 		switch (opt) {
 		case 'p': prov = optarg; break;
 		case 'a': address = optarg; break;
@@ -794,6 +938,7 @@ int main(int argc, char **argv)
 		case 'r': rounds = atoi(optarg); break;
 		case 'x': transfer = 1; break;
 		case 'Q': small_queues = 1; break;
+		case 'O': one_cq = 1; break;
 		case '2': split = 1; break;
 		case 'c': own_cq_size = atoi(optarg); break;
 		case 'q': quiet = 1; break;
@@ -802,7 +947,7 @@ int main(int argc, char **argv)
 		case 'P': service = optarg; break;
 		case 'k': clients = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-2] [-c cq_size] [-q]\n"
+			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-O] [-2] [-c cq_size] [-q]\n"
 					"       %s -S [-a address] [-P port] [-k clients] [-n connections] [-r rounds] [-x] [-Q] [-p provider]\n"
 					"       %s -C server [-P port] [-n connections] [-r rounds] [-x] [-Q] [-p provider] [-q]\n",
 				argv[0], argv[0], argv[0]);
@@ -823,6 +968,10 @@ int main(int argc, char **argv)
 	}
 	if ((serve_only || remote_server) && (split || (serve_only && remote_server))) {
 		fprintf(stderr, "-S, -C and -2 exclude each other\n");
+		return 2;
+	}
+	if (one_cq && (serve_only || remote_server)) {
+		fprintf(stderr, "-O is for one host (leave out -S and -C)\n");
 		return 2;
 	}
 	if (clients < 1 || clients * (long)n > MAX_CONN) {
@@ -867,7 +1016,8 @@ int main(int argc, char **argv)
 
 	double *rate = calloc(rounds, sizeof(*rate)), *connect_us = calloc(rounds, sizeof(*connect_us)),
 	       *accept_us = calloc(rounds, sizeof(*accept_us));
-	if (!rate || !connect_us || !accept_us) {
+	long *rss = calloc(rounds, sizeof(*rss));
+	if (!rate || !connect_us || !accept_us || !rss) {
 		fprintf(stderr, "nd_cm_bench: out of memory for %d rounds\n", rounds);
 		return 1;
 	}
@@ -882,6 +1032,7 @@ int main(int argc, char **argv)
 			rate[r] = client_round(n, from_server, &connect_us[r], &accept_us[r]);
 		else
 			rate[r] = round_of(n, &connect_us[r], &accept_us[r]);
+		rss[r] = rss_kib();
 		if (!quiet)
 			printf("round %d: %d connections, %.0f conn/s, connect %.0f us, accept %.0f us\n",
 			       r, n, rate[r], connect_us[r], accept_us[r]);
@@ -895,6 +1046,7 @@ int main(int argc, char **argv)
 	if (ids_before >= 0)
 		printf("rdma_cm ids of this process: %d before the rounds, %d after\n", ids_before,
 		       ids_after);
+	int memory_flat = rss_flat(rss, rounds);
 
 	close_domain();
 	int server_status = 0;
@@ -907,5 +1059,6 @@ int main(int argc, char **argv)
 	free(rate);
 	free(connect_us);
 	free(accept_us);
-	return fds_after == fds_before && ids_after == ids_before && !server_status ? 0 : 1;
+	free(rss);
+	return fds_after == fds_before && ids_after == ids_before && memory_flat && !server_status ? 0 : 1;
 }
