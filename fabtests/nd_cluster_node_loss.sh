@@ -1,8 +1,9 @@
 #!/bin/bash
 # nd_cluster_node_loss.sh BUILDDIR [PROVIDER]: a host that dies mid-transfer,
 # on util/nd-cluster 2. Node 1 serves fabtests/nd_node_loss, lets traffic
-# flow for 2 s, then powers itself off (sysrq: no disconnect, no reply,
-# ever); node 0, the survivor, must see its outstanding sends, RDMA writes
+# flow for 2 s, then dies as a host that loses power does (sysrq's
+# immediate reset, which QEMU's -no-reboot turns into the machine's end:
+# no disconnect, no reply, ever); node 0, the survivor, must see its outstanding sends, RDMA writes
 # and reads complete in error within 30 s of the last success, every
 # request accounted for, every close 0. nd-cluster's status is 125 (node 1
 # is gone) by design: node 0's PASS:/FAIL: line is the verdict.
@@ -19,14 +20,8 @@ meet=${ND_MEET:?run by util/nd-cluster}
 prog=$builddir/fabtests/nd_node_loss
 server=10.0.3.11
 
-# wait_for_line FILE TEXT SECONDS
-wait_for_line() {
-	local deadline=$((SECONDS + $3))
-	until grep -q "$2" "$1" 2>/dev/null; do
-		((SECONDS < deadline)) || return 1
-		sleep 0.1
-	done
-}
+# wait_for, wait_for_line
+source "$(dirname "$0")/nd_cluster_wait.sh"
 
 if ((ND_NODE == 1)); then
 	"$prog" -p "$prov" -s -a "$server" >"$meet/loss.server" 2>&1 &
@@ -37,7 +32,10 @@ if ((ND_NODE == 1)); then
 	sleep 2
 	echo "node 1: powering off mid-transfer"
 	: >"$meet/.done.$ND_NODE" # util/guest/cluster-node: a crashed node is done
-	echo o >/proc/sysrq-trigger
+	# Not "o" (power off): an orderly power-off shuts devices down, and
+	# with Soft-RoCE busy it hung in ksoftirqd until the guest's time ran
+	# out (5 min). "b" resets at once, like a pulled plug.
+	echo b >/proc/sysrq-trigger
 	sleep 60
 	exit 1 # not reached
 fi
