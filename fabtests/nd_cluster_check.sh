@@ -17,14 +17,8 @@ meet=${ND_MEET:?run by util/nd-cluster}
 server=10.0.3.10
 perf=$builddir/fabtests/nd_perf
 
-# wait_for FILE SECONDS: true once FILE exists.
-wait_for() {
-	local deadline=$((SECONDS + $2))
-	until [[ -e $1 ]]; do
-		((SECONDS < deadline)) || return 1
-		sleep 0.1
-	done
-}
+# wait_for, wait_for_line
+source "$(dirname "$0")/nd_cluster_wait.sh"
 
 perf_pair() { # INDEX PROVIDER TEST SIZES
 	local k=$1 prov=$2 test=$3 sizes=$4

@@ -28,14 +28,8 @@ server=10.0.3.10
 clients=$((ND_NODES - 1))
 rounds=${ND_CLUSTER_CM_ROUNDS:-3}
 
-# wait_for FILE SECONDS: true once FILE exists.
-wait_for() {
-	local deadline=$((SECONDS + $2))
-	until [[ -e $1 ]]; do
-		((SECONDS < deadline)) || return 1
-		sleep 0.1
-	done
-}
+# wait_for, wait_for_line
+source "$(dirname "$0")/nd_cluster_wait.sh"
 
 # wait_for_all PREFIX SECONDS: every client node's PREFIX.<node> exists.
 wait_for_all() {

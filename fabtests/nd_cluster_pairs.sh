@@ -17,14 +17,8 @@ meet=${ND_MEET:?run by util/nd-cluster}
 prog=$builddir/fabtests/nd_pair_tests
 server=10.0.3.10
 
-# wait_for_line FILE TEXT SECONDS
-wait_for_line() {
-	local deadline=$((SECONDS + $3))
-	until grep -q "$2" "$1" 2>/dev/null; do
-		((SECONDS < deadline)) || return 1
-		sleep 0.1
-	done
-}
+# wait_for, wait_for_line
+source "$(dirname "$0")/nd_cluster_wait.sh"
 
 case $ND_NODE in
 0)
