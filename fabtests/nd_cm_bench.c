@@ -2,7 +2,7 @@
  * nd_cm_bench: connection setup through libfabric, server and client in one
  * process on one device, for any FI_EP_MSG provider (-p nd, -p verbs).
  *
- *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-Q] [-O] [-2]
+ *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-Q] [-O] [-M] [-2]
  *               [-c CQ_SIZE] [-q]
  *   nd_cm_bench -S [-a ADDRESS] [-P PORT] [-k CLIENTS] [-n N] [-r ROUNDS] [-x] [-Q] [-p P]
  *   nd_cm_bench -C SERVER [-P PORT] [-n N] [-r ROUNDS] [-x] [-Q] [-p P] [-q]
@@ -42,10 +42,16 @@
  * endpoint's queues at fi_enable, one that does not (verbs) leaves it.
  * It also counts file descriptors and the kernel's rdma_cm ids of the
  * process before and after all rounds, so the same program run under
- * valgrind checks that cycles leave nothing behind, and reads its resident
- * memory after each round: with two rounds or more, the RSS after the last
- * may exceed the RSS after the first by 1/64 at most (4 MiB at least), or
- * the run fails; memory a round leaks per connection shows there.
+ * valgrind checks that cycles leave nothing behind, and reads its memory
+ * after each round: its resident set (RSS) and what malloc has handed out
+ * and not taken back. With -M and two rounds or more, the run fails when,
+ * from the first round to the last, malloc's memory in use grew by more
+ * than 1/64 (256 KiB at least: libraries' tables grow to a plateau), or
+ * the RSS by more than 1/8 (8 MiB at least: freed heap is reused at other
+ * offsets, so its untouched pages fill in over rounds up to the peak's
+ * heap, as for any program; device memory that a round failed to release
+ * would show). Not under ASan or valgrind, whose quarantine of freed
+ * memory grows both by design; their own leak checks serve there.
  *
  * -S and -C put the two sides on different hosts (util/nd-cluster's nodes):
  * -S listens on ADDRESS:PORT (default port 9250) and serves CLIENTS client
@@ -64,6 +70,7 @@
  */
 #include <arpa/inet.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +110,7 @@ static int transfer;
 static int small_queues;
 static int split;
 static int one_cq;
+static int judge_memory;
 /* -C: what names this client process in its connect data (host and pid),
  * so that a server of several clients knows whose message to expect. */
 static uint32_t remote_tag;
@@ -617,20 +625,33 @@ static long rss_kib(void)
 	return got == 2 ? pages_resident * (sysconf(_SC_PAGESIZE) / 1024) : -1;
 }
 
-/* Whether the RSS after the last round stayed within 1/64 (4 MiB at
- * least) of the RSS after the first; prints both. True with one round. */
-static int rss_flat(const long *rss, int rounds)
+/* What malloc has handed out and not taken back, in KiB. */
+static long heap_in_use_kib(void)
+{
+	struct mallinfo2 mi = mallinfo2();
+	return (long)((mi.uordblks + mi.hblkhd) / 1024);
+}
+
+/* Prints the memory after the first and the last round; with -M, whether
+ * both stayed within their bounds (true with one round, or without -M). */
+static int memory_flat(const long *rss, const long *heap, int rounds)
 {
 	if (rounds < 2 || rss[0] < 0 || rss[rounds - 1] < 0)
 		return 1;
-	long allowed = rss[0] / 64 > 4096 ? rss[0] / 64 : 4096;
-	int flat = rss[rounds - 1] - rss[0] <= allowed;
-	printf("resident memory: %ld KiB after round 1, %ld KiB after round %d (%+ld KiB; at most %+ld allowed)\n",
-	       rss[0], rss[rounds - 1], rounds, rss[rounds - 1] - rss[0], allowed);
-	if (!flat)
-		fprintf(stderr, "resident memory grew by %ld KiB over %d rounds\n", rss[rounds - 1] - rss[0],
-			rounds - 1);
-	return flat;
+	const long rss_grew = rss[rounds - 1] - rss[0], heap_grew = heap[rounds - 1] - heap[0];
+	const long rss_allowed = rss[0] / 8 > 8192 ? rss[0] / 8 : 8192;
+	const long heap_allowed = heap[0] / 64 > 256 ? heap[0] / 64 : 256;
+	printf("memory: RSS %ld KiB after round 1, %ld KiB after round %d (%+ld KiB); malloc in use %ld KiB, then %ld KiB (%+ld KiB)\n",
+	       rss[0], rss[rounds - 1], rounds, rss_grew, heap[0], heap[rounds - 1], heap_grew);
+	if (!judge_memory)
+		return 1;
+	if (rss_grew > rss_allowed)
+		fprintf(stderr, "the RSS grew by %ld KiB over %d rounds (at most %ld allowed)\n", rss_grew,
+			rounds - 1, rss_allowed);
+	if (heap_grew > heap_allowed)
+		fprintf(stderr, "malloc's memory in use grew by %ld KiB over %d rounds (at most %ld allowed)\n",
+			heap_grew, rounds - 1, heap_allowed);
+	return rss_grew <= rss_allowed && heap_grew <= heap_allowed;
 }
 
 static int compare(const void *a, const void *b)
@@ -930,7 +951,7 @@ int main(int argc, char **argv)
 	int n = 16, rounds = 5, opt, serve_only = 0, clients = 1;
 	if (!address)
 		address = "10.0.2.15";
-	while ((opt = getopt(argc, argv, "p:a:n:r:xQO2c:qSC:P:k:")) != -1) {
+	while ((opt = getopt(argc, argv, "p:a:n:r:xQOM2c:qSC:P:k:")) != -1) {
 		switch (opt) {
 		case 'p': prov = optarg; break;
 		case 'a': address = optarg; break;
@@ -939,6 +960,7 @@ int main(int argc, char **argv)
 		case 'x': transfer = 1; break;
 		case 'Q': small_queues = 1; break;
 		case 'O': one_cq = 1; break;
+		case 'M': judge_memory = 1; break;
 		case '2': split = 1; break;
 		case 'c': own_cq_size = atoi(optarg); break;
 		case 'q': quiet = 1; break;
@@ -947,7 +969,7 @@ int main(int argc, char **argv)
 		case 'P': service = optarg; break;
 		case 'k': clients = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-O] [-2] [-c cq_size] [-q]\n"
+			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-O] [-M] [-2] [-c cq_size] [-q]\n"
 					"       %s -S [-a address] [-P port] [-k clients] [-n connections] [-r rounds] [-x] [-Q] [-p provider]\n"
 					"       %s -C server [-P port] [-n connections] [-r rounds] [-x] [-Q] [-p provider] [-q]\n",
 				argv[0], argv[0], argv[0]);
@@ -1016,8 +1038,8 @@ int main(int argc, char **argv)
 
 	double *rate = calloc(rounds, sizeof(*rate)), *connect_us = calloc(rounds, sizeof(*connect_us)),
 	       *accept_us = calloc(rounds, sizeof(*accept_us));
-	long *rss = calloc(rounds, sizeof(*rss));
-	if (!rate || !connect_us || !accept_us || !rss) {
+	long *rss = calloc(rounds, sizeof(*rss)), *heap = calloc(rounds, sizeof(*heap));
+	if (!rate || !connect_us || !accept_us || !rss || !heap) {
 		fprintf(stderr, "nd_cm_bench: out of memory for %d rounds\n", rounds);
 		return 1;
 	}
@@ -1033,9 +1055,10 @@ int main(int argc, char **argv)
 		else
 			rate[r] = round_of(n, &connect_us[r], &accept_us[r]);
 		rss[r] = rss_kib();
+		heap[r] = heap_in_use_kib();
 		if (!quiet)
-			printf("round %d: %d connections, %.0f conn/s, connect %.0f us, accept %.0f us\n",
-			       r, n, rate[r], connect_us[r], accept_us[r]);
+			printf("round %d: %d connections, %.0f conn/s, connect %.0f us, accept %.0f us, RSS %ld KiB, malloc %ld KiB\n",
+			       r, n, rate[r], connect_us[r], accept_us[r], rss[r], heap[r]);
 	}
 	int fds_after = nd_count_fds();
 	int ids_after = count_cm_ids();
@@ -1046,7 +1069,7 @@ int main(int argc, char **argv)
 	if (ids_before >= 0)
 		printf("rdma_cm ids of this process: %d before the rounds, %d after\n", ids_before,
 		       ids_after);
-	int memory_flat = rss_flat(rss, rounds);
+	int memory_kept = memory_flat(rss, heap, rounds);
 
 	close_domain();
 	int server_status = 0;
@@ -1060,5 +1083,6 @@ int main(int argc, char **argv)
 	free(connect_us);
 	free(accept_us);
 	free(rss);
-	return fds_after == fds_before && ids_after == ids_before && memory_flat && !server_status ? 0 : 1;
+	free(heap);
+	return fds_after == fds_before && ids_after == ids_before && memory_kept && !server_status ? 0 : 1;
 }
