@@ -44,7 +44,7 @@ if ! wait_for_line "$meet/loss.server" listening 60; then
 	exit 0
 fi
 if timeout 120 "$prog" -p "$prov" -c "$server" -T 30; then
-	echo "PASS: node loss ($prov, FI_ND_RETRY_COUNT=$FI_ND_RETRY_COUNT): the survivor's requests all completed in error and every object closed"
+	echo "PASS: node loss ($prov, ${builddir##*/} build, FI_ND_RETRY_COUNT=$FI_ND_RETRY_COUNT): the survivor's requests all completed in error and every object closed"
 else
-	echo "FAIL: node loss ($prov, FI_ND_RETRY_COUNT=$FI_ND_RETRY_COUNT): see above"
+	echo "FAIL: node loss ($prov, ${builddir##*/} build, FI_ND_RETRY_COUNT=$FI_ND_RETRY_COUNT): see above"
 fi
