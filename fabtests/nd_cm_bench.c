@@ -536,32 +536,35 @@ static int reap_one_cq(int n, int first, int timeout_ms)
 		one_cq_missing++;                                                            \
 	} while (0)
 
-/* -O -x: every message of one direction posted at once, all completions
- * read from the one CQ, then the other direction. */
-static void exchange_one_cq(int n, int round)
+/* -O -x, one direction (side 0: client to server, 1: back): every
+ * message posted at once, all completions read from the one CQ, and each
+ * arrived message checked. messages[i][side] is what is sent; the other
+ * slot receives. */
+static void one_cq_direction(int n, int round, int side)
 {
 	void *desc = fi_mr_desc(messages_mr);
+	const int kind = 2 * side; /* the receive's; the send's is kind + 1 */
+	for (int i = 0; i < n; i++) {
+		struct fid_ep *sender = side ? conns[i].server : conns[i].client;
+		struct fid_ep *receiver = side ? conns[i].client : conns[i].server;
+		memset(messages[i][!side], 0, MSG_LEN);
+		POST_ONE_CQ(n, kind, fi_recv(receiver, messages[i][!side], MSG_LEN, desc, 0, &one_cq_ctx[i][kind]));
+		fill(messages[i][side], 0, i, round, side);
+		POST_ONE_CQ(n, kind, fi_send(sender, messages[i][side], MSG_LEN, desc, 0, &one_cq_ctx[i][kind + 1]));
+	}
+	while (one_cq_missing)
+		reap_one_cq(n, kind, 30000);
+	for (int i = 0; i < n; i++)
+		check(messages[i][!side], 0, i, round, side);
+}
+
+/* -O -x: a message each way on every connection, all read from one CQ. */
+static void exchange_one_cq(int n, int round)
+{
 	memset(one_cq_done, 0, sizeof(one_cq_done));
 	one_cq_missing = 0;
-	for (int i = 0; i < n; i++) {
-		memset(messages[i][1], 0, MSG_LEN);
-		POST_ONE_CQ(n, 0, fi_recv(conns[i].server, messages[i][1], MSG_LEN, desc, 0, &one_cq_ctx[i][0]));
-		fill(messages[i][0], 0, i, round, 0);
-		POST_ONE_CQ(n, 0, fi_send(conns[i].client, messages[i][0], MSG_LEN, desc, 0, &one_cq_ctx[i][1]));
-	}
-	while (one_cq_missing)
-		reap_one_cq(n, 0, 30000);
-	for (int i = 0; i < n; i++) {
-		check(messages[i][1], 0, i, round, 0);
-		memset(messages[i][0], 0, MSG_LEN);
-		POST_ONE_CQ(n, 2, fi_recv(conns[i].client, messages[i][0], MSG_LEN, desc, 0, &one_cq_ctx[i][2]));
-		fill(messages[i][1], 0, i, round, 1);
-		POST_ONE_CQ(n, 2, fi_send(conns[i].server, messages[i][1], MSG_LEN, desc, 0, &one_cq_ctx[i][3]));
-	}
-	while (one_cq_missing)
-		reap_one_cq(n, 2, 30000);
-	for (int i = 0; i < n; i++)
-		check(messages[i][0], 0, i, round, 1);
+	one_cq_direction(n, round, 0);
+	one_cq_direction(n, round, 1);
 }
 
 /* A message each way on every connection, checked byte by byte. */
