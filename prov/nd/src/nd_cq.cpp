@@ -418,6 +418,9 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 void CompletionQueue::adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept
 {
 	std::lock_guard<OptionalLock> guard(lock);
+	/* Its endpoint (link, peer_lost) and counters go; a late completion
+	 * only retires its record. */
+	queue->set_targets(RetireTargets{});
 	try {
 		orphans.push_back(std::move(queue));
 	} catch (const std::bad_alloc &) {

@@ -573,6 +573,7 @@ int Endpoint::close()
 	if (qp)
 		async::remove_qp(qp.get());
 	auto teardown = [&] {
+		closing = true;
 		EpState s = fsm.state();
 		if (cm.id && (s == EpState::connected || s == EpState::shutting_down ||
 			      s == EpState::accepting || s == EpState::response_pending))
@@ -594,6 +595,10 @@ int Endpoint::close()
 		teardown_and_unbind(eq, &ep.fid, teardown);
 	}
 	release_queues();
+	/* No request is left to fail now (orphaned queues forget their
+	 * endpoint): what the poller deferred for it goes. */
+	if (eq)
+		eq->cancel_deferred(this);
 	unbind_all();
 	domain->children.release();
 	fi_freeinfo(info);

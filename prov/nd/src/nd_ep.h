@@ -119,6 +119,12 @@ struct Endpoint {
 	std::atomic<LinkState> link{LinkState::idle};
 	/* A verbs asynchronous event ended the queue pair (reported once). */
 	std::atomic<bool> async_failed{false};
+	/* A request failed because the peer stopped answering: the EQ's
+	 * progress was asked to end the connection (once). */
+	std::atomic<bool> peer_lost_noted{false};
+	/* fi_close has begun: deferred work finds nothing to do (set under
+	 * the progress lock). */
+	bool closing = false;
 	bool recv_ready = false;			/* the QP takes receives (INIT or later) */
 	std::vector<PendingRecv> pending_recvs;	/* under rx_lock */
 	uint32_t signal_interval = 1;
@@ -245,6 +251,9 @@ struct Endpoint {
 
 /* The queue pair's asynchronous events (nd_async.h). */
 void ep_async_event(void *owner, ibv_event_type type, int error);
+/* A request failed with its retries exhausted (RetireTargets::peer_lost),
+ * from the poller: asks the endpoint's EQ to end the connection. */
+void ep_peer_lost(void *owner);
 
 /* Data transfer tables of a connected endpoint (nd_ep_data.cpp, nd_ep_rma.cpp). */
 extern fi_ops_msg ep_msg_ops;

@@ -120,6 +120,38 @@ void ep_async_event(void *owner, ibv_event_type type, int error)
 		report_error(ep, error, cm::kAsyncEventBase + static_cast<int>(type));
 }
 
+namespace {
+
+/* Under the EQ's progress lock, as a CM event would be: the peer that
+ * stopped answering is treated as one that disconnected. */
+void end_connection_of_lost_peer(void *owner)
+{
+	auto *ep = static_cast<Endpoint *>(owner);
+	const EpState state = ep->fsm.state();
+	if (ep->closing || (state != EpState::connected && state != EpState::shutting_down))
+		return; /* already over, or going */
+	ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: the peer stopped answering (retries exhausted); the connection is over\n",
+		owner);
+	CmEventCopy lost;
+	lost.type = RDMA_CM_EVENT_DISCONNECTED;
+	lost.id = ep->cm.id;
+	/* FI_SHUTDOWN once, what is outstanding flushed, and a disconnect
+	 * sent: the peer, if it still lives, learns it too. The CM's own
+	 * DISCONNECTED, when its timeouts end, is absorbed. */
+	ep_cm_event(ep, lost);
+}
+
+} // namespace
+
+void ep_peer_lost(void *owner)
+{
+	auto *ep = static_cast<Endpoint *>(owner);
+	if (ep->peer_lost_noted.exchange(true))
+		return; /* every outstanding request fails the same way */
+	if (ep->eq)
+		ep->eq->defer(end_connection_of_lost_peer, ep);
+}
+
 int Endpoint::create_queue_pair()
 {
 	int ret = setup_data_path();

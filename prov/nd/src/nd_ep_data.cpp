@@ -209,6 +209,8 @@ int Endpoint::setup_data_path()
 	auto cells = [](Counter *c) { return c ? c->cells() : CounterCells{}; };
 	RetireTargets send_targets;
 	send_targets.link = &link;
+	send_targets.peer_lost = ep_peer_lost;
+	send_targets.owner = this;
 	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(send_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(read_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(write_cntr);

@@ -377,13 +377,18 @@ void EventQueue::progress()
 	/* A queue pair or device that failed: its owners' error entries. */
 	async::drain();
 	rdma_event_channel *channel;
+	bool deferred;
 	{
 		std::lock_guard<std::mutex> guard(lock_);
 		channel = cm_channel_.get();
+		deferred = !deferred_.empty();
 	}
-	if (!channel)
+	if (!channel && !deferred)
 		return;
 	std::lock_guard<std::mutex> progress_guard(progress_lock_);
+	run_deferred();
+	if (!channel)
+		return;
 	for (;;) {
 		rdma_cm_event *raw = nullptr;
 		if (rdma_get_cm_event(channel, &raw)) {
@@ -404,6 +409,51 @@ void EventQueue::progress()
 		ND_TRACE(FI_LOG_EQ, "CM event %s status %d\n", cm::event_name(copy.type), copy.status);
 		dispatch(copy);
 	}
+}
+
+int EventQueue::defer(void (*run)(void *owner), void *owner) noexcept
+{
+	std::lock_guard<std::mutex> guard(lock_);
+	try {
+		deferred_.push_back({run, owner});
+	} catch (const std::bad_alloc &) {
+		ND_WARN(FI_LOG_EQ, "EQ %p: out of memory for the work of %p; done at its close instead\n",
+			static_cast<void *>(this), owner);
+		return -FI_ENOMEM;
+	}
+	/* An empty EQ's waiter sleeps: wake it to progress. */
+	if (entries_.empty() && deferred_.size() == 1) {
+		uint64_t one = 1;
+		ssize_t rc = ::write(event_fd_, &one, sizeof(one));
+		(void)rc;
+	}
+	return 0;
+}
+
+void EventQueue::cancel_deferred(void *owner) noexcept
+{
+	std::lock_guard<std::mutex> progress_guard(progress_lock_);
+	std::lock_guard<std::mutex> guard(lock_);
+	deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(),
+				       [owner](const Deferred &d) { return d.owner == owner; }),
+			deferred_.end());
+}
+
+void EventQueue::run_deferred()
+{
+	std::vector<Deferred> work;
+	{
+		std::lock_guard<std::mutex> guard(lock_);
+		if (deferred_.empty())
+			return;
+		work.swap(deferred_);
+	}
+	for (const Deferred &d : work)
+		d.run(d.owner);
+	/* The wake-up defer() sent is spent when nothing came of it. */
+	std::lock_guard<std::mutex> guard(lock_);
+	if (deferred_.empty())
+		drain_signal_locked();
 }
 
 void EventQueue::progress_if_idle()

@@ -89,6 +89,16 @@ struct EventQueue {
 	/* Held by dispatch and by the connection calls of objects bound here. */
 	std::mutex &progress_lock() { return progress_lock_; }
 
+	/* Work an object asks of the EQ's next progress, where its CM events
+	 * are handled (under the progress lock): a CQ's poller that learns an
+	 * endpoint's peer is gone cannot run the endpoint's state machine
+	 * itself. Any thread; wakes a waiter. Returns -FI_ENOMEM (logged)
+	 * when it cannot be queued. */
+	int defer(void (*run)(void *owner), void *owner) noexcept;
+	/* Drops what `owner` deferred and waits for a run in progress: after
+	 * it, nothing runs for `owner`, which may be freed. */
+	void cancel_deferred(void *owner) noexcept;
+
 	ChildCount bound;			/* endpoints and PEPs bound to this EQ */
 
 	/* Everything below is private to nd_eq.cpp; public only so the type
@@ -107,6 +117,12 @@ struct EventQueue {
 	UniqueEventChannel cm_channel_;
 	std::deque<EqEntry> entries_;
 	std::vector<uint8_t> delivered_err_data_; /* readerr's provider-owned buffer */
+	struct Deferred {
+		void (*run)(void *owner);
+		void *owner;
+	};
+	std::vector<Deferred> deferred_;	/* under lock_ */
+	void run_deferred();			/* under progress_lock_ */
 
 	EventQueue(uint32_t api_version, ChildCount *parent, const fi_eq_attr &attr);
 	~EventQueue();

@@ -79,6 +79,9 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, void **place
 			ibv_wc_status_str(wc.status), wc.vendor_err);
 		if (targets.link)
 			targets.link->store(LinkState::broken, std::memory_order_relaxed);
+		if (targets.peer_lost &&
+		    (wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR))
+			targets.peer_lost(targets.owner);
 	}
 	return done;
 }

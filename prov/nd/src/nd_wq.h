@@ -150,6 +150,12 @@ constexpr CounterKind counter_kind(uint64_t cq_flags) noexcept
 struct RetireTargets {
 	CounterCells counters[kCounterKinds];	/* by CounterKind; empty: none bound */
 	std::atomic<LinkState> *link = nullptr;	/* set to broken by a real failure */
+	/* Told, from the poller, when a request failed because the peer
+	 * stopped answering (transport or RNR retries exhausted): the
+	 * connection is over, though the CM says nothing until its own
+	 * timeouts. Cleared with the rest when the queue is orphaned. */
+	void (*peer_lost)(void *owner) = nullptr;
+	void *owner = nullptr;
 };
 
 /* What a work completion means to the CQ, decided by WorkQueue::retire. */

@@ -51,6 +51,24 @@ void check_enorx(DataFixture &f, Side c, const fi_cq_err_entry &err, int *contex
 	cr_assert_eq(rc, -FI_ECONNABORTED, "later sends report the broken link (rc %zd)", rc);
 }
 
+/* Retries exhausted end the connection (fi_nd(7)): FI_SHUTDOWN once for
+ * the sender, whose queue pair is in error, and once for the receiver,
+ * which hears the sender's disconnect; nothing more. */
+void check_both_shut_down(DataFixture &f, Side c, Side s)
+{
+	bool client_down = false, server_down = false;
+	for (int i = 0; i < 2; i++) {
+		Event ev = next_event(f.eq, 10000);
+		cr_assert_geq(ev.rc, 0, "FI_SHUTDOWN %d of 2: rc %zd", i + 1, ev.rc);
+		cr_assert_eq(ev.type, (uint32_t)FI_SHUTDOWN, "event %u", ev.type);
+		bool &down = ev.fid == &c.ep->fid ? client_down : server_down;
+		cr_assert(ev.fid == &c.ep->fid || ev.fid == &s.ep->fid, "FI_SHUTDOWN names another fid");
+		cr_assert_not(down, "FI_SHUTDOWN twice for one endpoint");
+		down = true;
+	}
+	expect_quiet(f.eq, 500);
+}
+
 } // namespace
 
 Test(retry, rnr_retry_0_fails_a_send_without_a_receive_at_once_with_enorx)
@@ -65,6 +83,7 @@ Test(retry, rnr_retry_0_fails_a_send_without_a_receive_at_once_with_enorx)
 	cr_log_info("FI_ND_RNR_RETRY=0: FI_ENORX after %lld ms\n", took);
 	check_enorx(f, c, err, &ctx);
 	cr_assert_lt(took, 10000, "no retries: the first receiver-not-ready answer ends it");
+	check_both_shut_down(f, c, s);
 	cr_assert_eq(fi_close(&c.ep->fid), 0);
 	cr_assert_eq(fi_close(&s.ep->fid), 0);
 	f.close_data();

@@ -255,6 +255,86 @@ Test(eq, sread_wakes_when_an_event_arrives)
 	fi_close(&eq->fid);
 }
 
+/* What a deferred piece of work saw and did (EventQueue::defer). */
+struct DeferredProbe {
+	fid_eq *eq;
+	int runs = 0;
+	bool report = false;	/* push an FI_SHUTDOWN-like entry when run */
+};
+
+void run_probe(void *owner)
+{
+	auto *probe = static_cast<DeferredProbe *>(owner);
+	probe->runs++;
+	if (probe->report) {
+		EqEntry entry;
+		entry.event = FI_SHUTDOWN;
+		entry.data.assign(sizeof(fi_eq_entry), 0);
+		queue(probe->eq)->push(std::move(entry));
+	}
+}
+
+int wait_fd(fid_eq *eq)
+{
+	int fd = -1;
+	cr_assert_eq(fi_control(&eq->fid, FI_GETWAIT, &fd), 0);
+	return fd;
+}
+
+Test(eq, deferred_work_wakes_a_sleeping_reader_and_runs_once)
+{
+	/* A CQ's poller that finds an endpoint's peer gone defers the
+	 * endpoint's FI_SHUTDOWN to the EQ, whose reader may be asleep. */
+	fid_eq *eq = open_eq();
+	DeferredProbe probe{eq};
+	probe.report = true;
+	std::thread poller([&probe] {
+		std::this_thread::sleep_for(std::chrono::milliseconds(20));
+		cr_assert_eq(queue(probe.eq)->defer(run_probe, &probe), 0);
+	});
+	uint32_t event = 0;
+	fi_eq_entry entry{};
+	cr_assert_eq(fi_eq_sread(eq, &event, &entry, sizeof(entry), 10000, 0), (ssize_t)sizeof(entry));
+	cr_assert_eq(event, (uint32_t)FI_SHUTDOWN);
+	poller.join();
+	cr_assert_eq(fi_eq_read(eq, &event, &entry, sizeof(entry), 0), -FI_EAGAIN);
+	cr_assert_eq(probe.runs, 1);
+	cr_assert_not(readable(wait_fd(eq)), "no wake-up is left behind");
+	fi_close(&eq->fid);
+}
+
+Test(eq, deferred_work_that_reports_nothing_leaves_no_wakeup)
+{
+	fid_eq *eq = open_eq();
+	DeferredProbe probe{eq};
+	cr_assert_eq(queue(eq)->defer(run_probe, &probe), 0);
+	cr_assert(readable(wait_fd(eq)), "a waiter wakes to run it");
+	uint32_t event;
+	char buf[64];
+	cr_assert_eq(fi_eq_read(eq, &event, buf, sizeof(buf), 0), -FI_EAGAIN);
+	cr_assert_eq(probe.runs, 1);
+	/* Otherwise fi_eq_sread would spin until its timeout. */
+	cr_assert_not(readable(wait_fd(eq)));
+	fi_close(&eq->fid);
+}
+
+Test(eq, cancelled_deferred_work_never_runs)
+{
+	/* An endpoint's close cancels what it deferred before it is freed. */
+	fid_eq *eq = open_eq();
+	DeferredProbe closed{eq}, other{eq};
+	closed.report = true;
+	cr_assert_eq(queue(eq)->defer(run_probe, &closed), 0);
+	cr_assert_eq(queue(eq)->defer(run_probe, &other), 0);
+	queue(eq)->cancel_deferred(&closed);
+	uint32_t event;
+	char buf[64];
+	cr_assert_eq(fi_eq_read(eq, &event, buf, sizeof(buf), 0), -FI_EAGAIN);
+	cr_assert_eq(closed.runs, 0);
+	cr_assert_eq(other.runs, 1);
+	fi_close(&eq->fid);
+}
+
 Test(eq, sread_needs_a_wait_object)
 {
 	fid_eq *eq = open_eq(FI_WAIT_NONE);
