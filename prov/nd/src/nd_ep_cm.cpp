@@ -148,8 +148,10 @@ void ep_peer_lost(void *owner)
 	auto *ep = static_cast<Endpoint *>(owner);
 	if (ep->peer_lost_noted.exchange(true))
 		return; /* every outstanding request fails the same way */
-	if (ep->eq)
-		ep->eq->defer(end_connection_of_lost_peer, ep);
+	/* Not queued (out of memory): the next request that fails this way
+	 * tries again. */
+	if (ep->eq && ep->eq->defer(end_connection_of_lost_peer, ep))
+		ep->peer_lost_noted.store(false);
 }
 
 int Endpoint::create_queue_pair()

@@ -230,15 +230,20 @@ int EventQueue::init_wait()
 	return 0;
 }
 
-/* The eventfd is non-zero exactly while entries are queued (both under
- * lock_), so the epoll fd polls readable iff there is something to read. */
+/* The eventfd is non-zero exactly while entries are queued or work is
+ * deferred (both under lock_), so the epoll fd polls readable iff a read
+ * has something to do. */
+void EventQueue::wake_locked()
+{
+	uint64_t one = 1;
+	ssize_t rc = ::write(event_fd_, &one, sizeof(one));
+	(void)rc;
+}
+
 void EventQueue::signal_locked()
 {
-	if (entries_.size() == 1) {
-		uint64_t one = 1;
-		ssize_t rc = ::write(event_fd_, &one, sizeof(one));
-		(void)rc;
-	}
+	if (entries_.size() == 1)
+		wake_locked();
 }
 
 void EventQueue::drain_signal_locked()
@@ -417,16 +422,13 @@ int EventQueue::defer(void (*run)(void *owner), void *owner) noexcept
 	try {
 		deferred_.push_back({run, owner});
 	} catch (const std::bad_alloc &) {
-		ND_WARN(FI_LOG_EQ, "EQ %p: out of memory for the work of %p; done at its close instead\n",
+		ND_WARN(FI_LOG_EQ, "EQ %p: out of memory for the work of %p; not queued\n",
 			static_cast<void *>(this), owner);
 		return -FI_ENOMEM;
 	}
 	/* An empty EQ's waiter sleeps: wake it to progress. */
-	if (entries_.empty() && deferred_.size() == 1) {
-		uint64_t one = 1;
-		ssize_t rc = ::write(event_fd_, &one, sizeof(one));
-		(void)rc;
-	}
+	if (entries_.empty() && deferred_.size() == 1)
+		wake_locked();
 	return 0;
 }
 

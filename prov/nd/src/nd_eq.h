@@ -127,6 +127,7 @@ struct EventQueue {
 	EventQueue(uint32_t api_version, ChildCount *parent, const fi_eq_attr &attr);
 	~EventQueue();
 	int init_wait();
+	void wake_locked();
 	void signal_locked();
 	void drain_signal_locked();
 	int wait(int timeout_ms);
