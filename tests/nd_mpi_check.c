@@ -1,6 +1,6 @@
 /*
  * nd_mpi_check: what an MPI job needs from a libfabric provider, checked
- * byte by byte. Run with 2 or more ranks (fabtests/nd_mpi.sh runs it through
+ * byte by byte. Run with 2 or more ranks (tests/nd_mpi.sh runs it through
  * Open MPI's OFI MTL over "nd;ofi_rxm"):
  *
  *   - ping-pong between every pair of ranks, 1 B to 4 MiB (eager and

@@ -2,7 +2,7 @@
  * nd_perf: data-path latency and bandwidth through libfabric, for any
  * FI_EP_MSG provider (-p nd, -p verbs), measured the way rdma-core's perftest
  * (ib_send_lat, ib_write_bw, ...) measures raw verbs, so the figures can be
- * set side by side (fabtests/nd_perf.sh does that).
+ * set side by side (bench/nd_perf.sh does that).
  *
  *   server: nd_perf [-p PROVIDER] -s [-a LOCAL_ADDR] [-P PORT] [-q]
  *   client: nd_perf [-p PROVIDER] -c SERVER_ADDR [-a LOCAL_ADDR] [-P PORT]

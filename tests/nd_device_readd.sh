@@ -16,7 +16,7 @@ builddir=$(cd "${1:?usage: nd_device_readd.sh BUILDDIR [DEVICE] [NETDEV]}" && pw
 dev=${2:-rxe0}
 netdev=${3:-eth0}
 export FI_PROVIDER_PATH=$builddir/.libs
-msg=$builddir/fabtests/nd_msg_tests
+msg=$builddir/tests/nd_msg_tests
 step=0
 
 fail() {

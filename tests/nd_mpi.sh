@@ -21,7 +21,7 @@ mpirun --version | head -1
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mpicc -O2 -Wall -o "$work/nd_mpi_check" "$srcdir/fabtests/nd_mpi_check.c"
+mpicc -O2 -Wall -o "$work/nd_mpi_check" "$srcdir/tests/nd_mpi_check.c"
 
 export FI_PROVIDER_PATH=$builddir/.libs
 # No tuning: ofi_rxm sizes its CQ for a universe of 256 peers by default,

@@ -1,10 +1,10 @@
 #!/bin/bash
 # nd_cluster_upstream.sh FTDIR BUILDDIR: libfabric's own fabtests across two
 # nodes of util/nd-cluster (util/nd-check's cross-node stage): MSG tests with
-# nd and RDM tests over "nd;ofi_rxm", run by fabtests/nd_upstream.sh as in
+# nd and RDM tests over "nd;ofi_rxm", run by upstream/nd_upstream.sh as in
 # one guest, but every test's server on nd-node0 and its client on nd-node1
 # (runfabtests.sh's remote mode, over ssh), each outcome checked against the
-# same fabtests/upstream.expect. A test costs 10-20 s across emulated nodes,
+# same upstream/upstream.expect. A test costs 10-20 s across emulated nodes,
 # so the subsets are the tests that move data, once each (nd_upstream.sh
 # says which); the one-guest run keeps the whole subsets.
 # Node 0 runs it and prints the PASS:/FAIL: verdicts; node 1 only serves
@@ -32,7 +32,7 @@ start=$SECONDS
 # nd_upstream.sh bounds each test (ND_UPSTREAM_TIMEOUT, 120 s); the whole
 # run is bounded here too.
 ND_UPSTREAM_REMOTE=nd-node0,nd-node1 timeout "${ND_UPSTREAM_TOTAL:-480}" \
-	"$srcdir/fabtests/nd_upstream.sh" "$ftdir" "$builddir" nd 2>&1 | tee "$out" |
+	"$srcdir/upstream/nd_upstream.sh" "$ftdir" "$builddir" nd 2>&1 | tee "$out" |
 	sed -u 's/^FAIL: /  unexpected: /' # counted once, in the verdict below
 rc=${PIPESTATUS[0]}
 line=$(grep -a "^upstream: [0-9]* passed, [0-9]* failed" "$out" | tail -1)

@@ -11,13 +11,13 @@
 # comparison. Prints one line per test, "<suite> <result> <test>", then per
 # suite "upstream(<suite>, PROVIDER): P pass, F fail, N notrun".
 #
-# For nd, the outcome of every test is compared with fabtests/upstream.expect
+# For nd, the outcome of every test is compared with upstream/upstream.expect
 # (the tests nd does not pass yet, with the reason): a test that fails and is
 # not listed, or that is listed and now passes, is an error. Closing line
 # "upstream: N passed, M failed" counts those comparisons; exits non-zero
 # when any is an error.
 #
-#   util/nd-guest -- fabtests/nd_upstream.sh ~/.cache/libfabric-nd/fabtests/1.17.0 build/release
+#   util/nd-guest -- upstream/nd_upstream.sh ~/.cache/libfabric-nd/fabtests/1.17.0 build/release
 #
 # ND_UPSTREAM_REMOTE=SERVER,CLIENT runs the tests with their server on host
 # SERVER and their client on host CLIENT, both reached by ssh (runfabtests.sh's
@@ -35,7 +35,7 @@ srcdir=$(cd "$(dirname "$0")/.." && pwd)
 ip=${ND_GUEST_IP:-10.0.2.15}
 remote=${ND_UPSTREAM_REMOTE:-}
 limit=${ND_UPSTREAM_TIMEOUT:-120}
-expect=$srcdir/fabtests/upstream.expect
+expect=$srcdir/upstream/upstream.expect
 version=$(cat "$ftdir/nd-fabtests-version" 2>/dev/null || basename "$ftdir")
 
 if [ "$prov" = nd ]; then
@@ -69,10 +69,10 @@ trap 'rm -rf "$workdir"' EXIT
 cd "$workdir" || exit 1
 
 # Across hosts, a test's client starts once its server listens, not one
-# second after the server's ssh was started (fabtests/nd_ssh_after_listen).
+# second after the server's ssh was started (upstream/nd_ssh_after_listen).
 if [ -n "$remote" ]; then
 	mkdir -p "$workdir/ssh-bin"
-	ln -s "$srcdir/fabtests/nd_ssh_after_listen" "$workdir/ssh-bin/ssh"
+	ln -s "$srcdir/upstream/nd_ssh_after_listen" "$workdir/ssh-bin/ssh"
 	export PATH=$workdir/ssh-bin:$PATH ND_UPSTREAM_SERVER_IP=$s_ip ND_UPSTREAM_CLIENT_HOST=$c_host
 fi
 
@@ -161,11 +161,11 @@ while read -r suite result name; do
 	fi
 	failed=$((failed + 1))
 	if [ "$expected" = Pass ]; then
-		echo "FAIL: $suite $name: $result, and fabtests/upstream.expect does not list it"
+		echo "FAIL: $suite $name: $result, and upstream/upstream.expect does not list it"
 		awk -v n="$name" '/^- name:/ { x = $0; sub(/^- name: */, "", x); on = (x == n) }
 			on' "$workdir/$suite.out" 2>/dev/null | head -80 | sed 's/^/    /'
 	else
-		echo "FAIL: $suite $name: $result, expected $expected: update fabtests/upstream.expect"
+		echo "FAIL: $suite $name: $result, expected $expected: update upstream/upstream.expect"
 	fi
 done <"$results"
 echo "upstream: $passed passed, $failed failed"

@@ -1,7 +1,7 @@
 /*
  * nd_mpi_bench.c: MPI-level benchmarks in the style of the OSU
  * micro-benchmarks, for comparing libfabric providers under Open MPI (run by
- * fabtests/nd_mpi_bench.sh). Two ranks for the point-to-point tests, any
+ * bench/nd_mpi_bench.sh). Two ranks for the point-to-point tests, any
  * number for allreduce. Buffers are allocated once and reused, as
  * applications do, which is what a registration cache serves. Every
  * transfer's content is checked (first, middle and last bytes; the whole

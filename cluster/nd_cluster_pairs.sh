@@ -1,7 +1,7 @@
 #!/bin/bash
 # nd_cluster_pairs.sh BUILDDIR: connection management and the data path with
 # the two sides on two nodes of util/nd-cluster (util/nd-check's cross-node
-# stage): fabtests/nd_pair_tests, the program fabtests/nd_fabtests.sh runs
+# stage): tests/nd_pair_tests, the program tests/nd_programs.sh runs
 # with both sides in one guest, here with its server on node 0 and its
 # client on node 1, given node 0's address: connect, accept and reject data
 # up to the limits, the refused endpoint connecting again, messages of 1 B
@@ -14,7 +14,7 @@ set -u
 builddir=$(cd "${1:?usage: nd_cluster_pairs.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 meet=${ND_MEET:?run by util/nd-cluster}
-prog=$builddir/fabtests/nd_pair_tests
+prog=$builddir/tests/nd_pair_tests
 server=10.0.3.10
 
 # wait_for, wait_for_line

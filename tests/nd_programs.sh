@@ -1,5 +1,5 @@
 #!/bin/bash
-# nd_fabtests.sh BUILDDIR PROVIDER: runs the data-path conformance programs
+# nd_programs.sh BUILDDIR PROVIDER: runs the data-path conformance programs
 # against PROVIDER (nd, verbs, ...) where a real RDMA device exists (inside
 # util/nd-guest, or on a host with an RDMA NIC):
 #
@@ -12,16 +12,16 @@
 #
 # Each run has a timeout (ND_FT_TIMEOUT seconds, default 60). Prints the
 # PASS/FAIL/SKIP lines of the programs, the output of failed runs, and a
-# closing line "fabtests(PROVIDER): N passed, M failed"; exits non-zero when
+# closing line "programs(PROVIDER): N passed, M failed"; exits non-zero when
 # any failed. FI_PROVIDER_PATH is set to BUILDDIR/.libs; the programs are
-# taken from BUILDDIR/fabtests, or from $ND_FT_BINDIR when set.
+# taken from BUILDDIR/tests, or from $ND_FT_BINDIR when set.
 #
-#   util/nd-guest -- fabtests/nd_fabtests.sh build/release nd
+#   util/nd-guest -- tests/nd_programs.sh build/release nd
 set -uo pipefail
 
-builddir=$(cd "${1:?usage: nd_fabtests.sh BUILDDIR PROVIDER}" && pwd)
-prov=${2:?usage: nd_fabtests.sh BUILDDIR PROVIDER}
-bindir=${ND_FT_BINDIR:-$builddir/fabtests}
+builddir=$(cd "${1:?usage: nd_programs.sh BUILDDIR PROVIDER}" && pwd)
+prov=${2:?usage: nd_programs.sh BUILDDIR PROVIDER}
+bindir=${ND_FT_BINDIR:-$builddir/tests}
 limit=${ND_FT_TIMEOUT:-60}
 export FI_PROVIDER_PATH=$builddir/.libs
 logdir=$(mktemp -d)
@@ -75,7 +75,7 @@ for bin in "$msg" "$rdm" "$pair"; do
 	fi
 done
 
-echo "== fabtests for $prov ($(uname -r))"
+echo "== nd test programs for $prov ($(uname -r))"
 if [ -x "$msg" ]; then
 	subtests=$("$msg" -h 2>&1 | sed -n 's/^subtests: *//p')
 	if [ -z "$subtests" ]; then
@@ -110,5 +110,5 @@ if [ -x "$pair" ] && [ "$prov" = nd ]; then
 fi
 
 [ "$skipped" -eq 0 ] || echo "($skipped checks skipped)"
-echo "fabtests($prov): $passed passed, $failed failed"
+echo "programs($prov): $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -2,7 +2,7 @@
 # nd_perf.sh BUILDDIR: data-path latency and bandwidth, side by side in one
 # boot: rdma-core's perftest on raw verbs over rdma_cm (ib_send_lat -R, ...),
 # libfabric's verbs provider and nd, both through the same program
-# (fabtests/nd_perf, which measures the way perftest does). Prints one table,
+# (bench/nd_perf, which measures the way perftest does). Prints one table,
 # then the CPU cost per data-path call under callgrind.
 # Run where an RDMA device exists (util/nd-bench runs it in the guest).
 #
@@ -26,7 +26,7 @@
 #                      nd_perf -l N sets FI_MORE on all but each list's last
 #                      post (a provider that ignores FI_MORE posts each alone)
 #   ND_BENCH_CPU=0     skip the CPU-cost section
-#   ND_PERF            the nd_perf binary (default BUILDDIR/fabtests/nd_perf)
+#   ND_PERF            the nd_perf binary (default BUILDDIR/bench/nd_perf)
 #
 # Latency is perftest's t_typical / nd_perf's lat_med_us (median per iteration,
 # round trip / 2 for send and write, one read for read); bandwidth is MiB/s.
@@ -69,7 +69,7 @@ ip=${ND_GUEST_IP:-10.0.2.15}
 rounds=${ND_BENCH_ROUNDS:-3}
 iters=${ND_BENCH_ITERS:-300}
 max_bytes=${ND_BENCH_MAX_BYTES:-4194304}
-perf=${ND_PERF:-$builddir/fabtests/nd_perf}
+perf=${ND_PERF:-$builddir/bench/nd_perf}
 read -r -a tests <<<"${ND_BENCH_TESTS:-send_lat write_lat read_lat send_bw write_bw read_bw}"
 sizes_spec=${ND_BENCH_SIZES:-8 64 512 4096 65536 1048576 4194304}
 if [ "$sizes_spec" = full ]; then

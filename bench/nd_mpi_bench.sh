@@ -2,7 +2,7 @@
 # nd_mpi_bench.sh BUILDDIR: Open MPI over "nd;ofi_rxm" beside "verbs;ofi_rxm",
 # in one boot: latency, bandwidth and bi-directional bandwidth (8 B to
 # 4 MiB, a window of 8 non-blocking sends, reused buffers) and allreduce,
-# through fabtests/nd_mpi_bench.c. ND_MPI_BENCH_ROUNDS rounds (default 5)
+# through bench/nd_mpi_bench.c. ND_MPI_BENCH_ROUNDS rounds (default 5)
 # alternate the providers; the table gives medians and nd/verbs. Then the
 # ioctl system calls (each registration and deregistration is one), counted
 # with strace: in a bandwidth run over 64 KiB..4 MiB, and per message in
@@ -28,7 +28,7 @@ mpirun --version | head -1
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mpicc -O2 -Wall -o "$work/nd_mpi_bench" "$srcdir/fabtests/nd_mpi_bench.c"
+mpicc -O2 -Wall -o "$work/nd_mpi_bench" "$srcdir/bench/nd_mpi_bench.c"
 
 export FI_PROVIDER_PATH=$builddir/.libs FI_UNIVERSE_SIZE=64
 export OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi OMPI_MCA_btl=self

@@ -1,7 +1,7 @@
 #!/bin/bash
 # nd_cluster_mpi.sh BUILDDIR: Open MPI over "nd;ofi_rxm" with one rank on
 # each node of util/nd-cluster N (util/nd-check's cross-node stage runs it on
-# 4): fabtests/nd_mpi_check across the wire, ping-pong between every pair
+# 4): tests/nd_mpi_check across the wire, ping-pong between every pair
 # (1 B to 256 KiB), windows, allreduce, alltoall and a barrier loop, every
 # byte checked; with default settings (no FI_UNIVERSE_SIZE). Node 0
 # launches over ssh and prints PASS:/FAIL:; the other nodes serve and wait.
@@ -22,7 +22,7 @@ if ! command -v mpicc >/dev/null || ! [[ -x /usr/sbin/sshd ]]; then
 	echo "cross-node MPI skipped: needs Open MPI (openmpi-bin, libopenmpi-dev) and openssh-server"
 	exit 0
 fi
-if ! mpicc -O2 -o "$meet/nd_mpi_check" "$srcdir/fabtests/nd_mpi_check.c"; then
+if ! mpicc -O2 -o "$meet/nd_mpi_check" "$srcdir/tests/nd_mpi_check.c"; then
 	echo "FAIL: $ND_NODES-node MPI: nd_mpi_check.c did not build"
 	exit 0
 fi

@@ -4,7 +4,7 @@
 # node, and N = 4, three client nodes against one server). Node 0 serves,
 # every other node connects at once, for each count of concurrent
 # connections per client (default 16 64):
-#   - nd and libfabric's verbs provider through fabtests/nd_cm_bench -S/-C,
+#   - nd and libfabric's verbs provider through bench/nd_cm_bench -S/-C,
 #     3 rounds plus a warm-up, queue pairs as cmtime's (-Q), and a message
 #     each way on every connection with its bytes checked (-x);
 #   - rdma-core's cmtime beside them, where installed (raw rdma_cm, no data),
@@ -23,7 +23,7 @@ counts=("$@")
 ((${#counts[@]})) || counts=(16 64)
 export FI_PROVIDER_PATH=$builddir/.libs
 meet=${ND_MEET:?run by util/nd-cluster}
-bench=$builddir/fabtests/nd_cm_bench
+bench=$builddir/bench/nd_cm_bench
 server=10.0.3.10
 clients=$((ND_NODES - 1))
 rounds=${ND_CLUSTER_CM_ROUNDS:-3}
@@ -126,7 +126,7 @@ cmtime_trial() {
 		wait_for "$meet/cmt.$k.up" 180
 		timeout 120 cmtime -s "$server" -p "$port" -c "$n" </dev/null >"$meet/cmt.$k.client.$ND_NODE" 2>&1
 		echo $? >"$meet/cmt.$k.status.$ND_NODE"
-		# As fabtests/nd_cm_bench.sh reads it: N over the sum of the
+		# As bench/nd_cm_bench.sh reads it: N over the sum of the
 		# resolve, QP creation and connect steps.
 		awk -v n="$n" '/^(resolve addr|resolve route|create qp|connect) *:/ {
 			split($0, f, ":"); split(f[2], v, " "); total += v[1] }

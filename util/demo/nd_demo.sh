@@ -24,16 +24,16 @@ fi_info -p "nd;ofi_rxm" -t FI_EP_RDM | grep -E "provider|domain|type" | head -3
 echo
 ip=${ND_GUEST_IP:-10.0.2.15}
 echo "== traffic: 3 rounds of 16 connections, each carrying a message both ways, every byte checked"
-"$builddir/fabtests/nd_cm_bench" -p nd -a "$ip" -n 16 -r 3 -x
+"$builddir/bench/nd_cm_bench" -p nd -a "$ip" -n 16 -r 3 -x
 echo
 echo "== traffic: send/recv ping-pong and RDMA write bandwidth between two processes (nd_perf)"
 port=$((20000 + RANDOM % 20000))
 for test in send_lat write_bw; do
 	port=$((port + 1))
-	"$builddir/fabtests/nd_perf" -p nd -s -q -a "$ip" -P "$port" </dev/null >/dev/null 2>&1 &
+	"$builddir/bench/nd_perf" -p nd -s -q -a "$ip" -P "$port" </dev/null >/dev/null 2>&1 &
 	server=$!
 	sleep 0.3
-	"$builddir/fabtests/nd_perf" -p nd -c "$ip" -a "$ip" -P "$port" -t "$test" -S 8,65536 -n 200 -q </dev/null |
+	"$builddir/bench/nd_perf" -p nd -c "$ip" -a "$ip" -P "$port" -t "$test" -S 8,65536 -n 200 -q </dev/null |
 		grep '^nd_perf test=' | sed -E 's/ (lat_min_us|lat_max_us|lat_p99_us|inline|bidir|tx_depth|cq_mod|post_list)=[^ ]*//g'
 	wait "$server"
 done

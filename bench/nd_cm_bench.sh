@@ -19,7 +19,7 @@ counts=("$@")
 export FI_PROVIDER_PATH=$builddir/.libs
 ip=${ND_GUEST_IP:-10.0.2.15}
 rounds=${ND_BENCH_ROUNDS:-5}
-bench=$builddir/fabtests/nd_cm_bench
+bench=$builddir/bench/nd_cm_bench
 qflag=(-Q)
 [ "${ND_BENCH_CM_QUEUES:-small}" = default ] && qflag=()
 pflag=(-2)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # nd_cluster_node_loss.sh BUILDDIR [PROVIDER]: a host that dies mid-transfer,
-# on util/nd-cluster 2. Node 1 serves fabtests/nd_node_loss, lets traffic
+# on util/nd-cluster 2. Node 1 serves tests/nd_node_loss, lets traffic
 # flow for 2 s, then dies as a host that loses power does (sysrq's
 # immediate reset, which QEMU's -no-reboot turns into the machine's end:
 # no disconnect, no reply, ever); node 0, the survivor, must see its
@@ -18,7 +18,7 @@ prov=${2:-nd}
 export FI_PROVIDER_PATH=$builddir/.libs
 export FI_ND_RETRY_COUNT=${FI_ND_RETRY_COUNT:-6}
 meet=${ND_MEET:?run by util/nd-cluster}
-prog=$builddir/fabtests/nd_node_loss
+prog=$builddir/tests/nd_node_loss
 server=10.0.3.11
 
 # wait_for, wait_for_line

@@ -2,11 +2,11 @@
 # nd_cluster_check.sh BUILDDIR: the cross-node checks, run on both nodes of
 # util/nd-cluster 2 (util/nd-check's cross-node stage). Node 0 serves, node 1
 # connects, over the virtual wire between two guests:
-#   - fabtests/nd_perf send_lat and write_bw with nd and with the verbs
+#   - bench/nd_perf send_lat and write_bw with nd and with the verbs
 #     provider beside it (figures printed; a failed run fails the check);
 #   - Open MPI over "nd;ofi_rxm" across the two nodes, launched by mpirun
 #     over ssh: latency, rendezvous-size bandwidth and allreduce, every
-#     transfer's bytes checked (fabtests/nd_mpi_bench.c).
+#     transfer's bytes checked (bench/nd_mpi_bench.c).
 # Each check prints PASS: or FAIL: on node 1 (nd_perf) or node 0 (MPI), and
 # every wait is bounded.
 set -u
@@ -15,7 +15,7 @@ srcdir=$(cd "$(dirname "$0")/.." && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 meet=${ND_MEET:?run by util/nd-cluster}
 server=10.0.3.10
-perf=$builddir/fabtests/nd_perf
+perf=$builddir/bench/nd_perf
 
 # wait_for, wait_for_line
 source "$(dirname "$0")/nd_cluster_wait.sh"
@@ -55,7 +55,7 @@ perf_pair 4 verbs write_bw 65536
 if ((ND_NODE == 0)); then
 	if ! command -v mpicc >/dev/null || ! [[ -x /usr/sbin/sshd ]]; then
 		echo "cross-node MPI skipped: needs Open MPI (openmpi-bin, libopenmpi-dev) and openssh-server"
-	elif ! mpicc -O2 -o "$meet/nd_mpi_bench" "$srcdir/fabtests/nd_mpi_bench.c"; then
+	elif ! mpicc -O2 -o "$meet/nd_mpi_bench" "$srcdir/bench/nd_mpi_bench.c"; then
 		echo "FAIL: cross-node MPI: nd_mpi_bench.c did not build"
 	else
 		export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
