@@ -12,12 +12,14 @@
 # two processes; so are nd_cm_bench's (-2) unless ND_BENCH_CM_PROCESSES=1,
 # which serves both sides from one thread.
 set -euo pipefail
+# nd_guest_ip
+source "$(dirname "$0")/../util/lib/nd-common.sh"
 builddir=$(cd "${1:?usage: nd_cm_bench.sh BUILDDIR [COUNTS...]}" && pwd)
 shift
 counts=("$@")
 [ ${#counts[@]} -gt 0 ] || counts=(1 16 64 256)
 export FI_PROVIDER_PATH=$builddir/.libs
-ip=${ND_GUEST_IP:-10.0.2.15}
+ip=$(nd_guest_ip)
 rounds=${ND_BENCH_ROUNDS:-5}
 bench=$builddir/bench/nd_cm_bench
 qflag=(-Q)

@@ -63,9 +63,11 @@
 # completion (send_lat -I 0). Each row is one valgrind run of the client
 # (about 30-60 s in the emulated guest).
 set -uo pipefail
+# nd_guest_ip
+source "$(dirname "$0")/../util/lib/nd-common.sh"
 builddir=$(cd "${1:?usage: nd_perf.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
-ip=${ND_GUEST_IP:-10.0.2.15}
+ip=$(nd_guest_ip)
 rounds=${ND_BENCH_ROUNDS:-3}
 iters=${ND_BENCH_ITERS:-300}
 max_bytes=${ND_BENCH_MAX_BYTES:-4194304}

@@ -14,11 +14,11 @@ builddir=$(cd "${1:?usage: nd_cluster_check.sh BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 meet=${ND_MEET:?run by util/nd-cluster}
-server=10.0.3.10
 perf=$builddir/bench/nd_perf
 
-# wait_for, wait_for_line
+# wait_for, wait_for_line, nd_node_ip
 source "$(dirname "$0")/nd_cluster_wait.sh"
+server=$(nd_node_ip 0)
 
 perf_pair() { # INDEX PROVIDER TEST SIZES
 	local k=$1 prov=$2 test=$3 sizes=$4
@@ -53,8 +53,9 @@ perf_pair 4 verbs write_bw 65536
 
 # Open MPI across the nodes, from node 0 (node 1 serves it through sshd).
 if ((ND_NODE == 0)); then
-	if ! command -v mpicc >/dev/null || ! [[ -x /usr/sbin/sshd ]]; then
-		echo "cross-node MPI skipped: needs Open MPI (openmpi-bin, libopenmpi-dev) and openssh-server"
+	# A missing tool fails the check, naming it.
+	if ! need_tool mpicc libopenmpi-dev || ! need_tool mpirun openmpi-bin || ! need_tool /usr/sbin/sshd openssh-server; then
+		echo "FAIL: cross-node MPI over nd;ofi_rxm: not run (a tool is missing, above)"
 	elif ! mpicc -O2 -o "$meet/nd_mpi_bench" "$srcdir/bench/nd_mpi_bench.c"; then
 		echo "FAIL: cross-node MPI: nd_mpi_bench.c did not build"
 	else

@@ -24,12 +24,12 @@ counts=("$@")
 export FI_PROVIDER_PATH=$builddir/.libs
 meet=${ND_MEET:?run by util/nd-cluster}
 bench=$builddir/bench/nd_cm_bench
-server=10.0.3.10
 clients=$((ND_NODES - 1))
 rounds=${ND_CLUSTER_CM_ROUNDS:-3}
 
-# wait_for, wait_for_line
+# wait_for, wait_for_line, nd_node_ip
 source "$(dirname "$0")/nd_cluster_wait.sh"
+server=$(nd_node_ip 0)
 
 # wait_for_all PREFIX SECONDS: every client node's PREFIX.<node> exists.
 wait_for_all() {

@@ -9,6 +9,8 @@ set -u
 builddir=$(cd "${1:?usage: nd_cluster_mpi.sh BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
+# need_tool
+source "$(dirname "$0")/nd_cluster_wait.sh"
 meet=${ND_MEET:?run by util/nd-cluster}
 
 if ((ND_NODE != 0)); then
@@ -18,8 +20,9 @@ if ((ND_NODE != 0)); then
 	exit 0
 fi
 trap ': >"$meet/mpi.done"' EXIT
-if ! command -v mpicc >/dev/null || ! [[ -x /usr/sbin/sshd ]]; then
-	echo "cross-node MPI skipped: needs Open MPI (openmpi-bin, libopenmpi-dev) and openssh-server"
+# A missing tool fails the check, naming it.
+if ! need_tool mpicc libopenmpi-dev || ! need_tool mpirun openmpi-bin || ! need_tool /usr/sbin/sshd openssh-server; then
+	echo "FAIL: $ND_NODES-node MPI over nd;ofi_rxm: not run (a tool is missing, above)"
 	exit 0
 fi
 if ! mpicc -O2 -o "$meet/nd_mpi_check" "$srcdir/tests/nd_mpi_check.c"; then

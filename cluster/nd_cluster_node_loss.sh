@@ -19,10 +19,10 @@ export FI_PROVIDER_PATH=$builddir/.libs
 export FI_ND_RETRY_COUNT=${FI_ND_RETRY_COUNT:-6}
 meet=${ND_MEET:?run by util/nd-cluster}
 prog=$builddir/tests/nd_node_loss
-server=10.0.3.11
 
-# wait_for, wait_for_line
+# wait_for, wait_for_line, nd_node_ip
 source "$(dirname "$0")/nd_cluster_wait.sh"
+server=$(nd_node_ip 1)
 
 if ((ND_NODE == 1)); then
 	"$prog" -p "$prov" -s -a "$server" >"$meet/loss.server" 2>&1 &

@@ -15,10 +15,10 @@ builddir=$(cd "${1:?usage: nd_cluster_pairs.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 meet=${ND_MEET:?run by util/nd-cluster}
 prog=$builddir/tests/nd_pair_tests
-server=10.0.3.10
 
-# wait_for, wait_for_line
+# wait_for, wait_for_line, nd_node_ip
 source "$(dirname "$0")/nd_cluster_wait.sh"
+server=$(nd_node_ip 0)
 
 case $ND_NODE in
 0)

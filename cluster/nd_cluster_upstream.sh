@@ -16,6 +16,8 @@ ftdir=$(cd "${1:?usage: nd_cluster_upstream.sh FTDIR BUILDDIR}" && pwd)
 builddir=$(cd "${2:?usage: nd_cluster_upstream.sh FTDIR BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 meet=${ND_MEET:?run by util/nd-cluster}
+# need_tool
+source "$(dirname "$0")/nd_cluster_wait.sh"
 
 if ((ND_NODE != 0)); then
 	deadline=$((SECONDS + ${ND_UPSTREAM_WAIT:-600}))
@@ -23,8 +25,8 @@ if ((ND_NODE != 0)); then
 	exit 0
 fi
 trap ': >"$meet/upstream.done"' EXIT
-if ! [[ -x /usr/sbin/sshd ]]; then
-	echo "cross-node upstream fabtests skipped: needs openssh-server"
+if ! need_tool /usr/sbin/sshd openssh-server; then
+	echo "FAIL: cross-node upstream fabtests: not run (sshd is missing, above)"
 	exit 0
 fi
 out=$(mktemp)

@@ -2,7 +2,10 @@
 # (cluster/nd_cluster_*.sh) share, sourced by each. Nodes meet through
 # files in util/nd-cluster's shared directory ($ND_MEET): a side writes a
 # file, or a line to one, when it is ready; the other waits for it, never
-# longer than it is told.
+# longer than it is told. It brings the project's shell helpers too
+# (util/lib/nd-common.sh: the nodes' addresses, need_tool).
+# shellcheck source=../util/lib/nd-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../util/lib/nd-common.sh"
 
 # wait_for FILE SECONDS: true once FILE exists.
 wait_for() {

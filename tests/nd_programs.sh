@@ -7,7 +7,7 @@
 #   - nd_rdm_tests -p "PROVIDER;ofi_rxm", without and with
 #     FI_OFI_RXM_USE_SRX=1;
 #   - for nd, nd_pair_tests with its server and client in two processes on
-#     this host's address ($ND_GUEST_IP, default 10.0.2.15): the program
+#     this host's address ($ND_GUEST_IP, default util/lib/nd-common.sh's): the program
 #     nd-check's cross-node stage runs with the two on two nodes.
 #
 # Each run has a timeout (ND_FT_TIMEOUT seconds, default 60). Prints the
@@ -18,6 +18,8 @@
 #
 #   util/nd-guest -- tests/nd_programs.sh build/release nd
 set -uo pipefail
+# nd_guest_ip
+source "$(dirname "$0")/../util/lib/nd-common.sh"
 
 builddir=$(cd "${1:?usage: nd_programs.sh BUILDDIR PROVIDER}" && pwd)
 prov=${2:?usage: nd_programs.sh BUILDDIR PROVIDER}
@@ -106,7 +108,7 @@ if [ -x "$pair" ] && [ "$prov" = nd ]; then
 		wait "$server" || rc=1
 		grep -v "^server ok" "$out"
 		rm -f "$out"
-		exit "$rc"' _ "$pair" "${ND_GUEST_IP:-10.0.2.15}"
+		exit "$rc"' _ "$pair" "$(nd_guest_ip)"
 fi
 
 [ "$skipped" -eq 0 ] || echo "($skipped checks skipped)"

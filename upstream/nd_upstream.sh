@@ -27,12 +27,14 @@
 # data (see msg_set below). The same expectations apply: a test that behaves
 # differently across hosts is a finding, not an exclusion.
 set -uo pipefail
+# nd_guest_ip
+source "$(dirname "$0")/../util/lib/nd-common.sh"
 
 ftdir=$(cd "${1:?usage: nd_upstream.sh FTDIR BUILDDIR [PROVIDER]}" && pwd)
 builddir=$(cd "${2:?usage: nd_upstream.sh FTDIR BUILDDIR [PROVIDER]}" && pwd)
 prov=${3:-nd}
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
-ip=${ND_GUEST_IP:-10.0.2.15}
+ip=$(nd_guest_ip)
 remote=${ND_UPSTREAM_REMOTE:-}
 limit=${ND_UPSTREAM_TIMEOUT:-120}
 expect=$srcdir/upstream/upstream.expect

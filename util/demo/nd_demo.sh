@@ -5,6 +5,8 @@
 # nd carrying traffic: connections that exchange checked messages, and a
 # ping-pong and a bandwidth run between two processes.
 set -euo pipefail
+# nd_guest_ip
+source "$(dirname "$0")/../util/lib/nd-common.sh"
 builddir=$(cd "${1:?usage: nd_demo.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 dev=${ND_TEST_DEVICE:-rxe0}
@@ -22,7 +24,7 @@ echo
 echo "== libfabric's own layering works on top: ofi_rxm over nd (RDM)"
 fi_info -p "nd;ofi_rxm" -t FI_EP_RDM | grep -E "provider|domain|type" | head -3
 echo
-ip=${ND_GUEST_IP:-10.0.2.15}
+ip=$(nd_guest_ip)
 echo "== traffic: 3 rounds of 16 connections, each carrying a message both ways, every byte checked"
 "$builddir/bench/nd_cm_bench" -p nd -a "$ip" -n 16 -r 3 -x
 echo

@@ -1,0 +1,110 @@
+# nd-common.sh: the one set of shell helpers the project's scripts share,
+# sourced by util/nd-check, the guest suites (tests/run-guest-tests), the
+# test, cluster and upstream scripts and the util/ tools:
+#   - messages: say, die (prefixed with $PROG, else the script's name);
+#   - the test bed's addresses, defined here once;
+#   - tallies: pass, fail, add_counts, run_check (one named check whose
+#     output is shown only when it fails), closing_line;
+#   - result parsing: counts_from_line (a "PREFIX: N passed, M failed"
+#     line), counts_from_criterion (Criterion's "Synthesis:" lines),
+#     counts_from_verdicts (PASS:/FAIL: lines);
+#   - valgrind_clean: a command under valgrind with the project's flags.
+# Works under `set -u` and without `set -e`; defines no traps.
+
+# Addresses of the test bed (util/nd-guest and util/nd-cluster set them up;
+# inside a guest ND_GUEST_IP and ND_GUEST_IP6 hold the node's own).
+ND_GUEST_IP_DEFAULT=10.0.2.15
+ND_GUEST_IP6_DEFAULT=fd00::15
+# util/nd-cluster's node I has 10.0.3.(ND_CLUSTER_HOST_BASE + I).
+ND_CLUSTER_NET=10.0.3
+ND_CLUSTER_HOST_BASE=10
+ND_CLUSTER_NET6=fd00::3
+nd_guest_ip() { echo "${ND_GUEST_IP:-$ND_GUEST_IP_DEFAULT}"; }
+nd_node_ip() { echo "$ND_CLUSTER_NET.$((ND_CLUSTER_HOST_BASE + $1))"; }
+
+say() { printf '%s: %s\n' "${PROG:-${0##*/}}" "$*" >&2; }
+die() {
+	say "error: $*"
+	exit 1
+}
+
+# Tallies of the script that sources this file.
+passed=${passed:-0}
+failed=${failed:-0}
+
+# add_counts PASSED FAILED
+add_counts() {
+	passed=$((passed + $1))
+	failed=$((failed + $2))
+}
+pass() {
+	echo "PASS: $*"
+	add_counts 1 0
+}
+fail() {
+	echo "FAIL: $*"
+	add_counts 0 1
+}
+
+# closing_line PREFIX: prints "PREFIX: N passed, M failed" and returns
+# non-zero when anything failed.
+closing_line() {
+	echo "$1: $passed passed, $failed failed"
+	[ "$failed" -eq 0 ]
+}
+
+# run_check NAME COMMAND...: one check. Its output is kept in a file and
+# shown (last 60 lines) only when it fails; the line names its time.
+run_check() {
+	local name=$1 log start=$SECONDS
+	shift
+	log=$(mktemp)
+	if "$@" >"$log" 2>&1; then
+		pass "$name ($((SECONDS - start))s)"
+	else
+		fail "$name ($((SECONDS - start))s)"
+		sed 's/^/    /' "$log" | tail -60
+	fi
+	rm -f "$log"
+}
+
+# counts_from_line PREFIX FILE: "N M" from the last "PREFIX: N passed, M
+# failed" line of FILE; nothing when there is none.
+counts_from_line() {
+	local line
+	line=$(grep -a "^$1: [0-9]* passed, [0-9]* failed" "$2" 2>/dev/null | tail -1)
+	[ -n "$line" ] || return 0
+	sed -n 's/^.*: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' <<<"$line"
+}
+
+# counts_from_criterion FILE...: "N M" summed over the Criterion
+# "Synthesis: Tested: T | Passing: P | ..." lines of FILEs (M = T - P).
+counts_from_criterion() {
+	local p=0 f=0 t ok
+	while read -r t ok; do
+		p=$((p + ok))
+		f=$((f + t - ok))
+	done < <(grep -ah "Synthesis:" "$@" 2>/dev/null |
+		sed -n 's/.*Tested: \([0-9]*\).*Passing: \([0-9]*\).*/\1 \2/p')
+	echo "$p $f"
+}
+
+# counts_from_verdicts FILE: "N M", the PASS: and FAIL: verdict lines of
+# FILE (anywhere on a line: util/nd-cluster prefixes its nodes' lines).
+counts_from_verdicts() {
+	echo "$(grep -ac "PASS: " "$1") $(grep -ac "FAIL: " "$1")"
+}
+
+# valgrind_clean COMMAND...: COMMAND under valgrind, failing on any error or
+# definite/indirect leak (ND_VALGRIND, for a command that wraps it).
+ND_VALGRIND=(valgrind --quiet --error-exitcode=99 --leak-check=full
+	--errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect)
+valgrind_clean() { "${ND_VALGRIND[@]}" "$@"; }
+
+# need_tool TOOL PACKAGE: true when TOOL is on PATH (or an executable path);
+# otherwise says which Debian package brings it, as a FAIL line of its own.
+need_tool() {
+	if command -v "$1" >/dev/null 2>&1; then return 0; fi
+	fail "$1 not found (Debian package $2)"
+	return 1
+}
