@@ -69,7 +69,6 @@
  * share one server.
  */
 #include <arpa/inet.h>
-#include <getopt.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,6 +81,7 @@
 
 #include "nd_fds.h"
 #include "nd_ft.h"
+#include "nd_test_main.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -947,38 +947,48 @@ static int remote_client(const char *server, const char *service, int n, int rou
 	return fds_after == fds_before && ids_after == ids_before ? 0 : 1;
 }
 
+/* The main's options beyond the globals above. */
+static struct {
+	const char *remote_server, *service;
+	int n, rounds, serve_only, clients;
+} args = { .service = "9250", .n = 16, .rounds = 5, .clients = 1 };
+
+static int option(int opt, const char *arg)
+{
+	switch (opt) {
+	case 'n': args.n = atoi(arg); return 0;
+	case 'r': args.rounds = atoi(arg); return 0;
+	case 'x': transfer = 1; return 0;
+	case 'Q': small_queues = 1; return 0;
+	case 'O': one_cq = 1; return 0;
+	case 'M': judge_memory = 1; return 0;
+	case '2': split = 1; return 0;
+	case 'c': own_cq_size = atoi(arg); return 0;
+	case 'q': quiet = 1; return 0;
+	case 'S': args.serve_only = 1; return 0;
+	case 'C': args.remote_server = arg; return 0;
+	case 'P': args.service = arg; return 0;
+	case 'k': args.clients = atoi(arg); return 0;
+	}
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
-	const char *address = getenv("ND_GUEST_IP");
-	const char *remote_server = NULL, *service = "9250";
-	int n = 16, rounds = 5, opt, serve_only = 0, clients = 1;
-	if (!address)
-		address = "10.0.2.15";
-	while ((opt = getopt(argc, argv, "p:a:n:r:xQOM2c:qSC:P:k:")) != -1) {
-		switch (opt) {
-		case 'p': prov = optarg; break;
-		case 'a': address = optarg; break;
-		case 'n': n = atoi(optarg); break;
-		case 'r': rounds = atoi(optarg); break;
-		case 'x': transfer = 1; break;
-		case 'Q': small_queues = 1; break;
-		case 'O': one_cq = 1; break;
-		case 'M': judge_memory = 1; break;
-		case '2': split = 1; break;
-		case 'c': own_cq_size = atoi(optarg); break;
-		case 'q': quiet = 1; break;
-		case 'S': serve_only = 1; break;
-		case 'C': remote_server = optarg; break;
-		case 'P': service = optarg; break;
-		case 'k': clients = atoi(optarg); break;
-		default:
-			fprintf(stderr, "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-O] [-M] [-2] [-c cq_size] [-q]\n"
-					"       %s -S [-a address] [-P port] [-k clients] [-n connections] [-r rounds] [-x] [-Q] [-p provider]\n"
-					"       %s -C server [-P port] [-n connections] [-r rounds] [-x] [-Q] [-p provider] [-q]\n",
-				argv[0], argv[0], argv[0]);
-			return 2;
-		}
-	}
+	const char *address = nd_default_address();
+	const struct nd_cli cli = {
+		.optstring = "p:a:n:r:xQOM2c:qSC:P:k:",
+		.prov = &prov,
+		.address = &address,
+		.option = option,
+		.usage = "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-O] [-M] [-2] [-c cq_size] [-q]\n"
+			 "       %s -S [-a address] [-P port] [-k clients] [-n connections] [-r rounds] [-x] [-Q] [-p provider]\n"
+			 "       %s -C server [-P port] [-n connections] [-r rounds] [-x] [-Q] [-p provider] [-q]\n",
+	};
+	if (nd_parse_options(&cli, argc, argv))
+		return 2;
+	const char *remote_server = args.remote_server, *service = args.service;
+	int n = args.n, rounds = args.rounds, serve_only = args.serve_only, clients = args.clients;
 	if (own_cq_size < 1) {
 		fprintf(stderr, "-c: a CQ holds at least one entry\n");
 		return 2;

@@ -77,7 +77,6 @@
  * exactly those calls and everything they call.
  */
 #include <arpa/inet.h>
-#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +85,7 @@
 #include <unistd.h>
 
 #include "nd_ft.h"
+#include "nd_test_main.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -177,17 +177,6 @@ static void die(const char *what)
 
 /* ------------------------------------------------------------ options */
 
-static void usage(const char *argv0)
-{
-	fprintf(stderr,
-		"usage: %s [-p PROVIDER] (-s | -c SERVER_ADDR) [-a LOCAL_ADDR] [-P PORT]\n"
-		"       [-t send_lat|write_lat|read_lat|send_bw|write_bw|read_bw] [-b]\n"
-		"       [-S SIZES] [-n ITERS] [-m MAX_BYTES] [-I INLINE] [-Q CQ_MOD] [-l POST_LIST]\n"
-		"       [-C] [-q]\n",
-		argv0);
-	exit(2);
-}
-
 static uint64_t parse_size(const char *s)
 {
 	char *end;
@@ -224,48 +213,53 @@ static void parse_sizes(const char *list)
 		die("no sizes");
 }
 
+static int option(int c, const char *arg)
+{
+	switch (c) {
+	case 's': opt.is_server = 1; return 0;
+	case 'c': opt.server = arg; return 0;
+	case 'P': opt.port = arg; return 0;
+	case 't':
+		for (opt.test = 0; opt.test < NTESTS; opt.test++)
+			if (!strcmp(arg, test_names[opt.test]))
+				return 0;
+		return -1;
+	case 'b': opt.bidir = 1; return 0;
+	case 'S': parse_sizes(arg); return 0;
+	case 'n': opt.iters = strtoull(arg, NULL, 0); return 0;
+	case 'm': opt.max_bytes = parse_size(arg); return 0;
+	case 'I': opt.inline_size = atol(arg); return 0;
+	case 'Q': opt.cq_mod = atol(arg); return 0;
+	case 'l':
+		opt.post_list = strtoull(arg, NULL, 0);
+		if (!opt.post_list)
+			die("-l takes a list size of at least 1");
+		return 0;
+	case 'C': opt.cost = 1; return 0;
+	case 'q': opt.quiet = 1; return 0;
+	}
+	return -1;
+}
+
 static void parse_options(int argc, char **argv)
 {
-	int c;
-	opt.local = getenv("ND_GUEST_IP");
-	int local_given = 0;
-	while ((c = getopt(argc, argv, "p:sc:a:P:t:bS:n:m:I:Q:l:Cqh")) != -1) {
-		switch (c) {
-		case 'p': opt.prov = optarg; break;
-		case 's': opt.is_server = 1; break;
-		case 'c': opt.server = optarg; break;
-		case 'a': opt.local = optarg; local_given = 1; break;
-		case 'P': opt.port = optarg; break;
-		case 't':
-			for (opt.test = 0; opt.test < NTESTS; opt.test++)
-				if (!strcmp(optarg, test_names[opt.test]))
-					break;
-			if (opt.test == NTESTS)
-				usage(argv[0]);
-			break;
-		case 'b': opt.bidir = 1; break;
-		case 'S': parse_sizes(optarg); break;
-		case 'n': opt.iters = strtoull(optarg, NULL, 0); break;
-		case 'm': opt.max_bytes = parse_size(optarg); break;
-		case 'I': opt.inline_size = atol(optarg); break;
-		case 'Q': opt.cq_mod = atol(optarg); break;
-		case 'l':
-			opt.post_list = strtoull(optarg, NULL, 0);
-			if (!opt.post_list)
-				die("-l takes a list size of at least 1");
-			break;
-		case 'C': opt.cost = 1; break;
-		case 'q': opt.quiet = 1; break;
-		default: usage(argv[0]);
-		}
-	}
+	const struct nd_cli cli = {
+		.optstring = "p:sc:a:P:t:bS:n:m:I:Q:l:Cqh",
+		.usage = "usage: %s [-p PROVIDER] (-s | -c SERVER_ADDR) [-a LOCAL_ADDR] [-P PORT]\n"
+			 "       [-t send_lat|write_lat|read_lat|send_bw|write_bw|read_bw] [-b]\n"
+			 "       [-S SIZES] [-n ITERS] [-m MAX_BYTES] [-I INLINE] [-Q CQ_MOD] [-l POST_LIST]\n"
+			 "       [-C] [-q]\n",
+		.prov = &opt.prov,
+		.address = &opt.local,
+		.option = option,
+	};
+	if (nd_parse_options(&cli, argc, argv))
+		exit(2);
 	if (optind != argc || opt.is_server == !!opt.server || !opt.iters)
-		usage(argv[0]);
+		exit(nd_usage(&cli, argv[0]));
 	/* The client binds to -a only when told to (or inside the guest). */
-	if (!opt.local && opt.is_server)
-		opt.local = "10.0.2.15";
-	if (!opt.is_server && !local_given && !getenv("ND_GUEST_IP"))
-		opt.local = NULL;
+	if (!opt.local)
+		opt.local = opt.is_server ? nd_default_address() : getenv("ND_GUEST_IP");
 	if (!opt.nsizes) {
 		for (size_t s = 1; s <= (4u << 20); s <<= 1)
 			opt.sizes[opt.nsizes++] = s;

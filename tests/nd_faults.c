@@ -47,7 +47,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -1412,79 +1411,49 @@ out:
 
 /* ---- main ---- */
 
-struct subtest {
-	const char *name;
-	int (*run)(void);
-};
+/* Runs a subtest under the watchdog. */
+static int run_watched(const struct nd_subtest *t)
+{
+	current = t->name;
+	alarm((unsigned)watchdog_s);
+	int r = t->fn();
+	alarm(0);
+	return r;
+}
 
 /* kill forks before anything opens a device, so it runs first. */
-static const struct subtest subtests[] = {
+static const struct nd_subtest subtests[] = {
 	{ "kill", t_kill },
 	{ "garbage", t_garbage },
 };
-#define N_SUBTESTS (int)(sizeof(subtests) / sizeof(subtests[0]))
+static struct nd_suite suite = { ND_SUITE(subtests), .run = run_watched, .timing = ND_TIME_S };
 
-static int run_subtest(const struct subtest *t)
+static int option(int opt, const char *arg)
 {
-	current = t->name;
-	why[0] = 0;
-	alarm((unsigned)watchdog_s);
-	double start = now_ms();
-	int r = t->run();
-	alarm(0);
-	if (r == T_PASS)
-		printf("PASS: %s (%.1f s)\n", t->name, (now_ms() - start) / 1e3);
-	else
-		printf("%s: %s: %s\n", r == T_SKIP ? "SKIP" : "FAIL", t->name, why);
-	fflush(stdout);
-	return r;
+	switch (opt) {
+	case 'T': complete_limit_s = atoi(arg); return 0;
+	case 'W': watchdog_s = atoi(arg); return 0;
+	}
+	return -1;
 }
 
 int main(int argc, char **argv)
 {
-	const char *only = NULL;
-	int opt;
-	address = getenv("ND_GUEST_IP");
-	if (!address)
-		address = "10.0.2.15";
-	while ((opt = getopt(argc, argv, "p:a:t:T:W:h")) != -1) {
-		switch (opt) {
-		case 'p': prov = optarg; break;
-		case 'a': address = optarg; break;
-		case 't': only = optarg; break;
-		case 'T': complete_limit_s = atoi(optarg); break;
-		case 'W': watchdog_s = atoi(optarg); break;
-		default:
-			fprintf(stderr, "usage: %s [-p provider] [-a address] [-t subtest] [-T seconds] [-W seconds]\n"
-					"subtests:",
-				argv[0]);
-			for (int i = 0; i < N_SUBTESTS; i++)
-				fprintf(stderr, " %s", subtests[i].name);
-			fprintf(stderr, "\n");
-			return 2;
-		}
-	}
+	address = nd_default_address();
+	const struct nd_cli cli = { .optstring = "p:a:t:T:W:h", .prov = &prov, .address = &address,
+				    .suite = &suite, .option = option,
+				    .usage = "usage: %s [-p provider] [-a address] [-t subtest] [-T seconds] [-W seconds]\n" };
+	if (nd_parse_options(&cli, argc, argv))
+		return 2;
 	if (complete_limit_s < 1 || watchdog_s < 1) {
 		fprintf(stderr, "-T and -W are at least 1 second\n");
 		return 2;
 	}
 	is_nd = strcmp(prov, "nd") == 0;
-	const struct subtest *one = NULL;
-	if (only) {
-		for (int i = 0; i < N_SUBTESTS; i++)
-			if (!strcmp(subtests[i].name, only))
-				one = &subtests[i];
-		if (!one) {
-			fprintf(stderr, "no subtest named %s\n", only);
-			return 2;
-		}
-	}
+	if (nd_check_only(&suite))
+		return 2;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	struct sigaction sa = { .sa_handler = on_alarm };
 	sigaction(SIGALRM, &sa, NULL);
-	int failed = 0;
-	for (int i = 0; i < N_SUBTESTS; i++)
-		if (!one || one == &subtests[i])
-			failed += run_subtest(&subtests[i]) == T_FAIL;
-	return failed ? 1 : 0;
+	return nd_run_subtests(&suite);
 }

@@ -1,5 +1,5 @@
 /* nd_ft.h: what the project's fabtests programs share: a CHECK that exits
- * on a failed setup call, and a monotonic clock. C. */
+ * on a failed setup call, a monotonic clock, and the default address. C. */
 #ifndef ND_FT_H
 #define ND_FT_H
 
@@ -19,6 +19,16 @@
 			exit(1);                                                      \
 		}                                                                     \
 	} while (0)
+
+/* The guest's IPv4 address as util/nd-guest sets it up: what -a defaults to. */
+#define ND_GUEST_IP_DEFAULT "10.0.2.15"
+
+/* $ND_GUEST_IP when set, else ND_GUEST_IP_DEFAULT. */
+static inline const char *nd_default_address(void)
+{
+	const char *ip = getenv("ND_GUEST_IP");
+	return ip ? ip : ND_GUEST_IP_DEFAULT;
+}
 
 static inline double nd_now_us(void)
 {

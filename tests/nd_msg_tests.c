@@ -33,7 +33,6 @@
  * -v prints every completion read.
  */
 #include <arpa/inet.h>
-#include <getopt.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -1370,53 +1369,46 @@ out:
 
 /* ---- runner ---- */
 
-struct subtest {
-	const char *name;
+/* A subtest's own part of its table entry. */
+struct msg_case {
 	int (*fn)(struct conn *c);
 	int own_conn;		  /* opens its own connections */
 	uint64_t client_cq_flags; /* added to the client's CQ bind */
 };
+#define CASE(name, fn, own_conn, flags) { name, NULL, &(const struct msg_case){ fn, own_conn, flags } }
 
-static const struct subtest subtests[] = {
-	{ "pingpong", t_pingpong, 0, 0 },
-	{ "bandwidth", t_bandwidth, 0, 0 },
-	{ "rma_write", t_rma_write, 0, 0 },
-	{ "rma_read", t_rma_read, 0, 0 },
-	{ "rma_writedata", t_rma_writedata, 0, 0 },
-	{ "cq_data", t_cq_data, 0, 0 },
-	{ "multi_iov", t_multi_iov, 0, 0 },
-	{ "inject", t_inject, 0, 0 },
-	{ "selective_completion", t_selective_completion, 0, FI_SELECTIVE_COMPLETION },
-	{ "unexpected", t_unexpected, 0, 0 },
-	{ "shutdown_flush", t_shutdown_flush, 0, 0 },
-	{ "remote_access_error", t_remote_access_error, 1, 0 },
-	{ "bad_input", t_bad_input, 1, 0 },
-	{ "eagain", t_eagain, 0, 0 },
+static const struct nd_subtest subtests[] = {
+	CASE("pingpong", t_pingpong, 0, 0),
+	CASE("bandwidth", t_bandwidth, 0, 0),
+	CASE("rma_write", t_rma_write, 0, 0),
+	CASE("rma_read", t_rma_read, 0, 0),
+	CASE("rma_writedata", t_rma_writedata, 0, 0),
+	CASE("cq_data", t_cq_data, 0, 0),
+	CASE("multi_iov", t_multi_iov, 0, 0),
+	CASE("inject", t_inject, 0, 0),
+	CASE("selective_completion", t_selective_completion, 0, FI_SELECTIVE_COMPLETION),
+	CASE("unexpected", t_unexpected, 0, 0),
+	CASE("shutdown_flush", t_shutdown_flush, 0, 0),
+	CASE("remote_access_error", t_remote_access_error, 1, 0),
+	CASE("bad_input", t_bad_input, 1, 0),
+	CASE("eagain", t_eagain, 0, 0),
 };
-#define N_SUBTESTS (int)(sizeof(subtests) / sizeof(subtests[0]))
 
-static int run_subtest(const struct subtest *t)
+/* Runs a subtest on a fresh connection, unless it opens its own. */
+static int run_case(const struct nd_subtest *t)
 {
-	why[0] = 0;
-	int rc;
-	if (t->own_conn) {
-		rc = t->fn(NULL);
-	} else {
-		struct conn *c;
-		rc = conn_open(&c, t->client_cq_flags);
-		if (rc == T_PASS)
-			rc = t->fn(c);
-		conn_close(c);
-	}
+	const struct msg_case *m = t->data;
+	if (m->own_conn)
+		return m->fn(NULL);
+	struct conn *c;
+	int rc = conn_open(&c, m->client_cq_flags);
 	if (rc == T_PASS)
-		printf("PASS: %s\n", t->name);
-	else if (rc == T_SKIP)
-		printf("SKIP: %s: %s\n", t->name, why);
-	else
-		printf("FAIL: %s: %s\n", t->name, why);
-	fflush(stdout);
+		rc = m->fn(c);
+	conn_close(c);
 	return rc;
 }
+
+static struct nd_suite suite = { ND_SUITE(subtests), .run = run_case };
 
 static void setup(const char *address)
 {
@@ -1492,46 +1484,29 @@ static void teardown(void)
 	munmap(sbuf, BUF_SIZE);
 }
 
+static int lax_opt = -1;
+
+static int option(int opt, const char *arg)
+{
+	switch (opt) {
+	case 'l': lax_opt = 1; return 0;
+	case 'L': lax_opt = 0; return 0;
+	case 'v': verbose = true; return 0;
+	}
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
-	const char *address = getenv("ND_GUEST_IP"), *only = NULL;
-	int opt, lax_opt = -1;
-	if (!address)
-		address = "10.0.2.15";
-	while ((opt = getopt(argc, argv, "p:a:t:lvLh")) != -1) {
-		switch (opt) {
-		case 'p': prov = optarg; break;
-		case 'a': address = optarg; break;
-		case 't': only = optarg; break;
-		case 'l': lax_opt = 1; break;
-		case 'L': lax_opt = 0; break;
-		case 'v': verbose = true; break;
-		default:
-			fprintf(stderr, "usage: %s [-p provider] [-a address] [-t subtest] [-l|-L] [-v]\n"
-					"subtests:",
-				argv[0]);
-			for (int i = 0; i < N_SUBTESTS; i++)
-				fprintf(stderr, " %s", subtests[i].name);
-			fprintf(stderr, "\n");
-			return 2;
-		}
-	}
+	const char *address = nd_default_address();
+	const struct nd_cli cli = { .optstring = "p:a:t:lvLh", .prov = &prov, .address = &address,
+				    .suite = &suite, .option = option,
+				    .usage = "usage: %s [-p provider] [-a address] [-t subtest] [-l|-L] [-v]\n" };
+	if (nd_parse_options(&cli, argc, argv) || nd_check_only(&suite))
+		return 2;
 	lax = lax_opt >= 0 ? lax_opt : strncmp(prov, "verbs", 5) == 0;
-	const struct subtest *one = NULL;
-	if (only) {
-		for (int i = 0; i < N_SUBTESTS; i++)
-			if (!strcmp(subtests[i].name, only))
-				one = &subtests[i];
-		if (!one) {
-			fprintf(stderr, "no subtest named %s\n", only);
-			return 2;
-		}
-	}
 	setup(address);
-	int failed = 0;
-	for (int i = 0; i < N_SUBTESTS; i++)
-		if (!one || one == &subtests[i])
-			failed += run_subtest(&subtests[i]) == T_FAIL;
+	int status = nd_run_subtests(&suite);
 	teardown();
-	return failed ? 1 : 0;
+	return status;
 }

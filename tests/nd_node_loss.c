@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "nd_ft.h"
+#include "nd_test_main.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -254,27 +255,35 @@ static int survive(const char *prov, const char *server, const char *port, int l
 	return closes || detect_ms > limit_s * 1e3 || !shutdown_ok ? 1 : 0;
 }
 
+/* The program's own options. */
+static struct {
+	const char *server, *port;
+	int is_server, limit_s, want_shutdown;
+} args = { .port = "9240", .limit_s = 60 };
+
+static int option(int opt, const char *arg)
+{
+	switch (opt) {
+	case 's': args.is_server = 1; return 0;
+	case 'c': args.server = arg; return 0;
+	case 'P': args.port = arg; return 0;
+	case 'T': args.limit_s = atoi(arg); return 0;
+	case 'S': args.want_shutdown = 1; return 0;
+	}
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
-	const char *prov = "nd", *server = NULL, *local = NULL, *port = "9240";
-	int is_server = 0, limit_s = 60, want_shutdown = 0, opt;
-	while ((opt = getopt(argc, argv, "p:sc:a:P:T:S")) != -1) {
-		switch (opt) {
-		case 'p': prov = optarg; break;
-		case 's': is_server = 1; break;
-		case 'c': server = optarg; break;
-		case 'a': local = optarg; break;
-		case 'P': port = optarg; break;
-		case 'T': limit_s = atoi(optarg); break;
-		case 'S': want_shutdown = 1; break;
-		default:
-			fprintf(stderr, "usage: %s [-p PROV] (-s [-a LOCAL] | -c SERVER [-S]) [-P PORT] [-T SECONDS]\n", argv[0]);
-			return 2;
-		}
-	}
-	if (is_server == !!server) {
+	const char *prov = "nd", *local = NULL;
+	const struct nd_cli cli = { .optstring = "p:sc:a:P:T:S", .prov = &prov, .address = &local, .option = option,
+				    .usage = "usage: %s [-p PROV] (-s [-a LOCAL] | -c SERVER [-S]) [-P PORT] [-T SECONDS]\n" };
+	if (nd_parse_options(&cli, argc, argv))
+		return 2;
+	if (args.is_server == !!args.server) {
 		fprintf(stderr, "nd_node_loss: one of -s and -c\n");
 		return 2;
 	}
-	return is_server ? serve(prov, local, port) : survive(prov, server, port, limit_s, want_shutdown);
+	return args.is_server ? serve(prov, local, args.port)
+			      : survive(prov, args.server, args.port, args.limit_s, args.want_shutdown);
 }

@@ -11,12 +11,12 @@
  * are open (must be -FI_EBUSY), then every close in order, fi_freeinfo.
  * Prints one line per check that failed and a closing count line.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nd_fds.h"
+#include "nd_test_main.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
@@ -85,23 +85,25 @@ out:
 	return ret;
 }
 
+static const char *domain_name;
+static long iterations = 100;
+
+static int option(int opt, const char *arg)
+{
+	switch (opt) {
+	case 'n': iterations = strtol(arg, NULL, 10); return 0;
+	case 'd': domain_name = arg; return 0;
+	}
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
 	const char *prov = "nd";
-	const char *domain_name = NULL;
-	long iterations = 100;
-	int opt;
-
-	while ((opt = getopt(argc, argv, "p:n:d:h")) != -1) {
-		switch (opt) {
-		case 'p': prov = optarg; break;
-		case 'n': iterations = strtol(optarg, NULL, 10); break;
-		case 'd': domain_name = optarg; break;
-		default:
-			fprintf(stderr, "usage: %s [-p provider] [-n iterations] [-d domain]\n", argv[0]);
-			return 2;
-		}
-	}
+	const struct nd_cli cli = { .optstring = "p:n:d:h", .prov = &prov, .option = option,
+				    .usage = "usage: %s [-p provider] [-n iterations] [-d domain]\n" };
+	if (nd_parse_options(&cli, argc, argv))
+		return 2;
 
 	/* The first cycle loads libraries and device contexts that stay for
 	 * the life of the process; count from after it. */

@@ -38,7 +38,6 @@
  * FI_OPT_CM_DATA_SIZE for other providers).
  */
 #include <arpa/inet.h>
-#include <getopt.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -590,8 +589,15 @@ static int c_shutdown(void)
 	return r;
 }
 
-static int (*const client_halves[T_COUNT])(void) = { NULL, NULL, c_connect_data, c_reject_data, c_messages,
-						      c_rma, c_shutdown };
+/* The client's halves, named as names[] names their tests. */
+static const struct nd_subtest subtests[] = {
+	{ "connect_data", c_connect_data },
+	{ "reject_data", c_reject_data },
+	{ "messages", c_messages },
+	{ "rma", c_rma },
+	{ "shutdown", c_shutdown },
+};
+static struct nd_suite suite = { ND_SUITE(subtests), .timing = ND_TIME_MS };
 
 /* ---- the server's halves: each gets the request and answers it ---- */
 
@@ -870,7 +876,7 @@ static int serve(const char *local, const char *service)
 	return failed ? 1 : 0;
 }
 
-static int client(const char *server, const char *service, const char *only)
+static int client(const char *server, const char *service)
 {
 	open_common(server, service, false);
 	struct end probe = { 0 };
@@ -904,22 +910,7 @@ static int client(const char *server, const char *service, const char *only)
 	reject_limit = limits[2];
 	printf("# %s on %s, connecting to %s port %u; connect/accept/reject data up to %zu/%zu/%zu bytes\n",
 	       prov, info->domain_attr->name, ip, ntohs(to->sin_port), cm_limit, accept_limit, reject_limit);
-	int failed = 0, ran = 0;
-	for (int t = T_CONNECT_DATA; t < T_COUNT; t++) {
-		if (only && strcmp(only, names[t]))
-			continue;
-		why[0] = 0;
-		double start = now_ms();
-		int r = client_halves[t]();
-		ran++;
-		if (r == T_PASS) {
-			printf("PASS: %s (%.0f ms)\n", names[t], now_ms() - start);
-		} else {
-			printf("FAIL: %s: %s\n", names[t], why);
-			failed++;
-		}
-		fflush(stdout);
-	}
+	int status = nd_run_subtests(&suite), failed = 0;
 	/* Tells the server to stop. */
 	struct end e = { 0 };
 	if (client_connect(&e, T_END, 0, NULL, 0, &ev) != T_PASS || ev.err != FI_ECONNREFUSED) {
@@ -928,39 +919,39 @@ static int client(const char *server, const char *service, const char *only)
 	}
 	close_end(&e);
 	close_common();
-	if (!ran) {
-		fprintf(stderr, "no subtest named %s\n", only);
-		return 2;
+	if (status == 2)
+		return nd_check_only(&suite);
+	return status || failed ? 1 : 0;
+}
+
+/* The program's own options. */
+static struct {
+	const char *server, *service;
+	bool is_server;
+} args = { .service = "9260" };
+
+static int option(int opt, const char *arg)
+{
+	switch (opt) {
+	case 's': args.is_server = true; return 0;
+	case 'c': args.server = arg; return 0;
+	case 'P': args.service = arg; return 0;
 	}
-	return failed ? 1 : 0;
+	return -1;
 }
 
 int main(int argc, char **argv)
 {
-	const char *server = NULL, *local = NULL, *service = "9260", *only = NULL;
-	bool is_server = false;
-	int opt;
-	while ((opt = getopt(argc, argv, "p:sc:a:P:t:")) != -1) {
-		switch (opt) {
-		case 'p': prov = optarg; break;
-		case 's': is_server = true; break;
-		case 'c': server = optarg; break;
-		case 'a': local = optarg; break;
-		case 'P': service = optarg; break;
-		case 't': only = optarg; break;
-		default:
-			fprintf(stderr, "usage: %s [-p PROV] (-s [-a LOCAL] | -c SERVER [-t SUBTEST]) [-P PORT]\nsubtests:",
-				argv[0]);
-			for (int t = T_CONNECT_DATA; t < T_COUNT; t++)
-				fprintf(stderr, " %s", names[t]);
-			fprintf(stderr, "\n");
-			return 2;
-		}
-	}
-	if (is_server == (server != NULL)) {
+	const char *local = NULL;
+	const struct nd_cli cli = { .optstring = "p:sc:a:P:t:", .prov = &prov, .address = &local,
+				    .suite = &suite, .option = option,
+				    .usage = "usage: %s [-p PROV] (-s [-a LOCAL] | -c SERVER [-t SUBTEST]) [-P PORT]\n" };
+	if (nd_parse_options(&cli, argc, argv))
+		return 2;
+	if (args.is_server == (args.server != NULL)) {
 		fprintf(stderr, "nd_pair_tests: one of -s and -c\n");
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	return is_server ? serve(local, service) : client(server, service, only);
+	return args.is_server ? serve(local, args.service) : client(args.server, args.service);
 }

@@ -25,7 +25,6 @@
  * the same. Every wait is bounded (WAIT_MS). FI_UNIVERSE_SIZE defaults to
  * 16 here (see main).
  */
-#include <getopt.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -350,47 +349,31 @@ static void close_side(struct side *s)
 	munmap(s->buf, BUF_SIZE);
 }
 
-struct subtest {
-	const char *name;
-	int (*fn)(void);
-};
-
-static const struct subtest subtests[] = {
+static const struct nd_subtest subtests[] = {
 	{ "tagged_pingpong", t_tagged_pingpong },
 	{ "tag_matching", t_tag_matching },
 	{ "rma_write", t_rma_write },
 	{ "rma_read", t_rma_read },
 };
-#define N_SUBTESTS (int)(sizeof(subtests) / sizeof(subtests[0]))
+static struct nd_suite suite = { ND_SUITE(subtests) };
+
+static int option(int opt, const char *arg)
+{
+	if (opt != 'v')
+		return -1;
+	verbose = true;
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
-	const char *prov = "nd;ofi_rxm", *address = getenv("ND_GUEST_IP"), *only = NULL;
-	int opt;
-	if (!address)
-		address = "10.0.2.15";
-	while ((opt = getopt(argc, argv, "p:a:t:v")) != -1) {
-		switch (opt) {
-		case 'p': prov = optarg; break;
-		case 'a': address = optarg; break;
-		case 't': only = optarg; break;
-		case 'v': verbose = true; break;
-		default:
-			fprintf(stderr, "usage: %s [-p provider] [-a address] [-t subtest] [-v]\n",
-				argv[0]);
-			return 2;
-		}
-	}
-	const struct subtest *one = NULL;
-	if (only) {
-		for (int i = 0; i < N_SUBTESTS; i++)
-			if (!strcmp(subtests[i].name, only))
-				one = &subtests[i];
-		if (!one) {
-			fprintf(stderr, "no subtest named %s\n", only);
-			return 2;
-		}
-	}
+	const char *prov = "nd;ofi_rxm", *address = nd_default_address();
+	/* Its usage has never listed the subtests. */
+	const struct nd_cli cli = { .optstring = "p:a:t:v", .prov = &prov, .address = &address,
+				    .suite = &suite, .unlisted = true, .option = option,
+				    .usage = "usage: %s [-p provider] [-a address] [-t subtest] [-v]\n" };
+	if (nd_parse_options(&cli, argc, argv) || nd_check_only(&suite))
+		return 2;
 
 	/* Two peers: ofi_rxm sizes its MSG completion queue by the universe
 	 * size (default 256), which overflows small devices' CQs (Soft-RoCE
@@ -430,24 +413,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	int failed = 0;
-	for (int i = 0; i < N_SUBTESTS; i++) {
-		if (one && one != &subtests[i])
-			continue;
-		why[0] = 0;
-		if (subtests[i].fn() == T_PASS) {
-			printf("PASS: %s\n", subtests[i].name);
-		} else {
-			printf("FAIL: %s: %s\n", subtests[i].name, why);
-			failed++;
-		}
-		fflush(stdout);
-	}
+	int status = nd_run_subtests(&suite);
 	close_side(&A);
 	close_side(&B);
 	fi_close(&av->fid);
 	fi_close(&domain->fid);
 	fi_close(&fabric->fid);
 	fi_freeinfo(info);
-	return failed ? 1 : 0;
+	return status;
 }

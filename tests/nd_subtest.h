@@ -1,17 +1,20 @@
-/* nd_subtest.h: what nd_msg_tests and nd_rdm_tests share: subtests that
- * return T_PASS, T_FAIL or T_SKIP with the reason in `why`, and the byte
- * pattern their transfers carry and check. C; one translation unit per
- * program. */
+/* nd_subtest.h: what the programs with subtests share: subtests that
+ * return T_PASS, T_FAIL or T_SKIP with the reason in `why`, the runner that
+ * runs a table of them (nd_test_main.h) and prints each one's result, and
+ * the byte pattern their transfers carry and check. C; one translation unit
+ * per program. */
 #ifndef ND_SUBTEST_H
 #define ND_SUBTEST_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <rdma/fi_errno.h>
 
 #include "nd_ft.h"
+#include "nd_test_main.h"
 
 enum { T_PASS, T_FAIL, T_SKIP };
 
@@ -43,10 +46,41 @@ static char why[512];
 			return r_;         \
 	} while (0)
 
+static inline double now_ms(void) { return nd_now_us() / 1e3; }
+
+/* Runs every subtest of SUITE, or the one -t named, each printing
+ * "PASS: name" (with its time, as SUITE's timing says), "SKIP: name: why" or
+ * "FAIL: name: why". Returns the exit status: 1 when one failed, 0
+ * otherwise, 2 when -t names none (nd_check_only says so). */
+static inline int nd_run_subtests(const struct nd_suite *suite)
+{
+	const char *only = suite->only;
+	int failed = 0, ran = 0;
+	for (size_t i = 0; i < suite->count; i++) {
+		const struct nd_subtest *t = &suite->tests[i];
+		if (only && strcmp(only, t->name))
+			continue;
+		why[0] = 0;
+		double start = now_ms();
+		int r = suite->run ? suite->run(t) : t->fn();
+		double ms = now_ms() - start;
+		ran++;
+		if (r != T_PASS)
+			printf("%s: %s: %s\n", r == T_SKIP ? "SKIP" : "FAIL", t->name, why);
+		else if (suite->timing == ND_TIME_MS)
+			printf("PASS: %s (%.0f ms)\n", t->name, ms);
+		else if (suite->timing == ND_TIME_S)
+			printf("PASS: %s (%.1f s)\n", t->name, ms / 1e3);
+		else
+			printf("PASS: %s\n", t->name);
+		fflush(stdout);
+		failed += r == T_FAIL;
+	}
+	return only && !ran ? 2 : failed ? 1 : 0;
+}
+
 /* Guard bytes around what a transfer may write. */
 #define GUARD 0xee
-
-static inline double now_ms(void) { return nd_now_us() / 1e3; }
 
 /* The pattern byte i of a buffer filled with SEED. */
 static inline uint8_t pat(unsigned seed, size_t i)

@@ -8,6 +8,7 @@
 #define ND_TEST_GUEST_H
 
 #include "nd_api.h"
+#include "nd_ft.h" /* ND_GUEST_IP_DEFAULT */
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
@@ -34,7 +35,7 @@ inline const char *device_name()
 inline const char *guest_ip()
 {
 	const char *ip = std::getenv("ND_GUEST_IP");
-	return ip && *ip ? ip : "10.0.2.15";
+	return ip && *ip ? ip : ND_GUEST_IP_DEFAULT;
 }
 
 inline const char *guest_ip6()
