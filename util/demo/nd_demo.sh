@@ -6,7 +6,7 @@
 # ping-pong and a bandwidth run between two processes.
 set -euo pipefail
 # nd_guest_ip
-source "$(dirname "$0")/../util/lib/nd-common.sh"
+source "$(dirname "$0")/../lib/nd-common.sh"
 builddir=$(cd "${1:?usage: nd_demo.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 dev=${ND_TEST_DEVICE:-rxe0}
