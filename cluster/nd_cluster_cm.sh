@@ -7,7 +7,7 @@
 #   - nd and libfabric's verbs provider through bench/nd_cm_bench -S/-C,
 #     3 rounds plus a warm-up, queue pairs as cmtime's (-Q), and a message
 #     each way on every connection with its bytes checked (-x);
-#   - rdma-core's cmtime beside them, where installed (raw rdma_cm, no data),
+#   - rdma-core's cmtime beside them (raw rdma_cm, no data; missing, it fails),
 #     one run.
 # A client's rate is its N connections over the time to their N
 # FI_CONNECTED (cmtime: the sum of its resolve, QP and connect steps); with
@@ -37,6 +37,13 @@ wait_for_all() {
 	for ((i = 1; i <= clients; i++)); do
 		wait_for "$1.$i" "$2" || return 1
 	done
+}
+
+# publish_status FILE STATUS: tells node 0 that this client is done, once
+# its other files are written: FILE appears whole (node 0 waits for it to
+# exist, then reads it).
+publish_status() {
+	echo "$2" >"$1.tmp" && mv -f "$1.tmp" "$1"
 }
 
 # sum_rates PREFIX: the clients' rates, "a + b + c = sum", from PREFIX.<node>.
@@ -79,15 +86,16 @@ trial() {
 			done
 		fi
 	else
+		local status=1
 		if wait_for "$meet/cm.$k.up" 180; then
 			timeout 240 "$bench" -p "$prov" -C "$server" -P "$port" -n "$n" -r "$rounds" -Q -x -q \
 				>"$meet/cm.$k.client.$ND_NODE" 2>&1
-			echo $? >"$meet/cm.$k.status.$ND_NODE"
+			status=$?
 		else
 			echo "the server did not start" >"$meet/cm.$k.client.$ND_NODE"
-			echo 1 >"$meet/cm.$k.status.$ND_NODE"
 		fi
 		sed -n 's/.*: \([0-9]*\) conn\/s.*/\1/p' "$meet/cm.$k.client.$ND_NODE" >"$meet/cm.$k.rate.$ND_NODE"
+		publish_status "$meet/cm.$k.status.$ND_NODE" "$status"
 	fi
 }
 
@@ -125,13 +133,15 @@ cmtime_trial() {
 	else
 		wait_for "$meet/cmt.$k.up" 180
 		timeout 120 cmtime -s "$server" -p "$port" -c "$n" </dev/null >"$meet/cmt.$k.client.$ND_NODE" 2>&1
-		echo $? >"$meet/cmt.$k.status.$ND_NODE"
+		local status=$?
 		# As bench/nd_cm_bench.sh reads it: N over the sum of the
-		# resolve, QP creation and connect steps.
+		# resolve, QP creation and connect steps. Written before the
+		# status file, which tells node 0 that this node is done.
 		awk -v n="$n" '/^(resolve addr|resolve route|create qp|connect) *:/ {
 			split($0, f, ":"); split(f[2], v, " "); total += v[1] }
 			END { if (total > 0) printf "%.0f\n", n / (total / 1000); else print 0 }' \
 			"$meet/cmt.$k.client.$ND_NODE" >"$meet/cmt.$k.rate.$ND_NODE"
+		publish_status "$meet/cmt.$k.status.$ND_NODE" "$status"
 	fi
 }
 
@@ -140,7 +150,12 @@ k=0
 for n in "${counts[@]}"; do
 	trial "$((k += 1))" nd "$n"
 	trial "$((k += 1))" verbs "$n"
-	command -v cmtime >/dev/null && cmtime_trial "$k" "$n"
+	# rdma-core's cmtime beside them; a missing one fails (once, on node 0).
+	if command -v cmtime >/dev/null; then
+		cmtime_trial "$k" "$n"
+	elif ((ND_NODE == 0)); then
+		need_tool cmtime rdmacm-utils
+	fi
 done
 ((ND_NODE == 0)) && echo "cross-node connection setup: $((SECONDS - start)) s"
 exit 0
