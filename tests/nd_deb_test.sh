@@ -9,11 +9,9 @@ set -uo pipefail
 deb=$(readlink -f "${1:?usage: nd_deb_test.sh DEB}")
 device=${ND_TEST_DEVICE:-rxe0}
 unset FI_PROVIDER_PATH FI_PROVIDER
-failures=0
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
+# fail (prints FAIL: and counts in $failed)
+# shellcheck source=../util/lib/nd-common.sh
+source "$(dirname "$0")/../util/lib/nd-common.sh"
 
 lists_nd() { fi_info -p nd 2>/dev/null | grep -q "domain: $device"; }
 
@@ -55,5 +53,5 @@ rm -rf "$work"
 
 DEBIAN_FRONTEND=noninteractive apt-get remove -y -q libfabric-nd >/dev/null || fail "apt-get remove libfabric-nd"
 lists_nd && fail "nd is still listed after the package was removed"
-echo "nd_deb_test: $((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
-[[ $failures -eq 0 ]]
+echo "nd_deb_test: $((failed == 0 ? 1 : 0)) passed, $((failed == 0 ? 0 : 1)) failed"
+[[ $failed -eq 0 ]]
