@@ -359,12 +359,33 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 	 * new one when every one is at the device's limit. */
 	VerbsCqSlot *slot = nullptr;
 	for (VerbsCqSlot &candidate : slots) {
-		if (candidate.reserved + count <= max_cqe) {
+		const int limit = resizable ? max_cqe : candidate.capacity;
+		if (candidate.reserved + count <= limit) {
 			slot = &candidate;
 			break;
 		}
 	}
-	const int before = slot ? slot->capacity : 0;
+	int before = slot ? slot->capacity : 0;
+	if (slot && slot->reserved + count > slot->capacity) {
+		const int needed = slot->reserved + count;
+		const int grown = std::min(std::max(needed, slot->capacity * 2), max_cqe);
+		int rc = ibv_resize_cq(slot->cq.get(), grown);
+		if (rc == EOPNOTSUPP || rc == ENOSYS) {
+			/* soft-iWARP, for one: CQs keep their size, so more room
+			 * comes as another chained CQ, as past the largest. */
+			ND_INFO(FI_LOG_CQ, "CQ %p: the device cannot resize CQs; chaining instead\n",
+				static_cast<void *>(this));
+			resizable = false;
+			slot = nullptr;
+			before = 0;
+		} else if (rc) {
+			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_resize_cq(%d) for %d outstanding requests: %s\n",
+				static_cast<void *>(this), grown, needed, std::strerror(rc));
+			return -FI_ENOSPC;
+		} else {
+			slot->capacity = slot->cq->cqe;
+		}
+	}
 	if (!slot) {
 		VerbsCqSlot added;
 		const int size = std::min(max_cqe, std::max(count, slots.front().capacity));
@@ -386,16 +407,6 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 			return -FI_ENOMEM;
 		}
 		slot = &slots.back();
-	} else if (slot->reserved + count > slot->capacity) {
-		const int needed = slot->reserved + count;
-		const int grown = std::min(std::max(needed, slot->capacity * 2), max_cqe);
-		int rc = ibv_resize_cq(slot->cq.get(), grown);
-		if (rc) {
-			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_resize_cq(%d) for %d outstanding requests: %s\n",
-				static_cast<void *>(this), grown, needed, std::strerror(rc));
-			return -FI_ENOSPC;
-		}
-		slot->capacity = slot->cq->cqe;
 	}
 	const int total = capacity + slot->capacity - before;
 	if (!internal && total > capacity) {

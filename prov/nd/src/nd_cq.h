@@ -132,6 +132,7 @@ struct CompletionQueue {
 	 * largest CQ. After channel: destroyed first. Never shrinks. */
 	std::vector<VerbsCqSlot> slots;
 	size_t next_slot = 0;			/* where the next read starts */
+	bool resizable = true;			/* false once ibv_resize_cq is refused (siw) */
 	int capacity;				/* entries all verbs CQs hold */
 	int reserved;				/* requests that may complete into them */
 	int epoll_fd;

@@ -33,8 +33,11 @@ namespace {
 constexpr uint32_t kIbReqPrivateData = 92 - 36;
 constexpr uint32_t kIbRepPrivateData = 196;
 constexpr uint32_t kIbRejPrivateData = 148;
-/* librdmacm's limit for every CM message on iWARP (RDMA_MAX_PRIVATE_DATA). */
-constexpr uint32_t kIwarpPrivateData = 256;
+/* Every CM message on iWARP: the kernel's RDMA_MAX_PRIVATE_DATA (256, what
+ * MPA carries in Linux) less the 8 bytes of MPA revision 2's IRD/ORD
+ * header, which siw, cxgb4 and irdma put in front of the application's; a
+ * peer refuses a longer MPA request or reply. */
+constexpr uint32_t kIwarpPrivateData = 256 - 8;
 
 std::string read_sysfs(const std::string &path)
 {

@@ -174,6 +174,8 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->iwarp = domain->context->device->transport_type == IBV_TRANSPORT_IWARP;
 	domain->max_cqe = attr.max_cqe;
 	domain->max_srq_wr = attr.max_srq_wr;
+	/* 0 on devices that do not say (the limit is then max_sge). */
+	domain->max_read_sge = static_cast<uint32_t>(attr.max_sge_rd ? attr.max_sge_rd : attr.max_sge);
 	const Params params = read_params();
 	domain->min_rnr_timer = static_cast<uint8_t>(params.min_rnr_timer);
 	domain->rnr_retry = static_cast<uint8_t>(params.rnr_retry);

@@ -37,6 +37,7 @@ struct Domain {
 	/* What the data path sizes and locks by. */
 	int max_cqe;
 	int max_srq_wr;
+	uint32_t max_read_sge;			/* max_sge_rd: local buffers of one RDMA read */
 	uint8_t min_rnr_timer;			/* FI_ND_MIN_RNR_TIMER, read at open */
 	uint8_t rnr_retry;			/* FI_ND_RNR_RETRY, read at open */
 	uint8_t retry_count;			/* FI_ND_RETRY_COUNT, read at open */

@@ -190,6 +190,7 @@ struct Endpoint {
 	/* Queue pair (nd_ep_cm.cpp). */
 	int create_queue_pair();
 	int move_queue_pair(ibv_qp_state state);
+	int ready_queue_pair();
 	void flush_queue_pair() noexcept;
 
 	/* Data path (nd_ep_data.cpp). */
@@ -236,6 +237,7 @@ struct Endpoint {
 	ssize_t post_inline_unlocked(WorkQueue &queue, const void *buf, size_t len, uint32_t imm_data,
 				     uint64_t remote_addr, uint64_t remote_key);
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
+	ssize_t no_immediate_data(const char *call) const;
 	ssize_t make_room(const char *call);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
 	/* Framed endpoints (nd_ep_tagged.cpp). */

@@ -244,6 +244,22 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 	return 0;
 }
 
+/* The queue pair's last steps, to RTR and RTS with the negotiated limits.
+ * On iWARP the CM moves it to RTS itself once MPA is done, with the read
+ * limits MPA negotiated: siw refuses RTS from the application (it has no
+ * socket then) and refuses to accept on a queue pair past RTR. The link is
+ * up there when the connection is (ESTABLISHED, or the reply that is it). */
+int Endpoint::ready_queue_pair()
+{
+	if (domain->iwarp) {
+		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: queue pair %u in RTS by the iWARP CM; RDMA reads: %u inbound, %u outbound\n",
+			static_cast<void *>(this), qp->qp_num, effective.inbound, effective.outbound);
+		return 0;
+	}
+	int ret = move_queue_pair(IBV_QPS_RTR);
+	return ret ? ret : move_queue_pair(IBV_QPS_RTS);
+}
+
 /* Moves the queue pair to the error state: the hardware completes whatever
  * is outstanding with a flush status. */
 void Endpoint::flush_queue_pair() noexcept
@@ -380,8 +396,7 @@ int Endpoint::accept(const void *param, size_t paramlen)
 	/* ND Accept: our limits capped by the adapter and by the offer. */
 	effective = cm::negotiate(offered(), peer_offer.inbound, peer_offer.outbound);
 	negotiated = true;
-	if ((ret = move_queue_pair(IBV_QPS_INIT)) || (ret = move_queue_pair(IBV_QPS_RTR)) ||
-	    (ret = move_queue_pair(IBV_QPS_RTS))) {
+	if ((ret = move_queue_pair(IBV_QPS_INIT)) || (!domain->iwarp && (ret = ready_queue_pair()))) {
 		fsm.fail();
 		flush_queue_pair();
 		/* The kernel delivers no event for a request until it is
@@ -438,12 +453,19 @@ int Endpoint::shutdown(uint64_t flags)
 namespace {
 
 /* ND CompleteConnect: the queue pair takes the negotiated limits and the
- * connection is established (rdma_establish sends the RTU). */
+ * connection is established (rdma_establish sends the RTU). iWARP has no
+ * RTU: its connection was established when MPA's reply came, so completing
+ * is local, the queue pair already in RTS. */
 int complete(Endpoint *ep)
 {
 	int ret;
-	if ((ret = ep->move_queue_pair(IBV_QPS_RTR)) || (ret = ep->move_queue_pair(IBV_QPS_RTS)))
+	if ((ret = ep->ready_queue_pair()))
 		return ret;
+	if (ep->domain->iwarp) {
+		ep->link.store(LinkState::up, std::memory_order_release);
+		ep->fsm.completed();
+		return 0;
+	}
 	if (rdma_establish(ep->cm.id)) {
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "rdma_establish: %s\n", std::strerror(err));
@@ -489,11 +511,26 @@ int Endpoint::reject_connect(const void *param, size_t paramlen)
 	if (!eq)
 		return -FI_ENOTCONN;
 	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	if (domain->iwarp && paramlen) {
+		/* MPA's reply ended the exchange: the connection exists, and
+		 * only a disconnect, which carries no data, can end it. */
+		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_reject_connect: iWARP cannot carry private data after the accepter's reply (%zu bytes)\n",
+			paramlen);
+		return -FI_EOPNOTSUPP;
+	}
 	int ret = fsm.begin_reject();
 	if (ret) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_reject_connect: the endpoint is %s, not waiting to complete\n",
 			to_string(fsm.state()));
 		return ret;
+	}
+	if (domain->iwarp) {
+		/* The accepter, already connected, hears FI_SHUTDOWN. */
+		flush_queue_pair();
+		if (rdma_disconnect(cm.id))
+			ND_INFO(FI_LOG_EP_CTRL, "fi_nd_reject_connect: rdma_disconnect: %s\n",
+				std::strerror(errno));
+		return 0;
 	}
 	if (rdma_reject(cm.id, wire.data(), static_cast<uint8_t>(wire.size()))) {
 		int err = errno;
@@ -592,6 +629,9 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		return;
 	}
 	case EpAction::report_connected:
+		/* iWARP: the CM took the queue pair to RTS just now. */
+		if (domain->iwarp)
+			link.store(LinkState::up, std::memory_order_release);
 		post_event(cm_entry(this, FI_CONNECTED, {}));
 		return;
 	case EpAction::report_error: {

@@ -388,6 +388,9 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 {
 	if (link.load(std::memory_order_relaxed) != LinkState::up)
 		return link_error(r.call);
+	if ((r.opcode == IBV_WR_SEND_WITH_IMM || r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
+	    domain->iwarp)
+		return no_immediate_data(r.call);
 	const bool is_read = r.opcode == IBV_WR_RDMA_READ;
 	/* A framed message's header goes first, from its ring slot's copy. */
 	const uint32_t header_bytes = r.header ? static_cast<uint32_t>(kFrameHeaderSize) : 0;
@@ -580,6 +583,16 @@ ssize_t Endpoint::post_failed(int rc, const char *call)
 	sq->uncommit();
 	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", call, std::strerror(rc));
 	return fi_error_of_post(rc);
+}
+
+/* Remote CQ data travels as immediate data, which iWARP does not have
+ * (fi_getinfo reports cq_data_size 0 there); tagged endpoints carry it in
+ * their frame header instead and never come here with it. */
+ssize_t Endpoint::no_immediate_data(const char *call) const
+{
+	ND_WARN(FI_LOG_EP_DATA, "%s: remote CQ data needs immediate data, which iWARP (%s) does not carry\n",
+		call, info->domain_attr->name);
+	return -FI_EOPNOTSUPP;
 }
 
 /* Why fi_inject and its kin refuse a call (nd_ep_inject.h). */

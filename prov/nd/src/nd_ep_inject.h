@@ -43,6 +43,9 @@ template <ibv_wr_opcode Op>
 	if (__builtin_expect(link.load(std::memory_order_relaxed) != LinkState::up || len > max_inline ||
 			     (!buf && len) || remote_key > UINT32_MAX, 0))
 		return inject_refused(buf, len, remote_key, inject_call_name(Op));
+	if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
+		if (__builtin_expect(domain->iwarp, 0))
+			return no_immediate_data(inject_call_name(Op));
 	WorkQueue &queue = *sq;
 	if (__builtin_expect(slow_tx || queue.full(), 0))
 		return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);

@@ -5,6 +5,7 @@
  * Remote addresses are virtual addresses (FI_MR_VIRT_ADDR) and keys are
  * rkeys (FI_MR_PROV_KEY, 4 bytes).
  */
+#include "nd_domain.h"
 #include "nd_ep.h"
 #include "nd_ep_inject.h"
 
@@ -30,6 +31,13 @@ ssize_t rma(Endpoint *ep, ibv_wr_opcode opcode, const iovec *iov, void **desc, s
 	if (remote.key > UINT32_MAX) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: key 0x%llx is wider than the 4 bytes of mr_key_size\n", call,
 			static_cast<unsigned long long>(remote.key));
+		return -FI_EINVAL;
+	}
+	if (opcode == IBV_WR_RDMA_READ && count > ep->domain->max_read_sge) {
+		/* The device would read into the first buffers only (soft-iWARP
+		 * reads into one): refused rather than silently short. */
+		ND_WARN(FI_LOG_EP_DATA, "%s: %zu local buffers; the device reads into at most %u (max_sge_rd)\n",
+			call, count, ep->domain->max_read_sge);
 		return -FI_EINVAL;
 	}
 	TxRequest r;

@@ -124,6 +124,13 @@ EpStep EpStateMachine::rejected(int status) noexcept
 
 EpStep EpStateMachine::established() noexcept
 {
+	/* iWARP has no reply step: MPA's reply comes to the connecting side as
+	 * ESTABLISHED, its queue pair already in RTS, with the accepter's
+	 * private data and read limits. It is the answer CONNECT_RESPONSE is
+	 * on InfiniBand and RoCE (where a QP-less active id never sees
+	 * ESTABLISHED), and goes the same way. */
+	if (state_ == EpState::connecting && side_ == cm::Side::active)
+		return connect_response();
 	if (state_ != EpState::accepting)
 		return absorb();
 	return go(EpState::connected, EpAction::report_connected);

@@ -132,6 +132,12 @@ std::string check_ep(const fi_ep_attr *ep, const Adapter &a)
 	return {};
 }
 
+/* Remote CQ data rides as immediate data: none on iWARP. */
+size_t cq_data_size(const Adapter &a)
+{
+	return a.iwarp ? 0 : kCqDataSize;
+}
+
 std::string check_progress(const char *which, fi_progress asked, bool manual_only)
 {
 	if (asked == FI_PROGRESS_UNSPEC || asked == FI_PROGRESS_MANUAL)
@@ -165,8 +171,13 @@ std::string check_domain(uint32_t version, const fi_info *hints, const Adapter &
 		return why;
 	if (d->caps & ~kDomainCaps)
 		return "domain_attr->caps not supported";
-	if (d->cq_data_size > kCqDataSize)
-		return format("domain_attr->cq_data_size %zu > %zu", d->cq_data_size, kCqDataSize);
+	if (a.iwarp && d->resource_mgmt == FI_RM_ENABLED)
+		return "domain_attr->resource_mgmt FI_RM_ENABLED: iWARP has no receiver-not-ready retry "
+		       "(a message that finds no receive posted ends the connection), and nd keeps no "
+		       "receive credits of its own there";
+	if (d->cq_data_size > cq_data_size(a))
+		return format("domain_attr->cq_data_size %zu > %zu%s", d->cq_data_size,
+			      cq_data_size(a), a.iwarp ? " (iWARP has no immediate data)" : "");
 	if (d->mr_key_size > kMrKeySize)
 		return format("domain_attr->mr_key_size %zu > %zu", d->mr_key_size, kMrKeySize);
 	if (d->cq_cnt > l.max_cq || d->ep_cnt > l.max_qp || d->tx_ctx_cnt > l.max_qp ||
@@ -483,15 +494,16 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	 * every request its endpoints may have outstanding, and a message that
 	 * finds no receive posted waits at the sender (infinite RNR retries)
 	 * instead of failing. An application that asks for FI_RM_DISABLED gets
-	 * what it asked for, which only allows less. */
-	d->resource_mgmt = hints && hints->domain_attr &&
-				   hints->domain_attr->resource_mgmt == FI_RM_DISABLED
+	 * what it asked for, which only allows less. iWARP has no RNR retry:
+	 * there nd says FI_RM_DISABLED (fi_nd(7)). */
+	d->resource_mgmt = a.iwarp || (hints && hints->domain_attr &&
+				       hints->domain_attr->resource_mgmt == FI_RM_DISABLED)
 			       ? FI_RM_DISABLED
 			       : FI_RM_ENABLED;
 	d->av_type = FI_AV_UNSPEC;
 	d->mr_mode = mr_mode;
 	d->mr_key_size = kMrKeySize;
-	d->cq_data_size = rx_cq_data ? kCqDataSize : 0;
+	d->cq_data_size = rx_cq_data ? cq_data_size(a) : 0;
 	d->cq_cnt = l.max_cq;
 	d->ep_cnt = l.max_qp;
 	d->tx_ctx_cnt = l.max_qp;

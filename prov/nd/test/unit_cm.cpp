@@ -264,6 +264,9 @@ EpStep expected(EpState s, rdma_cm_event_type e, int status, Side side)
 			return fail_with(e);
 		return absorb;
 	case RDMA_CM_EVENT_ESTABLISHED:
+		/* iWARP's reply to the connecting side (its CONNECT_RESPONSE). */
+		if (s == EpState::connecting && side == Side::active)
+			return {EpState::connecting, EpAction::complete};
 		return s == EpState::accepting ? EpStep{EpState::connected, EpAction::report_connected} : absorb;
 	case RDMA_CM_EVENT_DISCONNECTED:
 		if (s == EpState::connected || s == EpState::shutting_down)
@@ -315,6 +318,25 @@ Test(state_machine, manual_mode_reports_the_response)
 	cr_assert_eq(m.begin_complete(), 0);
 	m.completed();
 	cr_assert_eq(m.state(), EpState::connected);
+}
+
+Test(state_machine, iwarp_established_is_the_reply_in_both_modes)
+{
+	EpStateMachine automatic(Side::active, false);
+	automatic.begin_connect();
+	automatic.addr_resolved();
+	automatic.route_resolved();
+	cr_assert(automatic.established() == (EpStep{EpState::connecting, EpAction::complete}));
+	automatic.completed();
+	cr_assert_eq(automatic.established().action, EpAction::absorb, "only the first one counts");
+
+	EpStateMachine manual(Side::active, true);
+	manual.begin_connect();
+	manual.addr_resolved();
+	manual.route_resolved();
+	cr_assert(manual.established() == (EpStep{EpState::response_pending, EpAction::report_response}));
+	cr_assert_eq(manual.established().action, EpAction::absorb);
+	cr_assert_eq(manual.begin_complete(), 0);
 }
 
 Test(state_machine, manual_mode_reports_an_accepter_that_gives_up)

@@ -46,6 +46,16 @@ InfoPtr build(const fi_info *hints, const AddressRequest &request = {}, size_t a
 	return InfoPtr(build_info(kVersion, hints, a, a.addresses[address], request, Params{}));
 }
 
+/* The same adapter as soft-iWARP (siw0) shows it. */
+Adapter siw_adapter()
+{
+	Adapter a = rxe_adapter();
+	a.iwarp = true;
+	a.name = "siw0";
+	a.limits.max_sge_rd = 1;
+	return a;
+}
+
 } // namespace
 
 Test(hints, none_and_typical_hints_match)
@@ -502,9 +512,40 @@ Test(device, cm_data_limits_per_transport)
 	cr_assert_eq(t.accept, 196u);
 	cr_assert_eq(t.reject, 148u);
 	a.iwarp = true;
+	/* MPA in Linux carries 256 bytes, 8 of them MPA v2's IRD/ORD; 1 is
+	 * nd's length byte. */
 	CmDataLimits u = user_cm_limits(a);
-	cr_assert_eq(u.connect, 255u);
-	cr_assert_eq(u.reject, 255u);
+	cr_assert_eq(u.connect, 247u);
+	cr_assert_eq(u.accept, 247u);
+	cr_assert_eq(u.reject, 247u);
+}
+
+/* What iWARP cannot carry is not reported there, and hints that ask for it
+ * do not match, with the reason. */
+Test(build_info, iwarp_reports_no_cq_data_and_no_rnr_retry)
+{
+	Adapter a = siw_adapter();
+	InfoPtr info(build_info(kVersion, nullptr, a, a.addresses[0], {}, Params{}));
+	cr_assert_eq(info->domain_attr->cq_data_size, 0u);
+	cr_assert_eq(info->domain_attr->resource_mgmt, FI_RM_DISABLED);
+	cr_assert_eq(info->ep_attr->protocol, static_cast<uint32_t>(FI_PROTO_IWARP));
+	cr_assert_eq(info->domain_attr->max_err_data, 247u);
+
+	InfoPtr hints = app_hints();
+	hints->domain_attr->cq_data_size = 4;
+	std::string why = hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{});
+	cr_assert(why.find("immediate data") != std::string::npos, "%s", why.c_str());
+	hints->domain_attr->cq_data_size = 0;
+	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	why = hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{});
+	cr_assert(why.find("resource_mgmt") != std::string::npos, "%s", why.c_str());
+	hints->domain_attr->resource_mgmt = FI_RM_DISABLED;
+	cr_assert(hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{}).empty());
+	/* The same hints on RoCE get both. */
+	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	hints->domain_attr->cq_data_size = 4;
+	cr_assert(mismatch(hints.get()).empty());
+	cr_assert_eq(build(hints.get())->domain_attr->cq_data_size, 4u);
 }
 
 /* fabtests getinfo_test mr_mode6: for every combination of mr_mode bits an
