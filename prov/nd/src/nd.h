@@ -130,6 +130,7 @@ public:
 	bool enabled() const noexcept { return enabled_; }
 	void lock() { if (enabled_) mutex_.lock(); }
 	void unlock() { if (enabled_) mutex_.unlock(); }
+	bool try_lock() { return !enabled_ || mutex_.try_lock(); }
 
 private:
 	std::mutex mutex_;

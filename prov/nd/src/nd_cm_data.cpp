@@ -34,6 +34,38 @@ Unframed unframe(const void *wire, size_t wire_len) noexcept
 	return out;
 }
 
+void append_credit_offer(const CreditOffer &offer, std::vector<uint8_t> *wire)
+{
+	uint8_t bytes[kCreditOfferBytes];
+	for (size_t i = 0; i < 8; i++)
+		bytes[i] = static_cast<uint8_t>(offer.addr >> (8 * i));
+	for (size_t i = 0; i < 4; i++) {
+		bytes[8 + i] = static_cast<uint8_t>(offer.rkey >> (8 * i));
+		bytes[12 + i] = static_cast<uint8_t>(offer.posted >> (8 * i));
+	}
+	wire->insert(wire->end(), bytes, bytes + kCreditOfferBytes);
+}
+
+bool read_credit_offer(const void *wire, size_t wire_len, CreditOffer *out) noexcept
+{
+	const Unframed data = unframe(wire, wire_len);
+	if (!data.data || !data.well_formed)
+		return false;
+	const size_t at = kFramingBytes + data.len;
+	if (wire_len - at < kCreditOfferBytes)
+		return false;
+	const uint8_t *bytes = static_cast<const uint8_t *>(wire) + at;
+	CreditOffer offer;
+	for (size_t i = 0; i < 8; i++)
+		offer.addr |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+	for (size_t i = 0; i < 4; i++) {
+		offer.rkey |= static_cast<uint32_t>(bytes[8 + i]) << (8 * i);
+		offer.posted |= static_cast<uint32_t>(bytes[12 + i]) << (8 * i);
+	}
+	*out = offer;
+	return true;
+}
+
 ReadLimits cap(ReadLimits wanted, ReadLimits adapter) noexcept
 {
 	return {std::min({wanted.inbound, adapter.inbound, kWireMax}),

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace nd::cm {
@@ -38,6 +39,33 @@ struct Unframed {
 /* Reads framed private data as delivered (`wire` may be NULL when
  * `wire_len` is 0). Never reads outside [wire, wire + wire_len). */
 Unframed unframe(const void *wire, size_t wire_len) noexcept;
+
+/*
+ * iWARP: receive credits (nd_credits.h). An endpoint that keeps them puts
+ * this offer after the application's bytes on connect and accept: where
+ * the peer writes the count of receives it has posted, and that count now.
+ * Little-endian, 16 bytes.
+ */
+struct CreditOffer {
+	uint64_t addr = 0;	/* the offerer's credit word */
+	uint32_t rkey = 0;
+	uint32_t posted = 0;	/* receives posted when the offer was made */
+	bool operator==(const CreditOffer &) const = default;
+};
+constexpr size_t kCreditOfferBytes = 16;
+
+/* Appends `offer` to framed private data. */
+void append_credit_offer(const CreditOffer &offer, std::vector<uint8_t> *wire);
+/* The offer after framed data, when the field holds one (false: none, or
+ * a length byte that claims more than was received). */
+bool read_credit_offer(const void *wire, size_t wire_len, CreditOffer *out) noexcept;
+inline std::optional<CreditOffer> credit_offer_of(const std::vector<uint8_t> &wire) noexcept
+{
+	CreditOffer offer;
+	if (read_credit_offer(wire.data(), wire.size(), &offer))
+		return offer;
+	return std::nullopt;
+}
 
 /* A pair of read limits (ND's inbound and outbound). */
 struct ReadLimits {

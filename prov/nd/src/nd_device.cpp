@@ -392,7 +392,10 @@ CmDataLimits user_cm_limits(bool iwarp) noexcept
 {
 	CmDataLimits t = transport_cm_limits(iwarp);
 	constexpr auto framing = static_cast<uint32_t>(cm::kFramingBytes);
-	return {t.connect - framing, t.accept - framing, t.reject - framing};
+	/* iWARP's connect and accept also carry the receive-credit offer
+	 * (nd_credits.h); a reject does not. */
+	const auto offer = iwarp ? static_cast<uint32_t>(cm::kCreditOfferBytes) : 0u;
+	return {t.connect - framing - offer, t.accept - framing - offer, t.reject - framing};
 }
 
 CmDataLimits user_cm_limits(const Adapter &adapter) noexcept

@@ -23,6 +23,7 @@ Endpoint::Endpoint(Domain *d, fi_info *i, cm::Side side)
 	: ep{}, domain(d), info(i), target{CmTargetKind::endpoint, this}, cm{}, fsm(side, false),
 	  wanted(d->adapter_read_limits)
 {
+	fsm.set_iwarp(d->iwarp);
 }
 
 cm::ReadLimits Endpoint::offered() const noexcept
@@ -509,6 +510,7 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 			ep->has_request = true;
 			ep->request_peer_gone = r.peer_gone;
 			ep->peer_offer = r.offer();
+			ep->request_credit_offer = r.credit_offer;
 			ep->peer = peer_address(r.id);
 			return true;
 		});

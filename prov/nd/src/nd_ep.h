@@ -19,6 +19,7 @@
 #include "nd.h"
 #include "nd_cm.h"
 #include "nd_cm_data.h"
+#include "nd_credits.h"
 #include "nd_ep_state.h"
 #include "nd_eq.h"
 #include "nd_multi_recv.h"
@@ -29,6 +30,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace nd {
@@ -162,6 +164,10 @@ struct Endpoint {
 	bool negotiated = false;
 	cm::ReadLimits effective;
 	cm::ReadLimits peer_offer;
+	/* iWARP (nd_credits.h): this side's receive credits, from fi_enable,
+	 * and the requester's offer, from its connection request. */
+	std::unique_ptr<ReceiveCredits> credits;
+	std::optional<cm::CreditOffer> request_credit_offer;
 	/* Passive side: a connection request was taken from a listener. */
 	bool has_request = false;
 	bool request_peer_gone = false;
@@ -238,6 +244,14 @@ struct Endpoint {
 				     uint64_t remote_addr, uint64_t remote_key);
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	ssize_t no_immediate_data(const char *call) const;
+	/* Receive credits on iWARP (nd_ep_credits.cpp). */
+	bool wants_credits() const noexcept;
+	void add_credit_offer(std::vector<uint8_t> *wire);
+	void take_credit_offer(const std::optional<cm::CreditOffer> &offer);
+	void advertise_credits(bool from_progress) noexcept;
+	void write_credits() noexcept;
+	void credits_after_post(bool took_receive) noexcept;
+	ssize_t no_credit(const char *call) const noexcept;
 	ssize_t make_room(const char *call);
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
 	/* Framed endpoints (nd_ep_tagged.cpp). */

@@ -81,6 +81,9 @@ void attempt_over(Endpoint *ep, const EpStep &step, int prov_errno, const uint8_
 			static_cast<void *>(ep), fi_strerror(step.error));
 	else
 		ep->flush_queue_pair();
+	if (!retry && ep->domain->iwarp && EpStateMachine::retryable(step.error))
+		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: %s; on iWARP the attempt left the queue pair in error, so this endpoint cannot connect again (open a new one)\n",
+			static_cast<void *>(ep), fi_strerror(step.error));
 	report_error(ep, step.error, prov_errno, data, len);
 }
 
@@ -167,7 +170,7 @@ int Endpoint::create_queue_pair()
 	attr.srq = srx ? srx->srq.get() : nullptr;
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 0;
-	attr.cap.max_send_wr = sq->depth + 1; /* + the close marker */
+	attr.cap.max_send_wr = sq->depth + 1 + sq->internal_slots; /* + the close marker */
 	attr.cap.max_recv_wr = rq ? rq->depth : 0;
 	attr.cap.max_send_sge = tx_iov_limit + (framed ? 1 : 0); /* + the header */
 	attr.cap.max_recv_sge = rq ? rx_iov_limit : 0;
@@ -410,6 +413,8 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		}
 		return ret;
 	}
+	take_credit_offer(request_credit_offer);
+	add_credit_offer(&wire);
 	rdma_conn_param param_out{};
 	param_out.private_data = wire.data();
 	param_out.private_data_len = static_cast<uint8_t>(wire.size());
@@ -464,6 +469,7 @@ int complete(Endpoint *ep)
 	if (ep->domain->iwarp) {
 		ep->link.store(LinkState::up, std::memory_order_release);
 		ep->fsm.completed();
+		ep->advertise_credits(false); /* receives posted since the offer */
 		return 0;
 	}
 	if (rdma_establish(ep->cm.id)) {
@@ -590,6 +596,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			return;
 		}
 		const cm::ReadLimits offer = offered();
+		add_credit_offer(&connect_wire);
 		rdma_conn_param param{};
 		param.private_data = connect_wire.data();
 		param.private_data_len = static_cast<uint8_t>(connect_wire.size());
@@ -615,6 +622,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		effective = cm::negotiate(offered(), event.responder_resources, event.initiator_depth);
 		negotiated = true;
 		response_data = unframed_copy(event, "connect response");
+		take_credit_offer(cm::credit_offer_of(event.private_data));
 		if (step.action == EpAction::report_response) {
 			post_event(cm_entry(this, FI_ND_CONNRESP, response_data));
 			return;
@@ -630,8 +638,10 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 	}
 	case EpAction::report_connected:
 		/* iWARP: the CM took the queue pair to RTS just now. */
-		if (domain->iwarp)
+		if (domain->iwarp) {
 			link.store(LinkState::up, std::memory_order_release);
+			advertise_credits(false); /* receives posted since the offer */
+		}
 		post_event(cm_entry(this, FI_CONNECTED, {}));
 		return;
 	case EpAction::report_error: {

@@ -171,11 +171,17 @@ int Endpoint::setup_data_path()
 		return -FI_EINVAL;
 	}
 	const uint32_t rx_completions = srx ? srx->queue.depth : rx;
+	/* iWARP: receive credits, whose writes take send-ring slots of their
+	 * own and complete into the send CQ (nd_credits.h). */
+	const uint32_t credit_slots = wants_credits() ? ReceiveCredits::kWriteSlots : 0;
+	if (credit_slots && !(credits = ReceiveCredits::open(domain->pd.get())))
+		return -FI_ENOMEM;
+	const uint32_t tx_completions = tx + 1 + credit_slots; /* + the close marker */
 	if (!user_tx_cq || !user_rx_cq) {
 		/* Sized for the reservations below (the send queue's includes the
 		 * close marker), so that they never resize it. */
 		fi_cq_attr attr{};
-		attr.size = (user_tx_cq ? 0 : tx + 1) + (user_rx_cq ? 0 : rx_completions);
+		attr.size = (user_tx_cq ? 0 : tx_completions) + (user_rx_cq ? 0 : rx_completions);
 		attr.format = FI_CQ_FORMAT_CONTEXT;
 		/* A counter with a wait object sleeps on its CQs' channels. */
 		bool counter_waits = false;
@@ -191,12 +197,12 @@ int Endpoint::setup_data_path()
 	 * grow grows once (on Soft-RoCE each resize is a system call and a new
 	 * mapping of the queue, and connection setup paid for two). */
 	const bool one_cq = tx_cq == rx_cq;
-	int ret = tx_cq->reserve(static_cast<int>(tx + 1 + (one_cq ? rx_completions : 0)), &tx_verbs_cq);
+	int ret = tx_cq->reserve(static_cast<int>(tx_completions + (one_cq ? rx_completions : 0)), &tx_verbs_cq);
 	if (ret)
 		return ret;
 	/* One step on one CQ: both directions complete into the same verbs
 	 * CQ, and the receive side's share goes back with the send side's. */
-	tx_reserved = tx + 1 + (one_cq ? rx_completions : 0); /* + the close marker */
+	tx_reserved = tx_completions + (one_cq ? rx_completions : 0);
 	rx_verbs_cq = tx_verbs_cq;
 	if (!one_cq) {
 		if ((ret = rx_cq->reserve(static_cast<int>(rx_completions), &rx_verbs_cq)))
@@ -214,7 +220,7 @@ int Endpoint::setup_data_path()
 	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(send_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(read_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(write_cntr);
-	sq = std::make_unique<WorkQueue>(QueueKind::send, tx);
+	sq = std::make_unique<WorkQueue>(QueueKind::send, tx, credit_slots);
 	sq->set_targets(send_targets);
 	if (stx)
 		sq->set_budget(stx->budget);
@@ -259,7 +265,8 @@ int Endpoint::setup_data_path()
 	const bool locked = domain->threading == FI_THREAD_SAFE;
 	tx_lock.enable(locked);
 	rx_lock.enable(locked);
-	slow_tx = locked || stx;
+	/* Sends on an endpoint with receive credits look at them first. */
+	slow_tx = locked || stx || credits;
 	return 0;
 }
 
@@ -430,6 +437,9 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	}
 
 	std::lock_guard<OptionalLock> guard(tx_lock);
+	const bool takes_receive = r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM;
+	if (credits && takes_receive && !credits->can_send())
+		return no_credit(r.call);
 	if (sq->no_room() || (is_read && sq->reads_in_flight() >= effective.outbound)) {
 		/* Post what FI_MORE held back, retire what has completed, then
 		 * look again. */
@@ -481,14 +491,27 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	/* Published before posting: the completion may be reaped at once. */
 	sq->count_budget();
 	sq->commit();
-	if (more)
-		return defer(wr, inline_data && total + header_bytes, r.call);
-	if (batch && batch->count)
-		return post_batch(&wr, r.call);
-	ret = post_committed(wr, r.call);
-	if (ret)
-		sq->reads_posted -= is_read;
+	if (more) {
+		ret = defer(wr, inline_data && total + header_bytes, r.call);
+	} else if (batch && batch->count) {
+		ret = post_batch(&wr, r.call);
+	} else {
+		ret = post_committed(wr, r.call);
+		if (ret)
+			sq->reads_posted -= is_read;
+	}
+	if (credits)
+		credits_after_post(ret == 0 && takes_receive);
 	return ret;
+}
+
+/* Under the send lock, after a post: a message took one of the peer's
+ * receives, and a count that could not be written before goes now. */
+void Endpoint::credits_after_post(bool took_receive) noexcept
+{
+	credits->sent += took_receive;
+	if (credits->pending.load(std::memory_order_acquire))
+		write_credits();
 }
 
 /* Makes sure the FI_MORE batch exists; false (post at once) when it cannot
@@ -653,9 +676,11 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 	ibv_sge sge[kMaxSge];
 	uint64_t total = 0;
-	const ssize_t built = gather_sges("fi_recv", iov, desc, count, rx_iov_limit, true, true, sge, &total);
+	ssize_t built = gather_sges("fi_recv", iov, desc, count, rx_iov_limit, true, true, sge, &total);
 	if (built < 0)
 		return built;
+	if (domain->iwarp)
+		built = receive_sges_for_iwarp(built, sge);
 	if (total > (multi ? UINT32_MAX : max_msg)) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: %llu bytes; the most is %zu\n",
 			static_cast<unsigned long long>(total), multi ? size_t{UINT32_MAX} : max_msg);
@@ -729,6 +754,8 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);
 	}
+	if (credits)
+		advertise_credits(false);
 	return 0;
 }
 

@@ -12,6 +12,7 @@
 #ifndef ND_EP_INJECT_H
 #define ND_EP_INJECT_H
 
+#include "nd_credits.h"
 #include "nd_ep.h"
 
 #include <mutex>
@@ -58,12 +59,18 @@ template <ibv_wr_opcode Op>
 [[gnu::noinline]] ssize_t Endpoint::post_inline_slow(const void *buf, size_t len, uint32_t imm_data,
 						     uint64_t remote_addr, uint64_t remote_key)
 {
+	constexpr bool takes_receive = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
 	std::lock_guard<OptionalLock> guard(tx_lock);
+	if (takes_receive && credits && !credits->can_send())
+		return no_credit(inject_call_name(Op));
 	if (sq->no_room())
 		if (ssize_t ret = make_room(inject_call_name(Op)))
 			return ret;
 	sq->count_budget(); /* given back if posting fails (uncommit) */
-	return post_inline_unlocked<Op>(*sq, buf, len, imm_data, remote_addr, remote_key);
+	const ssize_t ret = post_inline_unlocked<Op>(*sq, buf, len, imm_data, remote_addr, remote_key);
+	if (credits)
+		credits_after_post(ret == 0 && takes_receive);
+	return ret;
 }
 
 /* The request itself: its ring record, its work request, and the post (or

@@ -48,7 +48,7 @@ EpStep EpStateMachine::attempt_failed(int error) noexcept
 	 * pair is still in INIT at most, its receives posted. */
 	const bool before_answer = state_ == EpState::resolving_addr ||
 				   state_ == EpState::resolving_route ||
-				   state_ == EpState::connecting;
+				   (state_ == EpState::connecting && !iwarp_);
 	if (side_ == cm::Side::active && before_answer && retryable(error))
 		return go(EpState::idle, EpAction::report_error, error);
 	return go(EpState::failed, EpAction::report_error, error);

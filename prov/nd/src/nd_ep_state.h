@@ -60,6 +60,10 @@ public:
 	EpState state() const noexcept { return state_; }
 	cm::Side side() const noexcept { return side_; }
 	void set_manual(bool manual) noexcept { manual_ = manual; }
+	/* iWARP: the CM leaves a refused connector's queue pair in error (siw
+	 * closes it with the MPA stream), so an attempt that reached the peer
+	 * cannot be retried with it; one that failed before rdma_connect can. */
+	void set_iwarp(bool iwarp) noexcept { iwarp_ = iwarp; }
 
 	/* One handler per rdma_cm event; each returns what to do and moves
 	 * to the step's next state. */
@@ -109,6 +113,7 @@ private:
 	EpState state_ = EpState::idle;
 	cm::Side side_;
 	bool manual_;
+	bool iwarp_ = false;
 	/* Manual mode: the accepter gave up while the application decided;
 	 * fi_nd_complete_connect then says so (ND_CONNECTION_ABORTED). */
 	bool peer_aborted_ = false;

@@ -118,7 +118,10 @@ void Framing::repost(uint8_t *bounce) noexcept
 	if (int rc = ibv_post_recv(to, &wr, &bad)) {
 		queue->uncommit();
 		ND_WARN(FI_LOG_EP_DATA, "framed endpoint: reposting a receive buffer: %s\n", std::strerror(rc));
+		return;
 	}
+	if (reposted)
+		reposted(owner);
 }
 
 bool Framing::deliver(const FramedRecv &recv, const frame::Header &header, const uint8_t *payload,

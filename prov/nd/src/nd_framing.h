@@ -110,6 +110,9 @@ struct Framing final : PlacedReceiver {
 	std::atomic<ibv_qp *> qp{nullptr};
 	WorkQueue *queue = nullptr;	/* the receive queue that owns this */
 	CounterCells recv_counter;	/* counts each receive completed */
+	/* Told after a buffer is reposted (receive credits, nd_credits.h). */
+	void (*reposted)(void *owner) noexcept = nullptr;
+	void *owner = nullptr;
 	uint32_t posted_limit;		/* application receives waiting at most */
 
 	std::mutex lock;

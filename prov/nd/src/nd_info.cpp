@@ -132,6 +132,19 @@ std::string check_ep(const fi_ep_attr *ep, const Adapter &a)
 	return {};
 }
 
+/* iWARP has no receiver-not-ready retry; nd's receive credits keep
+ * FI_RM_ENABLED there, but only on a receive queue of the endpoint's own
+ * without multi-receive buffers (nd_credits.h). */
+bool credits_possible(const fi_info *hints)
+{
+	if (!hints)
+		return true;
+	const bool shared_rx = hints->ep_attr && hints->ep_attr->rx_ctx_cnt == FI_SHARED_CONTEXT;
+	const bool multi_recv = (hints->caps & FI_MULTI_RECV) ||
+				(hints->rx_attr && (hints->rx_attr->op_flags & FI_MULTI_RECV));
+	return !shared_rx && !multi_recv;
+}
+
 /* Remote CQ data rides as immediate data: none on iWARP. */
 size_t cq_data_size(const Adapter &a)
 {
@@ -171,10 +184,10 @@ std::string check_domain(uint32_t version, const fi_info *hints, const Adapter &
 		return why;
 	if (d->caps & ~kDomainCaps)
 		return "domain_attr->caps not supported";
-	if (a.iwarp && d->resource_mgmt == FI_RM_ENABLED)
-		return "domain_attr->resource_mgmt FI_RM_ENABLED: iWARP has no receiver-not-ready retry "
-		       "(a message that finds no receive posted ends the connection), and nd keeps no "
-		       "receive credits of its own there";
+	if (a.iwarp && d->resource_mgmt == FI_RM_ENABLED && !credits_possible(hints))
+		return "domain_attr->resource_mgmt FI_RM_ENABLED on iWARP with a shared receive context "
+		       "or FI_MULTI_RECV: iWARP has no receiver-not-ready retry, and nd's receive "
+		       "credits need a receive queue of the endpoint's own without multi-receive buffers";
 	if (d->cq_data_size > cq_data_size(a))
 		return format("domain_attr->cq_data_size %zu > %zu%s", d->cq_data_size,
 			      cq_data_size(a), a.iwarp ? " (iWARP has no immediate data)" : "");
@@ -495,11 +508,12 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	 * finds no receive posted waits at the sender (infinite RNR retries)
 	 * instead of failing. An application that asks for FI_RM_DISABLED gets
 	 * what it asked for, which only allows less. iWARP has no RNR retry:
-	 * there nd says FI_RM_DISABLED (fi_nd(7)). */
-	d->resource_mgmt = a.iwarp || (hints && hints->domain_attr &&
-				       hints->domain_attr->resource_mgmt == FI_RM_DISABLED)
-			       ? FI_RM_DISABLED
-			       : FI_RM_ENABLED;
+	 * there nd keeps receive credits instead (nd_credits.h), where it can. */
+	d->resource_mgmt = (a.iwarp && !credits_possible(hints)) ||
+					   (hints && hints->domain_attr &&
+					    hints->domain_attr->resource_mgmt == FI_RM_DISABLED)
+				   ? FI_RM_DISABLED
+				   : FI_RM_ENABLED;
 	d->av_type = FI_AV_UNSPEC;
 	d->mr_mode = mr_mode;
 	d->mr_key_size = kMrKeySize;

@@ -68,6 +68,19 @@ inline uint32_t lkey_of(void *desc) noexcept
  * NULL takes no bytes, whatever its length (fabtests post such receives for
  * zero-byte messages): it gets no entry, so the adapter never touches it,
  * and a message with bytes for it completes with a length error. */
+/* A receive that takes no bytes as soft-iWARP accepts it: libsiw refuses a
+ * receive without scatter/gather entries (EINVAL), so it gets one entry of
+ * no bytes, which the adapter never touches. */
+inline ssize_t receive_sges_for_iwarp(ssize_t built, ibv_sge *sge) noexcept
+{
+	if (built != 0)
+		return built;
+	sge[0].addr = 0;
+	sge[0].length = 0;
+	sge[0].lkey = 0;
+	return 1;
+}
+
 inline ssize_t gather_sges(const char *call, const iovec *iov, void **desc, size_t count, uint32_t limit,
 			   bool needs_keys, bool receive, ibv_sge *sge, uint64_t *total)
 {

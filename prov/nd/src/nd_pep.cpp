@@ -144,6 +144,7 @@ void on_connect_request(PassiveEndpoint *pep, const CmEventCopy &event)
 		request->responder_resources = event.responder_resources;
 		request->initiator_depth = event.initiator_depth;
 		request->peer_gone = false;
+		request->credit_offer = cm::credit_offer_of(event.private_data);
 
 		entry.event = FI_CONNREQ;
 		entry.data.resize(sizeof(fi_eq_cm_entry) + data.len);

@@ -38,6 +38,8 @@ struct ConnRequest {
 	uint8_t initiator_depth;
 	/* The requester gave up (rejected or timed out) before an answer. */
 	bool peer_gone;
+	/* iWARP: its receive-credit offer (nd_credits.h), if it made one. */
+	std::optional<cm::CreditOffer> credit_offer;
 
 	cm::ReadLimits offer() const noexcept
 	{

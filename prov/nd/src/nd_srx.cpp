@@ -31,10 +31,11 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): a multi-receive buffer is one iov; %zu given\n", count);
 		return -FI_EINVAL;
 	}
-	const ssize_t built = gather_sges("fi_recv(srx)", iov, desc, count, iov_limit, true, true, sge,
-					  &total);
+	ssize_t built = gather_sges("fi_recv(srx)", iov, desc, count, iov_limit, true, true, sge, &total);
 	if (built < 0)
 		return built;
+	if (domain->iwarp)
+		built = receive_sges_for_iwarp(built, sge);
 	if (multi && (total == 0 || total > UINT32_MAX)) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): a multi-receive buffer of %llu bytes\n",
 			static_cast<unsigned long long>(total));

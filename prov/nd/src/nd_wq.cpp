@@ -7,11 +7,11 @@
 
 namespace nd {
 
-WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth)
-	: kind(k), depth(std::max<uint32_t>(wanted_depth, 1))
+WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal)
+	: kind(k), depth(std::max<uint32_t>(wanted_depth, 1)), internal_slots(internal)
 {
 	uint32_t size = 1;
-	while (size <= depth)
+	while (size <= depth + internal_slots)
 		size <<= 1;
 	mask = size - 1;
 	records = std::make_unique<OpRecord[]>(size);

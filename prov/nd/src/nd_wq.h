@@ -178,8 +178,10 @@ struct WorkQueue {
 	 * is retire_other's). Kept by update_plain. */
 	bool plain = true;
 	RetireTargets targets;
-	uint32_t mask;			/* ring size - 1 (a power of two > depth: one
-					 * slot always free for the close marker) */
+	uint32_t internal_slots = 0;	/* beyond depth, for the provider's own */
+	uint32_t mask;			/* ring size - 1 (a power of two > depth +
+					 * internal_slots: one slot always free for the
+					 * close marker) */
 	std::atomic<uint64_t> head{0};	/* posted: written by the poster */
 	std::atomic<uint64_t> tail{0};	/* retired: written by the reaper */
 	uint32_t unsignaled_run = 0;	/* poster only: unsignaled since the last signal */
@@ -206,8 +208,10 @@ struct WorkQueue {
 	 * shared, since the queue may outlive the context as an orphan. */
 	std::shared_ptr<SendBudget> budget;
 
-	/* Allocates the ring (or pool); throws std::bad_alloc. */
-	WorkQueue(QueueKind k, uint32_t wanted_depth);
+	/* Allocates the ring (or pool); throws std::bad_alloc. `internal`
+	 * slots beyond the depth are the provider's own (receive-credit
+	 * writes, nd_credits.h): the application's requests never take them. */
+	WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal = 0);
 	/* Requests still counted go back to the budget with the queue. */
 	~WorkQueue();
 	WorkQueue(const WorkQueue &) = delete;

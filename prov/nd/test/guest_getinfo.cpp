@@ -111,14 +111,18 @@ Test(getinfo, attributes_are_the_devices)
 	auto *nd = static_cast<const fi_nd_nic_attr *>(i->nic->prov_attr);
 	cr_assert_eq(nd->max_inbound_read_limit, (uint32_t)truth.dev.max_qp_rd_atom);
 	cr_assert_eq(nd->max_outbound_read_limit, (uint32_t)truth.dev.max_qp_init_rd_atom);
-	cr_assert_eq(nd->max_connect_data, 55u);
-	cr_assert_eq(nd->max_accept_data, 195u);
-	cr_assert_eq(nd->max_reject_data, 147u);
+	/* fi_nd(7), LIMITS: what the transport carries, less nd's length
+	 * byte and, on iWARP, its receive-credit offer. */
+	const bool iwarp = i->ep_attr->protocol == FI_PROTO_IWARP;
+	cr_assert_eq(nd->max_connect_data, iwarp ? 231u : 55u);
+	cr_assert_eq(nd->max_accept_data, iwarp ? 231u : 195u);
+	cr_assert_eq(nd->max_reject_data, iwarp ? 247u : 147u);
 	cr_assert_eq(nd->max_inline_data, i->tx_attr->inject_size);
 	cr_assert_eq(i->nic->link_attr->state, FI_LINK_UP);
 	cr_assert_str_eq(i->nic->device_attr->firmware, truth.dev.fw_ver);
 	cr_assert_str_eq(i->nic->link_attr->network_type,
-			 truth.port.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand");
+			 iwarp ? "iWARP"
+			 : truth.port.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand");
 }
 
 Test(getinfo, source_node_and_service)

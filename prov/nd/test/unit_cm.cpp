@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 
 #include "nd_cm_data.h"
+#include "nd_credits.h"
 #include "nd_ep_state.h"
 
 #include <rdma/fi_errno.h>
@@ -47,6 +48,54 @@ Test(framing, one_byte_over_the_limit_is_refused)
 	cr_assert_eq(frame(nullptr, 0, 55, &wire), 0);
 	cr_assert_eq(wire.size(), 1u);
 	cr_assert_eq(wire[0], 0);
+}
+
+/* iWARP's receive-credit offer rides after the application's bytes, at
+ * every length, and is found only where a whole one was sent. */
+Test(framing, credit_offer_follows_the_application_bytes)
+{
+	const CreditOffer offer{0x1122334455667788ull, 0xa1b2c3d4u, 77};
+	for (size_t len = 0; len <= 231; len++) {
+		std::vector<uint8_t> payload(len, static_cast<uint8_t>(len));
+		std::vector<uint8_t> wire;
+		cr_assert_eq(frame(payload.data(), len, 231, &wire), 0);
+		append_credit_offer(offer, &wire);
+		cr_assert_eq(wire.size(), 1 + len + kCreditOfferBytes);
+		Unframed out = unframe(wire.data(), wire.size());
+		cr_assert_eq(out.len, len, "the application's bytes are unchanged");
+		CreditOffer read;
+		cr_assert(read_credit_offer(wire.data(), wire.size(), &read));
+		cr_assert(read == offer);
+		/* One byte short of a whole offer: none. */
+		cr_assert_not(read_credit_offer(wire.data(), wire.size() - 1, &read));
+	}
+	std::vector<uint8_t> without;
+	frame("abc", 3, 231, &without);
+	cr_assert_not(credit_offer_of(without).has_value());
+	/* A length byte that claims more than arrived: no offer read. */
+	const uint8_t hostile[] = {200, 1, 2, 3};
+	CreditOffer read;
+	cr_assert_not(read_credit_offer(hostile, sizeof(hostile), &read));
+}
+
+/* The receiver writes its count when a quarter of the queue was posted
+ * since the last write, or the peer may be down to its last quarter. */
+Test(credits, the_count_is_written_when_it_is_worth_it)
+{
+	nd::ReceiveCredits c;
+	c.words = std::make_unique<nd::CreditWords>();
+	c.advertised = 100;
+	cr_assert_not(c.worth_writing(100, 0, 64), "nothing new");
+	cr_assert_not(c.worth_writing(101, 0, 64), "1 new, 100 unused: not yet");
+	cr_assert(c.worth_writing(116, 0, 64), "a quarter of 64 posted since");
+	cr_assert(c.worth_writing(101, 90, 64), "10 left unused of 100: low");
+	cr_assert(c.worth_writing(101, 100, 1), "depth 1: every receive");
+	c.base = 5;
+	cr_assert_eq(c.granted(), 5u, "the offer counts before the peer writes");
+	c.sent = 5;
+	cr_assert_not(c.can_send());
+	c.words->granted = 6; /* the peer's write */
+	cr_assert(c.can_send());
 }
 
 Test(framing, hostile_length_byte_is_cut_to_the_field)
@@ -337,6 +386,25 @@ Test(state_machine, iwarp_established_is_the_reply_in_both_modes)
 	cr_assert(manual.established() == (EpStep{EpState::response_pending, EpAction::report_response}));
 	cr_assert_eq(manual.established().action, EpAction::absorb);
 	cr_assert_eq(manual.begin_complete(), 0);
+}
+
+/* iWARP: a refusal after rdma_connect leaves the queue pair in error, so
+ * only failures before it may be retried. */
+Test(state_machine, iwarp_retries_only_what_failed_before_the_request)
+{
+	EpStateMachine sent(Side::active, false);
+	sent.set_iwarp(true);
+	sent.begin_connect();
+	sent.addr_resolved();
+	sent.route_resolved();
+	cr_assert_eq(sent.rejected(kRejectConsumer).next, EpState::failed);
+	cr_assert_eq(sent.begin_connect(), -FI_EOPBADSTATE);
+
+	EpStateMachine unresolved(Side::active, false);
+	unresolved.set_iwarp(true);
+	unresolved.begin_connect();
+	cr_assert_eq(unresolved.addr_error(-ENETUNREACH).next, EpState::idle);
+	cr_assert_eq(unresolved.begin_connect(), 0);
 }
 
 Test(state_machine, manual_mode_reports_an_accepter_that_gives_up)

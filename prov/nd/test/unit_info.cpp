@@ -513,21 +513,23 @@ Test(device, cm_data_limits_per_transport)
 	cr_assert_eq(t.reject, 148u);
 	a.iwarp = true;
 	/* MPA in Linux carries 256 bytes, 8 of them MPA v2's IRD/ORD; 1 is
-	 * nd's length byte. */
+	 * nd's length byte, and connect and accept carry nd's 16-byte
+	 * receive-credit offer. */
 	CmDataLimits u = user_cm_limits(a);
-	cr_assert_eq(u.connect, 247u);
-	cr_assert_eq(u.accept, 247u);
+	cr_assert_eq(u.connect, 231u);
+	cr_assert_eq(u.accept, 231u);
 	cr_assert_eq(u.reject, 247u);
 }
 
 /* What iWARP cannot carry is not reported there, and hints that ask for it
  * do not match, with the reason. */
-Test(build_info, iwarp_reports_no_cq_data_and_no_rnr_retry)
+Test(build_info, iwarp_reports_no_cq_data_and_keeps_rm_by_credits)
 {
 	Adapter a = siw_adapter();
 	InfoPtr info(build_info(kVersion, nullptr, a, a.addresses[0], {}, Params{}));
 	cr_assert_eq(info->domain_attr->cq_data_size, 0u);
-	cr_assert_eq(info->domain_attr->resource_mgmt, FI_RM_DISABLED);
+	/* Receive credits (nd_credits.h) stand in for RNR retries. */
+	cr_assert_eq(info->domain_attr->resource_mgmt, FI_RM_ENABLED);
 	cr_assert_eq(info->ep_attr->protocol, static_cast<uint32_t>(FI_PROTO_IWARP));
 	cr_assert_eq(info->domain_attr->max_err_data, 247u);
 
@@ -537,8 +539,16 @@ Test(build_info, iwarp_reports_no_cq_data_and_no_rnr_retry)
 	cr_assert(why.find("immediate data") != std::string::npos, "%s", why.c_str());
 	hints->domain_attr->cq_data_size = 0;
 	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	cr_assert(hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{}).empty());
+	/* Credits need the endpoint's own receive queue: not with a shared
+	 * receive context, where FI_RM_ENABLED is then refused. */
+	hints->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;
 	why = hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{});
 	cr_assert(why.find("resource_mgmt") != std::string::npos, "%s", why.c_str());
+	hints->domain_attr->resource_mgmt = FI_RM_UNSPEC;
+	InfoPtr shared(build_info(kVersion, hints.get(), a, a.addresses[0], {}, Params{}));
+	cr_assert_eq(shared->domain_attr->resource_mgmt, FI_RM_DISABLED);
+	hints->ep_attr->rx_ctx_cnt = 0;
 	hints->domain_attr->resource_mgmt = FI_RM_DISABLED;
 	cr_assert(hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{}).empty());
 	/* The same hints on RoCE get both. */

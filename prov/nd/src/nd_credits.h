@@ -1,0 +1,109 @@
+/*
+ * nd_credits.h: receive credits, which keep FI_RM_ENABLED true on iWARP.
+ *
+ * InfiniBand and RoCE make a message that finds no receive posted wait at
+ * the sender (receiver-not-ready retries); iWARP has no such retry, and the
+ * connection ends instead. So on iWARP an endpoint counts: the sender may
+ * have as many messages in flight as the peer has posted receives, and the
+ * receiver tells the sender how many it has posted, in all, by an RDMA
+ * write of that count into a word the sender registered for it. A write
+ * consumes no receive and raises no completion at the target, so the count
+ * can be sent whenever it rises, however full the peer's queues are. The
+ * word's address and key, and the count of receives already posted, travel
+ * after the application's private data on connect and accept
+ * (cm::CreditOffer). A message that has no credit fails with -FI_EAGAIN,
+ * as one that finds the send queue full does; the peer's count arrives
+ * without any call here.
+ *
+ * The receiver's count is its receive ring's posted count (WorkQueue::head):
+ * every record of a receive ring is one posted work request, the framed
+ * endpoint's own buffers included. Not kept where that does not hold: a
+ * shared receive context, FI_MULTI_RECV buffers (fi_getinfo reports
+ * FI_RM_DISABLED on iWARP for those).
+ *
+ * The count is written when it rises and the peer may be running low: when
+ * a quarter of the receive queue has been posted since the last write, or
+ * fewer than a quarter of the advertised receives are left unused as far as
+ * this side has seen. Each write takes one of the send ring's internal
+ * slots (kWriteSlots), never the application's.
+ */
+#ifndef ND_CREDITS_H
+#define ND_CREDITS_H
+
+#include "nd_cm_data.h"
+#include "nd_verbs.h"
+
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace nd {
+
+/* Registered: the peer writes `granted`; `outgoing` is the source of this
+ * side's writes to the peer. */
+struct CreditWords {
+	alignas(64) volatile uint64_t granted;
+	alignas(64) volatile uint64_t outgoing;
+};
+
+struct ReceiveCredits {
+	/* Send-ring slots kept for the credit writes. */
+	static constexpr uint32_t kWriteSlots = 4;
+
+	std::unique_ptr<CreditWords> words;
+	VerbsHandle<ibv_mr, ibv_dereg_mr> mr;
+	/* The peer's word, from its offer. */
+	uint64_t peer_addr = 0;
+	uint32_t peer_rkey = 0;
+	/* What the peer's offer said it had posted (its word may not have
+	 * been written yet). */
+	uint64_t base = 0;
+	bool peer_known = false;
+	/* The peer offered none (not an nd peer): sends are not held. */
+	bool unlimited = false;
+	/* Sender: messages that take a peer's receive, posted. */
+	uint64_t sent = 0;
+	/* Receiver: the count last written to the peer (or offered). */
+	uint64_t advertised = 0;
+	/* A write that could not go out when the count rose (the send ring's
+	 * lock was held, or its internal slots busy); the next post sends it. */
+	std::atomic<bool> pending{false};
+
+	/* Registers the word; nullptr (logged) when it cannot. */
+	static std::unique_ptr<ReceiveCredits> open(ibv_pd *pd) noexcept;
+
+	cm::CreditOffer offer(uint64_t posted) const noexcept
+	{
+		return {reinterpret_cast<uintptr_t>(&words->granted), mr->rkey,
+			static_cast<uint32_t>(posted)};
+	}
+	void take_offer(const cm::CreditOffer &peer) noexcept
+	{
+		peer_addr = peer.addr;
+		peer_rkey = peer.rkey;
+		base = peer.posted;
+		peer_known = true;
+	}
+	uint64_t granted() const noexcept
+	{
+		const uint64_t written = words->granted; /* by the peer's adapter */
+		return std::max(written, base);
+	}
+	bool can_send() const noexcept { return unlimited || sent < granted(); }
+	/* Whether the receiver should write `posted` now, `consumed` of the
+	 * advertised receives having completed, on a queue `depth` deep. */
+	bool worth_writing(uint64_t posted, uint64_t consumed, uint32_t depth) const noexcept
+	{
+		if (posted <= advertised)
+			return false;
+		const uint64_t quarter = std::max<uint32_t>(depth / 4, 1);
+		return posted - advertised >= quarter || advertised < consumed + quarter;
+	}
+};
+
+} // namespace nd
+
+#endif /* ND_CREDITS_H */

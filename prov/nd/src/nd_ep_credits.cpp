@@ -1,0 +1,165 @@
+/*
+ * nd_ep_credits.cpp: an endpoint's receive credits on iWARP (nd_credits.h):
+ * the offer made and taken at connection time, and the writes of the
+ * receiver's count.
+ */
+#include "nd_credits.h"
+#include "nd_domain.h"
+#include "nd_ep.h"
+
+#include <cstring>
+#include <mutex>
+
+namespace nd {
+
+std::unique_ptr<ReceiveCredits> ReceiveCredits::open(ibv_pd *pd) noexcept
+{
+	auto credits = std::unique_ptr<ReceiveCredits>(new (std::nothrow) ReceiveCredits);
+	if (!credits)
+		return nullptr;
+	credits->words.reset(new (std::nothrow) CreditWords{});
+	if (!credits->words)
+		return nullptr;
+	credits->mr.reset(ibv_reg_mr(pd, credits->words.get(), sizeof(CreditWords),
+				     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+	if (!credits->mr) {
+		ND_WARN(FI_LOG_EP_CTRL, "receive credits: ibv_reg_mr: %s\n", std::strerror(errno));
+		return nullptr;
+	}
+	return credits;
+}
+
+/* Whether this endpoint keeps receive credits: iWARP, FI_RM_ENABLED, and a
+ * receive ring of its own without multi-receive buffers (nd_credits.h). */
+bool Endpoint::wants_credits() const noexcept
+{
+	return domain->iwarp && info->domain_attr->resource_mgmt == FI_RM_ENABLED && !srx &&
+	       !(info->caps & FI_MULTI_RECV);
+}
+
+/* The private data of a connect or accept gets this side's offer. */
+void Endpoint::add_credit_offer(std::vector<uint8_t> *wire)
+{
+	if (!credits)
+		return;
+	credits->advertised = rq->head.load(std::memory_order_acquire);
+	cm::append_credit_offer(credits->offer(credits->advertised), wire);
+}
+
+/* The peer's offer, from its connect or accept. A peer that made none (not
+ * nd, or an nd without credits) leaves this side sending without them. */
+void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
+{
+	if (!credits)
+		return;
+	if (!peer) {
+		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: the peer offered no receive credits; sending without them (FI_RM_ENABLED is not kept on this connection)\n",
+			static_cast<void *>(this));
+		/* Kept (other threads may be posting): it counts nothing now. */
+		credits->unlimited = true;
+		return;
+	}
+	credits->take_offer(*peer);
+	ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: receive credits: the peer has %u receives posted\n",
+		static_cast<void *>(this), peer->posted);
+}
+
+/* After receives were posted, and once the link is up: the count goes to
+ * the peer if it is worth a write (nd_credits.h). `from_progress`: called
+ * while reading a CQ, which the send path itself may be doing (make_room),
+ * so the send lock is only tried; the send path then writes it. */
+void Endpoint::advertise_credits(bool from_progress) noexcept
+{
+	ReceiveCredits *c = credits.get();
+	if (!c || !c->peer_known || link.load(std::memory_order_acquire) != LinkState::up)
+		return;
+	const uint64_t posted = rq->head.load(std::memory_order_acquire);
+	const uint64_t consumed = rq->tail.load(std::memory_order_acquire);
+	if (!c->pending.load(std::memory_order_relaxed) && !c->worth_writing(posted, consumed, rq->depth))
+		return;
+	if (from_progress) {
+		if (!tx_lock.try_lock()) {
+			c->pending.store(true, std::memory_order_release);
+			return;
+		}
+		std::lock_guard<OptionalLock> guard(tx_lock, std::adopt_lock);
+		write_credits();
+		return;
+	}
+	std::lock_guard<OptionalLock> guard(tx_lock);
+	write_credits();
+}
+
+/* Under the send lock: one RDMA write of the posted count to the peer's
+ * word, in one of the send ring's internal slots. Unsignaled like the
+ * application's requests, and signaled as often: its completion reports
+ * nothing (no context, no flags, no counter). */
+void Endpoint::write_credits() noexcept
+{
+	ReceiveCredits *c = credits.get();
+	const uint64_t posted = rq->head.load(std::memory_order_acquire);
+	if (posted <= c->advertised) {
+		c->pending.store(false, std::memory_order_relaxed);
+		return;
+	}
+	if (sq->outstanding() >= sq->depth + sq->internal_slots) {
+		c->pending.store(true, std::memory_order_release);
+		return;
+	}
+	c->pending.store(false, std::memory_order_relaxed);
+	c->words->outgoing = posted;
+	const bool signaled = ++sq->unsignaled_run >= signal_interval;
+	if (signaled) {
+		sq->unsignaled_run = 0;
+		sq->unsignaled_reads = 0;
+	}
+	OpRecord &record = sq->next();
+	record.context = nullptr;
+	record.flags = 0;
+	record.len = sizeof(uint64_t);
+	record.read_mark = sq->reads_posted;
+	record.report = false;
+	ibv_sge sge;
+	sge.addr = reinterpret_cast<uintptr_t>(&c->words->outgoing);
+	sge.length = sizeof(uint64_t);
+	sge.lkey = c->mr->lkey;
+	ibv_send_wr wr{};
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+	wr.wr.rdma.remote_addr = c->peer_addr;
+	wr.wr.rdma.rkey = c->peer_rkey;
+	sq->count_budget();
+	sq->commit();
+	/* Requests held back by FI_MORE have earlier slots: they go first. */
+	if (batch && batch->count) {
+		if (post_batch(&wr, "receive credits")) {
+			c->pending.store(true, std::memory_order_release);
+			return;
+		}
+	} else {
+		ibv_send_wr *bad = nullptr;
+		if (int rc = ibv_post_send(qp.get(), &wr, &bad)) {
+			sq->uncommit();
+			c->pending.store(true, std::memory_order_release);
+			ND_INFO(FI_LOG_EP_DATA, "endpoint %p: receive credits: ibv_post_send: %s\n",
+				static_cast<void *>(this), std::strerror(rc));
+			return;
+		}
+	}
+	c->advertised = posted;
+}
+
+/* A message that would take a receive the peer has not posted waits
+ * (-FI_EAGAIN) until the peer's count says it has. */
+ssize_t Endpoint::no_credit(const char *call) const noexcept
+{
+	ND_INFO(FI_LOG_EP_DATA, "%s: the peer has no receive posted for it yet (%llu sent, %llu granted)\n",
+		call, static_cast<unsigned long long>(credits->sent),
+		static_cast<unsigned long long>(credits->granted()));
+	return -FI_EAGAIN;
+}
+
+} // namespace nd
