@@ -43,6 +43,8 @@ void append_credit_offer(const CreditOffer &offer, std::vector<uint8_t> *wire)
 		bytes[8 + i] = static_cast<uint8_t>(offer.rkey >> (8 * i));
 		bytes[12 + i] = static_cast<uint8_t>(offer.posted >> (8 * i));
 	}
+	bytes[16] = offer.inbound;
+	bytes[17] = offer.outbound;
 	wire->insert(wire->end(), bytes, bytes + kCreditOfferBytes);
 }
 
@@ -62,6 +64,8 @@ bool read_credit_offer(const void *wire, size_t wire_len, CreditOffer *out) noex
 		offer.rkey |= static_cast<uint32_t>(bytes[8 + i]) << (8 * i);
 		offer.posted |= static_cast<uint32_t>(bytes[12 + i]) << (8 * i);
 	}
+	offer.inbound = bytes[16];
+	offer.outbound = bytes[17];
 	*out = offer;
 	return true;
 }

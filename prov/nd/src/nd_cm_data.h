@@ -41,18 +41,23 @@ struct Unframed {
 Unframed unframe(const void *wire, size_t wire_len) noexcept;
 
 /*
- * iWARP: receive credits (nd_credits.h). An endpoint that keeps them puts
- * this offer after the application's bytes on connect and accept: where
- * the peer writes the count of receives it has posted, and that count now.
- * Little-endian, 16 bytes.
+ * iWARP: every connect and accept carries this offer after the
+ * application's bytes. Receive credits (nd_credits.h): where the peer
+ * writes the count of receives it has posted (addr and rkey 0 for an
+ * endpoint that keeps none), and that count now. Read limits: the iWARP CM
+ * reports MPA's IRD/ORD as the adapter settled them, not the peer's ND
+ * values, so the offerer's own travel here (the connector's offered
+ * limits, the accepter's negotiated ones). Little-endian, 18 bytes.
  */
 struct CreditOffer {
 	uint64_t addr = 0;	/* the offerer's credit word */
 	uint32_t rkey = 0;
 	uint32_t posted = 0;	/* receives posted when the offer was made */
+	uint8_t inbound = 0;	/* reads the offerer serves */
+	uint8_t outbound = 0;	/* reads the offerer issues */
 	bool operator==(const CreditOffer &) const = default;
 };
-constexpr size_t kCreditOfferBytes = 16;
+constexpr size_t kCreditOfferBytes = 18;
 
 /* Appends `offer` to framed private data. */
 void append_credit_offer(const CreditOffer &offer, std::vector<uint8_t> *wire);

@@ -75,10 +75,12 @@ struct ReceiveCredits {
 	/* Registers the word; nullptr (logged) when it cannot. */
 	static std::unique_ptr<ReceiveCredits> open(ibv_pd *pd) noexcept;
 
-	cm::CreditOffer offer(uint64_t posted) const noexcept
+	/* Where the peer writes, and the count now. */
+	void fill_offer(uint64_t posted, cm::CreditOffer *offer) const noexcept
 	{
-		return {reinterpret_cast<uintptr_t>(&words->granted), mr->rkey,
-			static_cast<uint32_t>(posted)};
+		offer->addr = reinterpret_cast<uintptr_t>(&words->granted);
+		offer->rkey = mr->rkey;
+		offer->posted = static_cast<uint32_t>(posted);
 	}
 	void take_offer(const cm::CreditOffer &peer) noexcept
 	{

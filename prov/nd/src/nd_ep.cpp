@@ -511,6 +511,8 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 			ep->request_peer_gone = r.peer_gone;
 			ep->peer_offer = r.offer();
 			ep->request_credit_offer = r.credit_offer;
+			if (domain->iwarp && r.credit_offer)
+				ep->peer_offer = cm::peer_offer(r.credit_offer->outbound, r.credit_offer->inbound);
 			ep->peer = peer_address(r.id);
 			return true;
 		});

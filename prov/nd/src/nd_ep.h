@@ -246,7 +246,7 @@ struct Endpoint {
 	ssize_t no_immediate_data(const char *call) const;
 	/* Receive credits on iWARP (nd_ep_credits.cpp). */
 	bool wants_credits() const noexcept;
-	void add_credit_offer(std::vector<uint8_t> *wire);
+	void add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limits);
 	void take_credit_offer(const std::optional<cm::CreditOffer> &offer);
 	void advertise_credits(bool from_progress) noexcept;
 	void write_credits() noexcept;

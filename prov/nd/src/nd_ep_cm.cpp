@@ -396,6 +396,9 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		fsm.fail();
 		return -FI_ECONNABORTED;
 	}
+	/* iWARP: the requester's own read limits came with its offer. */
+	if (domain->iwarp && request_credit_offer)
+		peer_offer = cm::peer_offer(request_credit_offer->outbound, request_credit_offer->inbound);
 	/* ND Accept: our limits capped by the adapter and by the offer. */
 	effective = cm::negotiate(offered(), peer_offer.inbound, peer_offer.outbound);
 	negotiated = true;
@@ -414,7 +417,7 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		return ret;
 	}
 	take_credit_offer(request_credit_offer);
-	add_credit_offer(&wire);
+	add_credit_offer(&wire, effective);
 	rdma_conn_param param_out{};
 	param_out.private_data = wire.data();
 	param_out.private_data_len = static_cast<uint8_t>(wire.size());
@@ -428,7 +431,9 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: rdma_accept: %s\n", std::strerror(err));
 		fsm.fail();
-		return err == EINVAL ? -FI_ECONNABORTED : fi_error_of_errno(err);
+		/* A requester that gave up: IB's CM id is no longer connecting
+		 * (EINVAL); iWARP's MPA stream was closed (ECONNRESET). */
+		return err == EINVAL || err == ECONNRESET ? -FI_ECONNABORTED : fi_error_of_errno(err);
 	}
 	return 0;
 }
@@ -596,7 +601,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			return;
 		}
 		const cm::ReadLimits offer = offered();
-		add_credit_offer(&connect_wire);
+		add_credit_offer(&connect_wire, offer);
 		rdma_conn_param param{};
 		param.private_data = connect_wire.data();
 		param.private_data_len = static_cast<uint8_t>(connect_wire.size());
@@ -617,12 +622,19 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 	}
 	case EpAction::report_response:
 	case EpAction::complete: {
-		/* ND: the limits the peer granted, our own capped by them. */
-		peer_offer = cm::peer_offer(event.responder_resources, event.initiator_depth);
-		effective = cm::negotiate(offered(), event.responder_resources, event.initiator_depth);
+		/* ND: the limits the peer granted, our own capped by them (on
+		 * iWARP as its offer says, the CM's being MPA's settled ones). */
+		uint8_t granted_in = event.responder_resources, granted_out = event.initiator_depth;
+		const std::optional<cm::CreditOffer> offer = cm::credit_offer_of(event.private_data);
+		if (domain->iwarp && offer) {
+			granted_in = offer->outbound;
+			granted_out = offer->inbound;
+		}
+		peer_offer = cm::peer_offer(granted_in, granted_out);
+		effective = cm::negotiate(offered(), granted_in, granted_out);
 		negotiated = true;
 		response_data = unframed_copy(event, "connect response");
-		take_credit_offer(cm::credit_offer_of(event.private_data));
+		take_credit_offer(offer);
 		if (step.action == EpAction::report_response) {
 			post_event(cm_entry(this, FI_ND_CONNRESP, response_data));
 			return;

@@ -37,13 +37,21 @@ bool Endpoint::wants_credits() const noexcept
 	       !(info->caps & FI_MULTI_RECV);
 }
 
-/* The private data of a connect or accept gets this side's offer. */
-void Endpoint::add_credit_offer(std::vector<uint8_t> *wire)
+/* iWARP: the private data of a connect or accept gets this side's offer:
+ * its credits, if it keeps them, and `limits` (the connector's offered read
+ * limits, the accepter's negotiated ones). */
+void Endpoint::add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limits)
 {
-	if (!credits)
+	if (!domain->iwarp)
 		return;
-	credits->advertised = rq->head.load(std::memory_order_acquire);
-	cm::append_credit_offer(credits->offer(credits->advertised), wire);
+	cm::CreditOffer offer;
+	offer.inbound = static_cast<uint8_t>(limits.inbound);
+	offer.outbound = static_cast<uint8_t>(limits.outbound);
+	if (credits) {
+		credits->advertised = rq->head.load(std::memory_order_acquire);
+		credits->fill_offer(credits->advertised, &offer);
+	}
+	cm::append_credit_offer(offer, wire);
 }
 
 /* The peer's offer, from its connect or accept. A peer that made none (not
@@ -52,7 +60,7 @@ void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
 {
 	if (!credits)
 		return;
-	if (!peer) {
+	if (!peer || !peer->rkey) {
 		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: the peer offered no receive credits; sending without them (FI_RM_ENABLED is not kept on this connection)\n",
 			static_cast<void *>(this));
 		/* Kept (other threads may be posting): it counts nothing now. */

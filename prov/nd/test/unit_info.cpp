@@ -513,11 +513,11 @@ Test(device, cm_data_limits_per_transport)
 	cr_assert_eq(t.reject, 148u);
 	a.iwarp = true;
 	/* MPA in Linux carries 256 bytes, 8 of them MPA v2's IRD/ORD; 1 is
-	 * nd's length byte, and connect and accept carry nd's 16-byte
-	 * receive-credit offer. */
+	 * nd's length byte, and connect and accept carry nd's 18-byte
+	 * receive-credit and read-limit offer. */
 	CmDataLimits u = user_cm_limits(a);
-	cr_assert_eq(u.connect, 231u);
-	cr_assert_eq(u.accept, 231u);
+	cr_assert_eq(u.connect, 229u);
+	cr_assert_eq(u.accept, 229u);
 	cr_assert_eq(u.reject, 247u);
 }
 
