@@ -50,7 +50,13 @@ compare "mtu (active_mtu)" "$(mtu_of "$(devinfo_value active_mtu)")" "$(info_val
 state=$(devinfo_value state)
 compare "link state" "$([ "${state%% *}" == PORT_ACTIVE ] && echo FI_LINK_UP || echo FI_LINK_DOWN)" "$(info_value state)"
 layer=$(devinfo_value link_layer)
-compare "network type (link_layer)" "$layer" "$(info_value network_type)"
+# An iWARP adapter's link layer is Ethernet; nd names the network iWARP
+# (ibv_devinfo's transport), as RoCE's is named Ethernet.
+if [ "$(devinfo_value transport | awk '{print $1}')" = iWARP ]; then
+	compare "network type (transport)" iWARP "$(info_value network_type)"
+else
+	compare "network type (link_layer)" "$layer" "$(info_value network_type)"
+fi
 
 echo "$failures difference(s)"
 [ "$failures" -eq 0 ]

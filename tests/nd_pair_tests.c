@@ -87,6 +87,9 @@ static struct fid_mr *mr;
 static uint8_t *buf;
 static uint64_t mr_mode;
 static size_t cm_limit, accept_limit, reject_limit, cq_data_size;
+/* iWARP: a refused connector's queue pair is left in error by the iWARP CM,
+ * so nd refuses to connect it again (fi_nd(7)). */
+static int iwarp;
 
 /* One connection's endpoint and its CQ. */
 struct end {
@@ -116,6 +119,7 @@ static void open_common(const char *node, const char *service, bool server)
 	fi_freeinfo(hints);
 	mr_mode = info->domain_attr->mr_mode;
 	cq_data_size = info->domain_attr->cq_data_size;
+	iwarp = info->ep_attr->protocol == FI_PROTO_IWARP;
 	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
 	CHECK(fi_domain(fabric, info, &domain, NULL));
 	struct fi_eq_attr eq_attr = { .wait_obj = FI_WAIT_FD, .size = 64 };
@@ -407,6 +411,17 @@ static int c_reject_data(void)
 				r = T_FAIL;
 		else
 			printf("  reject_data: %zu bytes arrived with FI_ECONNREFUSED\n", rlen);
+		if (r == T_PASS && iwarp) {
+			/* The refused endpoint says so at once; a new one goes on. */
+			uint8_t data[256];
+			size_t n = connect_data(data, T_REJECT_DATA, step, NULL, 0);
+			ssize_t rc = fi_connect(e.ep, info->dest_addr, data, n);
+			if (rc != -FI_EOPBADSTATE)
+				snprintf(why, sizeof(why), "iWARP: a refused endpoint's fi_connect: %zd, expected -FI_EOPBADSTATE",
+					 rc),
+					r = T_FAIL;
+			close_end(&e);
+		}
 	}
 	if (r == T_PASS) {
 		/* The same endpoint, now accepted. */
@@ -417,7 +432,8 @@ static int c_reject_data(void)
 		if (r == T_PASS)
 			r = client_shutdown(&e);
 		if (r == T_PASS)
-			printf("  reject_data: the refused endpoint connected on its next fi_connect\n");
+			printf("  reject_data: %s connected on its next fi_connect\n",
+			       iwarp ? "a new endpoint (iWARP)" : "the refused endpoint");
 	}
 	close_end(&e);
 	return r;
@@ -501,8 +517,9 @@ static int c_rma_body(struct end *e)
 	struct region peer;
 	memset(buf + BACK_OFF, GUARD, BACK_LEN + GUARD_LEN);
 	RUN(connect_with_regions(e, T_RMA, &peer));
-	struct fi_context2 ctx[N_WRITES + 3];
-	void *ctxs[N_WRITES + 3];
+	struct fi_context2 ctx[N_WRITES + 4];
+	void *ctxs[N_WRITES + 4];
+	int n = N_WRITES + 3;
 	fill(buf, MiB, WRITE_SEED);
 	uint8_t *verdict = buf + 2 * MiB, *notice = buf + 2 * MiB + 4096;
 	*verdict = 0xff;
@@ -513,13 +530,26 @@ static int c_rma_body(struct end *e)
 			     &ctx[i]));
 		ctxs[i] = &ctx[i];
 	}
-	TRY(fi_writedata(e->ep, buf, WRITEDATA_LEN, desc(), data_value(), 0,
-			 peer.addr + WRITEDATA_OFF, peer.key, &ctx[N_WRITES]));
+	if (cq_data_size) {
+		TRY(fi_writedata(e->ep, buf, WRITEDATA_LEN, desc(), data_value(), 0,
+				 peer.addr + WRITEDATA_OFF, peer.key, &ctx[N_WRITES]));
+	} else {
+		/* No remote CQ data here (iWARP): refused, not sent without
+		 * it; a plain write and a notice stand in. */
+		ssize_t rc = fi_writedata(e->ep, buf, WRITEDATA_LEN, desc(), data_value(), 0,
+					  peer.addr + WRITEDATA_OFF, peer.key, &ctx[N_WRITES]);
+		if (rc != -FI_EOPNOTSUPP)
+			FAIL("fi_writedata with cq_data_size 0: %zd, expected -FI_EOPNOTSUPP", rc);
+		TRY(fi_write(e->ep, buf, WRITEDATA_LEN, desc(), 0, peer.addr + WRITEDATA_OFF, peer.key,
+			     &ctx[N_WRITES]));
+		TRY(fi_send(e->ep, notice, 1, desc(), 0, &ctx[N_WRITES + 3]));
+		n++;
+	}
 	TRY(fi_send(e->ep, notice, 1, desc(), 0, &ctx[N_WRITES + 1]));
-	for (int i = N_WRITES; i < N_WRITES + 3; i++)
+	for (int i = N_WRITES; i < n; i++)
 		ctxs[i] = &ctx[i];
-	struct comp c[N_WRITES + 3];
-	RUN(expect_comps(e, ctxs, c, N_WRITES + 3, "the writes, the notice and the server's verdict"));
+	struct comp c[N_WRITES + 4];
+	RUN(expect_comps(e, ctxs, c, n, "the writes, the notice and the server's verdict"));
 	for (int i = 0; i <= N_WRITES; i++)
 		if (!(c[i].e.flags & FI_WRITE) || !(c[i].e.flags & FI_RMA))
 			FAIL("write %d completed with flags 0x%llx", i, (unsigned long long)c[i].e.flags);
@@ -730,8 +760,13 @@ static int s_rma(struct end *e, struct event *req)
 	void *ctxs[2] = { &rctx[0], &rctx[1] };
 	struct comp c[2];
 	RUN(expect_comps(e, ctxs, c, 2, "the write's CQ data and the notice"));
-	/* The CQ data comes first: RC delivers in order. */
-	if (!(c[0].e.flags & FI_REMOTE_CQ_DATA) || c[0].e.data != data_value())
+	/* The CQ data comes first: RC delivers in order. Without CQ data
+	 * (iWARP) a second notice stands in for it. */
+	if (!cq_data_size) {
+		if (!(c[0].e.flags & FI_RECV) || c[0].e.len != 1 || buf[NOTICE_OFF] != 0x5a)
+			FAIL("the first notice: flags 0x%llx, %zu bytes", (unsigned long long)c[0].e.flags,
+			     c[0].e.len);
+	} else if (!(c[0].e.flags & FI_REMOTE_CQ_DATA) || c[0].e.data != data_value())
 		FAIL("the first receive: flags 0x%llx data 0x%llx, expected FI_REMOTE_CQ_DATA 0x%llx",
 		     (unsigned long long)c[0].e.flags, (unsigned long long)c[0].e.data,
 		     (unsigned long long)data_value());

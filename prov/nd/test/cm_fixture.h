@@ -73,6 +73,31 @@ inline Event expect_event(fid_eq *eq, uint32_t type, fid_t fid, int timeout_ms =
 	return ev;
 }
 
+/* Manual completion (FI_ND_MANUAL_COMPLETE): the connector's FI_ND_CONNRESP
+ * after the accept, returned. On iWARP the accepter is connected as soon as
+ * its reply is sent (fi_nd(7), iWARP): its FI_CONNECTED comes too, in
+ * either order. */
+inline Event expect_response(fid_eq *eq, fid_t connector, fid_t accepter, bool iwarp)
+{
+	if (!iwarp)
+		return expect_event(eq, FI_ND_CONNRESP, connector);
+	Event resp, up;
+	for (int i = 0; i < 2; i++) {
+		Event ev = next_event(eq, 10000);
+		cr_assert_geq(ev.rc, 0, "waiting for the response and the accepter's FI_CONNECTED: rc %zd",
+			      ev.rc);
+		if (ev.type == FI_ND_CONNRESP && ev.fid == connector)
+			resp = ev;
+		else if (ev.type == FI_CONNECTED && ev.fid == accepter)
+			up = ev;
+		else
+			cr_assert_fail("event %u for %p", ev.type, static_cast<void *>(ev.fid));
+	}
+	cr_assert_eq(resp.type, FI_ND_CONNRESP);
+	cr_assert_eq(up.type, FI_CONNECTED);
+	return resp;
+}
+
 inline Event expect_error(fid_eq *eq, fid_t fid, int timeout_ms = 10000)
 {
 	Event ev = next_event(eq, timeout_ms);
@@ -131,6 +156,13 @@ struct CmFixture {
 			listen_addr = addr;
 		return p;
 	}
+
+	/* iWARP (soft-iWARP in the guest): fi_nd(7)'s section iWARP. */
+	bool iwarp() const { return info->ep_attr->protocol == FI_PROTO_IWARP; }
+	/* fi_nd(7), LIMITS: private data the application may send. */
+	size_t connect_limit() const { return iwarp() ? 229 : 55; }
+	size_t accept_limit() const { return iwarp() ? 229 : 195; }
+	size_t reject_limit() const { return iwarp() ? 247 : 147; }
 
 	static uint16_t port_of(const sockaddr_storage &addr)
 	{
