@@ -220,6 +220,14 @@ int Endpoint::setup_data_path()
 	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(send_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(read_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(write_cntr);
+	/* A credit write that found the ring full goes when room is made, even
+	 * if this side never posts again (its peer may be waiting for it). */
+	if (credits)
+		send_targets.room = [](void *owner) noexcept {
+			auto *ep = static_cast<Endpoint *>(owner);
+			if (ep->credits->pending.load(std::memory_order_acquire))
+				ep->advertise_credits(true);
+		};
 	sq = std::make_unique<WorkQueue>(QueueKind::send, tx, credit_slots);
 	sq->set_targets(send_targets);
 	if (stx)

@@ -65,6 +65,8 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, void **place
 		const uint64_t retired = retire_through(&record);
 		if (budget)
 			budget->used.fetch_sub(retired, std::memory_order_acq_rel);
+		if (targets.room)
+			targets.room(targets.owner);
 	}
 	if (kind != QueueKind::shared_recv) {
 		/* Unsignaled requests before it never have a counter: binding one

@@ -155,6 +155,9 @@ struct RetireTargets {
 	 * connection is over, though the CM says nothing until its own
 	 * timeouts. Cleared with the rest when the queue is orphaned. */
 	void (*peer_lost)(void *owner) = nullptr;
+	/* Told, from the poller, after a send-queue request retired: room for
+	 * a receive-credit write that had to wait (nd_credits.h). */
+	void (*room)(void *owner) noexcept = nullptr;
 	void *owner = nullptr;
 };
 
@@ -243,7 +246,8 @@ struct WorkQueue {
 	}
 	void update_plain() noexcept
 	{
-		plain = kind != QueueKind::shared_recv && !counted && !budget && !multi && !framing;
+		plain = kind != QueueKind::shared_recv && !counted && !budget && !multi && !framing &&
+			!targets.room;
 	}
 
 	/*
