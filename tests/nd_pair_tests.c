@@ -57,7 +57,9 @@
 #include <rdma/fi_ext_nd.h>
 #include <rdma/fi_rma.h>
 
-#define WAIT_MS 10000	  /* longest wait for an event or a completion */
+/* Longest wait for an event or a completion: one Soft-RoCE retransmission
+ * (a packet the loaded guest dropped) takes about 10 s, so 30. */
+#define WAIT_MS 30000
 #define IDLE_MS 120000	  /* the server's longest wait for the next request */
 #define MiB (1u << 20)
 #define REGION (4 * MiB + 4096)
