@@ -468,7 +468,16 @@ static int t_bandwidth(struct conn *c)
 			RUN(post_recv(&c->server, i * stride, len, 64, &rctx[i]));
 		for (size_t i = 0; i < window; i++) {
 			fill(cbuf + i * stride, len, 1000 + si * 100 + i);
-			TRY(fi_send(c->client.ep, cbuf + i * stride, len, cdesc(), 0, &sctx[i]));
+			ssize_t rc = fi_send(c->client.ep, cbuf + i * stride, len, cdesc(), 0, &sctx[i]);
+			/* iWARP: until the server's count of receives arrives (an
+			 * RDMA write), a send has no credit: -FI_EAGAIN, then it
+			 * goes (fi_nd(7), iWARP). */
+			double until = now_ms() + WAIT_MS;
+			while (rc == -FI_EAGAIN && iwarp && now_ms() < until) {
+				poll_both(c);
+				rc = fi_send(c->client.ep, cbuf + i * stride, len, cdesc(), 0, &sctx[i]);
+			}
+			TRY(rc);
 		}
 		/* Receives complete in posting order on a reliable connection
 		 * (FI_ORDER_SAS applies to message matching), sends each once. */

@@ -217,6 +217,7 @@ int Endpoint::setup_data_path()
 	send_targets.link = &link;
 	send_targets.peer_lost = ep_peer_lost;
 	send_targets.owner = this;
+	send_targets.flush_breaks_link = domain->iwarp;
 	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(send_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(read_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(write_cntr);
@@ -235,6 +236,7 @@ int Endpoint::setup_data_path()
 	if (!srx) {
 		RetireTargets recv_targets;
 		recv_targets.link = &link;
+		recv_targets.flush_breaks_link = domain->iwarp;
 		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(recv_cntr);
 		rq = std::make_unique<WorkQueue>(QueueKind::recv, rx);
 		rq->set_targets(recv_targets);

@@ -76,6 +76,12 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, void **place
 			if (const CounterCells &cells = targets.counters[static_cast<size_t>(which)])
 				cells.count(ok);
 	}
+	if (!ok && wc.status == IBV_WC_WR_FLUSH_ERR && targets.flush_breaks_link && targets.link) {
+		LinkState up = LinkState::up;
+		if (targets.link->compare_exchange_strong(up, LinkState::broken, std::memory_order_relaxed))
+			ND_INFO(FI_LOG_CQ, "work request %p flushed while connected: the peer ended the stream\n",
+				done.context);
+	}
 	if (!ok && wc.status != IBV_WC_WR_FLUSH_ERR) {
 		ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", done.context,
 			ibv_wc_status_str(wc.status), wc.vendor_err);

@@ -159,6 +159,11 @@ struct RetireTargets {
 	 * a receive-credit write that had to wait (nd_credits.h). */
 	void (*room)(void *owner) noexcept = nullptr;
 	void *owner = nullptr;
+	/* iWARP: a refused request ends the stream with a terminate, which
+	 * flushes everything with no error of its own; a flush while the link
+	 * is up is then the failure (elsewhere the failed request completes
+	 * first, with its own status). */
+	bool flush_breaks_link = false;
 };
 
 /* What a work completion means to the CQ, decided by WorkQueue::retire. */
