@@ -396,10 +396,8 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		fsm.fail();
 		return -FI_ECONNABORTED;
 	}
-	/* iWARP: the requester's own read limits came with its offer. */
-	if (domain->iwarp && request_credit_offer)
-		peer_offer = cm::peer_offer(request_credit_offer->outbound, request_credit_offer->inbound);
-	/* ND Accept: our limits capped by the adapter and by the offer. */
+	/* ND Accept: our limits capped by the adapter and by the offer (on
+	 * iWARP the requester's own, from its offer: see fi_endpoint). */
 	effective = cm::negotiate(offered(), peer_offer.inbound, peer_offer.outbound);
 	negotiated = true;
 	if ((ret = move_queue_pair(IBV_QPS_INIT)) || (!domain->iwarp && (ret = ready_queue_pair()))) {
