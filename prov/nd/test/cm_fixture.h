@@ -98,6 +98,23 @@ inline Event expect_response(fid_eq *eq, fid_t connector, fid_t accepter, bool i
 	return resp;
 }
 
+/* A connection's end: FI_SHUTDOWN once for each of its endpoints, in
+ * either order (the side that called fi_shutdown hears its own disconnect
+ * complete; on iWARP that may come first), and nothing else. */
+inline void expect_shutdown_of_both(fid_eq *eq, fid_t a, fid_t b)
+{
+	bool a_down = false, b_down = false;
+	for (int i = 0; i < 2; i++) {
+		Event ev = next_event(eq, 10000);
+		cr_assert_geq(ev.rc, 0, "FI_SHUTDOWN %d of 2: rc %zd", i + 1, ev.rc);
+		cr_assert_eq(ev.type, (uint32_t)FI_SHUTDOWN, "event %u", ev.type);
+		cr_assert(ev.fid == a || ev.fid == b, "FI_SHUTDOWN names another fid");
+		bool &down = ev.fid == a ? a_down : b_down;
+		cr_assert_not(down, "FI_SHUTDOWN twice for one endpoint");
+		down = true;
+	}
+}
+
 inline Event expect_error(fid_eq *eq, fid_t fid, int timeout_ms = 10000)
 {
 	Event ev = next_event(eq, timeout_ms);

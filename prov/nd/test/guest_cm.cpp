@@ -55,15 +55,7 @@ Test(cm, connect_accept_shutdown)
 	cr_assert_eq(CmFixture::port_of(peer), CmFixture::port_of(f.listen_addr));
 	cr_assert_eq(fi_shutdown(c, 0), 0);
 	/* Each side learns exactly once. */
-	bool client_down = false, server_down = false;
-	for (int i = 0; i < 2; i++) {
-		Event ev = expect_event(f.eq, FI_SHUTDOWN, nullptr);
-		if (ev.fid == &c->fid)
-			client_down = true;
-		else if (ev.fid == &s->fid)
-			server_down = true;
-	}
-	cr_assert(client_down && server_down);
+	expect_shutdown_of_both(f.eq, &c->fid, &s->fid);
 	expect_quiet(f.eq, 300);
 	cr_assert_eq(fi_shutdown(c, 0), -FI_ENOTCONN);
 	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), -FI_EOPBADSTATE,

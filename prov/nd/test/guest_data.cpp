@@ -620,7 +620,7 @@ Test(data, shutdown_flushes_every_receive_exactly_once)
 		cr_assert_eq(fi_recv(c.ep, dst.data() + 64 * i, 64, dst.desc(), 0, &ctx[i]), 0);
 	}
 	cr_assert_eq(fi_shutdown(c.ep, 0), 0);
-	expect_event(f.eq, FI_SHUTDOWN, &s.ep->fid);
+	expect_shutdown_of_both(f.eq, &c.ep->fid, &s.ep->fid);
 	for (Side side : {s, c}) {
 		std::set<void *> seen;
 		for (int i = 0; i < k; i++) {

@@ -56,16 +56,7 @@ void check_enorx(DataFixture &f, Side c, const fi_cq_err_entry &err, int *contex
  * which hears the sender's disconnect; nothing more. */
 void check_both_shut_down(DataFixture &f, Side c, Side s)
 {
-	bool client_down = false, server_down = false;
-	for (int i = 0; i < 2; i++) {
-		Event ev = next_event(f.eq, 10000);
-		cr_assert_geq(ev.rc, 0, "FI_SHUTDOWN %d of 2: rc %zd", i + 1, ev.rc);
-		cr_assert_eq(ev.type, (uint32_t)FI_SHUTDOWN, "event %u", ev.type);
-		bool &down = ev.fid == &c.ep->fid ? client_down : server_down;
-		cr_assert(ev.fid == &c.ep->fid || ev.fid == &s.ep->fid, "FI_SHUTDOWN names another fid");
-		cr_assert_not(down, "FI_SHUTDOWN twice for one endpoint");
-		down = true;
-	}
+	expect_shutdown_of_both(f.eq, &c.ep->fid, &s.ep->fid);
 	expect_quiet(f.eq, 500);
 }
 
