@@ -21,11 +21,17 @@
  * shared receive context, FI_MULTI_RECV buffers (fi_getinfo reports
  * FI_RM_DISABLED on iWARP for those).
  *
- * The count is written when it rises and the peer may be running low: when
- * a quarter of the receive queue has been posted since the last write, or
- * fewer than a quarter of the advertised receives are left unused as far as
- * this side has seen. Each write takes one of the send ring's internal
- * slots (kWriteSlots), never the application's.
+ * The count is written whenever it rises (a receive call with FI_MORE
+ * leaves it to the next call): the sender may be waiting on it, and this
+ * side may never call again, so a rise kept back for a bigger batch could
+ * be a receive the sender never learns of. A burst of receives costs one
+ * write each only while the ring has room; past that the rise is kept
+ * (`pending`) and the receive call itself reads the send CQ until earlier
+ * requests retire, as a send does when the ring is full. A rise seen while
+ * another thread holds the send lock is written by that thread as it
+ * unlocks (Endpoint::flush_pending_credits). Each write takes
+ * a send-ring slot; kWriteSlots more than the application's tx_size keep
+ * room for them when the application's requests fill the ring.
  */
 #ifndef ND_CREDITS_H
 #define ND_CREDITS_H
@@ -37,6 +43,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -48,6 +55,12 @@ struct CreditWords {
 	alignas(64) volatile uint64_t granted;
 	alignas(64) volatile uint64_t outgoing;
 };
+
+/* How long a receive call reads the send CQ for room to write its count
+ * before leaving it to the next post or completion: writes and messages
+ * already posted complete in transport time, so this is met only when the
+ * link is dying. */
+inline constexpr std::chrono::milliseconds kCreditWriteWait{1000};
 
 struct ReceiveCredits {
 	/* Send-ring slots kept for the credit writes. */
@@ -95,15 +108,8 @@ struct ReceiveCredits {
 		return std::max(written, base);
 	}
 	bool can_send() const noexcept { return unlimited || sent < granted(); }
-	/* Whether the receiver should write `posted` now, `consumed` of the
-	 * advertised receives having completed, on a queue `depth` deep. */
-	bool worth_writing(uint64_t posted, uint64_t consumed, uint32_t depth) const noexcept
-	{
-		if (posted <= advertised)
-			return false;
-		const uint64_t quarter = std::max<uint32_t>(depth / 4, 1);
-		return posted - advertised >= quarter || advertised < consumed + quarter;
-	}
+	/* Whether the receiver has receives the peer was not told of. */
+	bool worth_writing(uint64_t posted) const noexcept { return posted > advertised; }
 };
 
 } // namespace nd

@@ -250,6 +250,7 @@ struct Endpoint {
 	void take_credit_offer(const std::optional<cm::CreditOffer> &offer);
 	void advertise_credits(bool from_progress) noexcept;
 	void write_credits() noexcept;
+	void flush_pending_credits() noexcept;
 	void credits_after_post(bool took_receive) noexcept;
 	ssize_t no_credit(const char *call) const noexcept;
 	ssize_t make_room(const char *call);
@@ -263,6 +264,18 @@ struct Endpoint {
 	void post_pending_receives() noexcept;
 	void post_drain_marker() noexcept;
 	ssize_t link_error(const char *call) const;
+};
+
+/* Declared before a send-lock guard, so that it runs after the unlock: a
+ * credit count marked pending while the lock was held goes now
+ * (Endpoint::flush_pending_credits). */
+struct CreditsAfterUnlock {
+	Endpoint *ep;
+	~CreditsAfterUnlock()
+	{
+		if (ep->credits && ep->credits->pending.load(std::memory_order_acquire))
+			ep->flush_pending_credits();
+	}
 };
 
 /* The queue pair's asynchronous events (nd_async.h). */

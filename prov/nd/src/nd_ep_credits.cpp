@@ -7,8 +7,10 @@
 #include "nd_domain.h"
 #include "nd_ep.h"
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 namespace nd {
 
@@ -73,29 +75,65 @@ void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
 }
 
 /* After receives were posted, and once the link is up: the count goes to
- * the peer if it is worth a write (nd_credits.h). `from_progress`: called
- * while reading a CQ, which the send path itself may be doing (make_room),
- * so the send lock is only tried; the send path then writes it. */
+ * the peer if it rose (nd_credits.h). `from_progress`: called while reading
+ * a CQ, which the send path itself may be doing (make_room), so the send
+ * lock is only tried (flush_pending_credits). Otherwise (a receive call)
+ * the count leaves before the call returns: a ring full of earlier requests
+ * is retired by reading the send CQ until one completes. The requests in it
+ * are the transport's to finish (a message has its receive, a read or a
+ * write needs no call at the peer), so this ends in transport time; the
+ * bound is for a link that dies meanwhile. With automatic data progress
+ * (nd's default) the application may never call again: a count kept back
+ * here would be receives the sender never learns of. */
 void Endpoint::advertise_credits(bool from_progress) noexcept
 {
 	ReceiveCredits *c = credits.get();
 	if (!c || !c->peer_known || link.load(std::memory_order_acquire) != LinkState::up)
 		return;
-	const uint64_t posted = rq->head.load(std::memory_order_acquire);
-	const uint64_t consumed = rq->tail.load(std::memory_order_acquire);
-	if (!c->pending.load(std::memory_order_relaxed) && !c->worth_writing(posted, consumed, rq->depth))
+	if (!c->pending.load(std::memory_order_relaxed) &&
+	    !c->worth_writing(rq->head.load(std::memory_order_acquire)))
 		return;
 	if (from_progress) {
-		if (!tx_lock.try_lock()) {
-			c->pending.store(true, std::memory_order_release);
-			return;
-		}
-		std::lock_guard<OptionalLock> guard(tx_lock, std::adopt_lock);
-		write_credits();
+		c->pending.store(true, std::memory_order_release);
+		flush_pending_credits();
 		return;
 	}
 	std::lock_guard<OptionalLock> guard(tx_lock);
 	write_credits();
+	if (!c->pending.load(std::memory_order_acquire))
+		return;
+	const auto give_up = std::chrono::steady_clock::now() + kCreditWriteWait;
+	do {
+		make_room("receive credits");
+		write_credits();
+		if (!c->pending.load(std::memory_order_acquire))
+			return;
+		std::this_thread::yield(); /* the adapter's thread, on a software device */
+	} while (link.load(std::memory_order_acquire) == LinkState::up &&
+		 std::chrono::steady_clock::now() < give_up);
+	ND_INFO(FI_LOG_EP_DATA, "endpoint %p: receive credits: the send ring stayed full; the count goes with the next post or completion\n",
+		static_cast<void *>(this));
+}
+
+/* A count that could not be written (pending) goes now if the send lock is
+ * free; if it is held, its holder calls this after unlocking, so a count
+ * marked pending while it held the lock is not left behind. A ring too full
+ * for the write leaves it to the room hook (RetireTargets::room), which
+ * calls back here when a request retires. */
+void Endpoint::flush_pending_credits() noexcept
+{
+	ReceiveCredits *c = credits.get();
+	while (c->pending.load(std::memory_order_acquire) &&
+	       link.load(std::memory_order_acquire) == LinkState::up) {
+		if (!tx_lock.try_lock())
+			return;
+		{
+			std::lock_guard<OptionalLock> guard(tx_lock, std::adopt_lock);
+			write_credits();
+		}
+		if (c->pending.load(std::memory_order_acquire))
+			return;
+	}
 }
 
 /* Under the send lock: one RDMA write of the posted count to the peer's

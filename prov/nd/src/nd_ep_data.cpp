@@ -446,6 +446,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 		return -FI_ENOCQ;
 	}
 
+	CreditsAfterUnlock credits_after_unlock{this};
 	std::lock_guard<OptionalLock> guard(tx_lock);
 	const bool takes_receive = r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM;
 	if (credits && takes_receive && !credits->can_send())
@@ -764,7 +765,8 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);
 	}
-	if (credits)
+	/* FI_MORE: the next receive call tells the peer of both. */
+	if (credits && !(flags & FI_MORE))
 		advertise_credits(false);
 	return 0;
 }

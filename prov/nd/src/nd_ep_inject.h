@@ -60,6 +60,7 @@ template <ibv_wr_opcode Op>
 						     uint64_t remote_addr, uint64_t remote_key)
 {
 	constexpr bool takes_receive = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
+	CreditsAfterUnlock credits_after_unlock{this};
 	std::lock_guard<OptionalLock> guard(tx_lock);
 	if (takes_receive && credits && !credits->can_send())
 		return no_credit(inject_call_name(Op));
