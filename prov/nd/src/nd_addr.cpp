@@ -180,13 +180,13 @@ std::string network_prefix(const SockAddr &addr, unsigned prefix_len)
 	return net.ip_string() + "/" + std::to_string(prefix_len);
 }
 
-int resolve(const char *node, const char *service, bool passive, int family,
+int resolve(const char *node, const char *service, bool passive, bool numeric, int family,
 	    SockAddr *out)
 {
 	addrinfo hints{};
 	hints.ai_family = family;
 	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = passive ? AI_PASSIVE : 0;
+	hints.ai_flags = (passive ? AI_PASSIVE : 0) | (numeric ? AI_NUMERICHOST : 0);
 	addrinfo *result = nullptr;
 	int rc = getaddrinfo(node, service, &hints, &result);
 	if (rc) {

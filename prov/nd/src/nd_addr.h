@@ -64,9 +64,11 @@ std::string network_prefix(const SockAddr &addr, unsigned prefix_len);
 unsigned prefix_length(const sockaddr *netmask) noexcept;
 
 /* Resolves node/service with getaddrinfo. `passive` resolves a null node to
- * the wildcard address. family: AF_UNSPEC, AF_INET or AF_INET6. Returns 0,
- * or -FI_ENODATA when the name does not resolve (logged with the reason). */
-int resolve(const char *node, const char *service, bool passive, int family,
+ * the wildcard address; `numeric` (fi_getinfo's FI_NUMERICHOST) takes the
+ * node as a numeric address and never asks a name service. family:
+ * AF_UNSPEC, AF_INET or AF_INET6. Returns 0, or -FI_ENODATA when the name
+ * does not resolve (logged with the reason). */
+int resolve(const char *node, const char *service, bool passive, bool numeric, int family,
 	    SockAddr *out);
 
 /* The local source address the kernel's routing table picks for `dest`

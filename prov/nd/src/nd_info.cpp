@@ -236,7 +236,8 @@ int address_request(const char *node, const char *service, uint64_t flags,
 	if (node || service) {
 		bool source = (flags & FI_SOURCE) || !node;
 		SockAddr resolved;
-		int ret = resolve(node, service, source, request.family, &resolved);
+		int ret = resolve(node, service, source, flags & FI_NUMERICHOST, request.family,
+				  &resolved);
 		if (ret)
 			return ret;
 		if (source) {

@@ -5,6 +5,7 @@
 
 #include "fixtures.h"
 #include "nd_addr.h"
+#include "nd_info.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_errno.h>
@@ -93,16 +94,31 @@ Test(addr, wildcard_and_equality)
 Test(addr, resolve_numeric_and_passive)
 {
 	SockAddr out;
-	cr_assert_eq(resolve("10.0.2.15", "7471", false, AF_UNSPEC, &out), 0);
+	cr_assert_eq(resolve("10.0.2.15", "7471", false, false, AF_UNSPEC, &out), 0);
 	cr_assert(out == ipv4("10.0.2.15", 7471));
-	cr_assert_eq(resolve(nullptr, "9000", true, AF_INET, &out), 0);
+	cr_assert_eq(resolve(nullptr, "9000", true, false, AF_INET, &out), 0);
 	cr_assert(out.is_any());
 	cr_assert_eq(out.port(), 9000);
-	cr_assert_eq(resolve("fd00::15", nullptr, false, AF_UNSPEC, &out), 0);
+	cr_assert_eq(resolve("fd00::15", nullptr, false, false, AF_UNSPEC, &out), 0);
 	cr_assert_eq(out.family(), AF_INET6);
-	cr_assert_eq(resolve("10.0.2.15", nullptr, false, AF_INET6, &out), -FI_ENODATA,
+	cr_assert_eq(resolve("10.0.2.15", nullptr, false, false, AF_INET6, &out), -FI_ENODATA,
 		     "an IPv4 literal does not resolve as IPv6");
-	cr_assert_eq(resolve("no-such-host.invalid", nullptr, false, AF_UNSPEC, &out), -FI_ENODATA);
+	cr_assert_eq(resolve("no-such-host.invalid", nullptr, false, false, AF_UNSPEC, &out), -FI_ENODATA);
+}
+
+/* fi_getinfo's FI_NUMERICHOST: a literal still resolves, a name is refused
+ * without a lookup (localhost is in every /etc/hosts, so it would resolve). */
+Test(addr, resolve_numeric_host_asks_no_name_service)
+{
+	SockAddr out;
+	cr_assert_eq(resolve("10.0.2.15", "7471", false, true, AF_UNSPEC, &out), 0);
+	cr_assert(out == ipv4("10.0.2.15", 7471));
+	cr_assert_eq(resolve("localhost", nullptr, false, false, AF_INET, &out), 0);
+	cr_assert_eq(resolve("localhost", nullptr, false, true, AF_INET, &out), -FI_ENODATA);
+	AddressRequest r;
+	cr_assert_eq(address_request("localhost", "7471", FI_NUMERICHOST, nullptr, &r), -FI_ENODATA);
+	cr_assert_eq(address_request("10.0.2.15", "7471", FI_NUMERICHOST, nullptr, &r), 0);
+	cr_assert(r.has_dest && r.dest == ipv4("10.0.2.15", 7471));
 }
 
 Test(addr, route_source_of_loopback_is_loopback)
