@@ -21,11 +21,29 @@
 #include <rdma/fabric.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 /* The API of the headers this provider was built with. */
 #define ND_API_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
 
 namespace nd::api {
+
+/*
+ * The value an application stored in an enum field of libfabric's C
+ * structures (fi_info's ep type, threading, progress, resource
+ * management), read as the int it is: C lets any int be stored there, and
+ * C++ makes loading one outside the enum's range undefined behaviour (the
+ * getinfo fuzz harness found nd doing so). Compare the result with the
+ * enumerators; convert back only a value that was checked.
+ */
+template <typename E> int enum_value(const E &field) noexcept
+{
+	static_assert(std::is_enum_v<E> && sizeof(E) == sizeof(int), "a C enum field");
+	int value;
+	std::memcpy(&value, &field, sizeof(value));
+	return value;
+}
 
 /* fi_mr(3): version 1.0 registration modes, enum values of mr_mode before
  * 1.5 and still accepted (alone) after it. */

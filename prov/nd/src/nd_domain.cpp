@@ -185,9 +185,19 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->ack_timeout = retry.ack_timeout;
 	ND_INFO(FI_LOG_DOMAIN, "fi_domain(%s): %s: transport retry count %d, ACK timeout %d (-1: rdma_cm's)\n",
 		info->domain_attr->name, soft_roce ? "Soft-RoCE" : "hardware", retry.retry_count, retry.ack_timeout);
-	domain->threading = info->domain_attr->threading == FI_THREAD_UNSPEC
-				    ? FI_THREAD_SAFE
-				    : info->domain_attr->threading;
+	switch (const int threading = api::enum_value(info->domain_attr->threading)) {
+	case FI_THREAD_UNSPEC:
+		domain->threading = FI_THREAD_SAFE;
+		break;
+	case FI_THREAD_SAFE: case FI_THREAD_FID: case FI_THREAD_DOMAIN:
+	case FI_THREAD_COMPLETION: case FI_THREAD_ENDPOINT:
+		domain->threading = static_cast<fi_threading>(threading);
+		break;
+	default:
+		ND_WARN(FI_LOG_DOMAIN, "fi_domain(%s): domain_attr->threading %d is no threading model\n",
+			info->domain_attr->name, threading);
+		return -FI_EINVAL;
+	}
 	domain->cm_limits = user_cm_limits(domain->iwarp);
 
 	UniqueInfo copy(fi_dupinfo(info));

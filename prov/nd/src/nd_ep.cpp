@@ -460,7 +460,8 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 		ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: domain, info and ep must not be NULL\n");
 		return -FI_EINVAL;
 	}
-	if (info->ep_attr && info->ep_attr->type != FI_EP_MSG && info->ep_attr->type != FI_EP_UNSPEC) {
+	if (info->ep_attr && api::enum_value(info->ep_attr->type) != FI_EP_MSG &&
+	    api::enum_value(info->ep_attr->type) != FI_EP_UNSPEC) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_EP_MSG only\n");
 		return -FI_EINVAL;
 	}

@@ -35,7 +35,7 @@ std::unique_ptr<ReceiveCredits> ReceiveCredits::open(ibv_pd *pd) noexcept
  * receive ring of its own without multi-receive buffers (nd_credits.h). */
 bool Endpoint::wants_credits() const noexcept
 {
-	return domain->iwarp && info->domain_attr->resource_mgmt == FI_RM_ENABLED && !srx &&
+	return domain->iwarp && api::enum_value(info->domain_attr->resource_mgmt) == FI_RM_ENABLED && !srx &&
 	       !(info->caps & FI_MULTI_RECV);
 }
 

@@ -112,7 +112,8 @@ std::string check_rx(const fi_rx_attr *rx, const Adapter &a)
 
 std::string check_ep(const fi_ep_attr *ep, const Adapter &a)
 {
-	if (ep->type != FI_EP_UNSPEC && ep->type != FI_EP_MSG)
+	const int type = api::enum_value(ep->type);
+	if (type != FI_EP_UNSPEC && type != FI_EP_MSG)
 		return format("ep_attr->type %s not supported (FI_EP_MSG only)",
 			      fi_tostr(&ep->type, FI_TYPE_EP_TYPE));
 	uint32_t protocol = a.iwarp ? FI_PROTO_IWARP : FI_PROTO_RDMA_CM_IB_RC;
@@ -151,14 +152,15 @@ size_t cq_data_size(const Adapter &a)
 	return a.iwarp ? 0 : kCqDataSize;
 }
 
-std::string check_progress(const char *which, fi_progress asked, bool manual_only)
+std::string check_progress(const char *which, const fi_progress &field, bool manual_only)
 {
+	const int asked = api::enum_value(field);
 	if (asked == FI_PROGRESS_UNSPEC || asked == FI_PROGRESS_MANUAL)
 		return {};
 	if (asked == FI_PROGRESS_AUTO && !manual_only)
 		return {};
 	return format("domain_attr->%s %s not supported", which,
-		      fi_tostr(&asked, FI_TYPE_PROGRESS));
+		      fi_tostr(&field, FI_TYPE_PROGRESS));
 }
 
 std::string check_domain(uint32_t version, const fi_info *hints, const Adapter &a)
@@ -167,12 +169,12 @@ std::string check_domain(uint32_t version, const fi_info *hints, const Adapter &
 	const DeviceLimits &l = a.limits;
 	if (d->name && a.name != d->name)
 		return format("domain name '%s' is not '%s'", d->name, a.name.c_str());
-	switch (d->threading) {
+	switch (api::enum_value(d->threading)) {
 	case FI_THREAD_UNSPEC: case FI_THREAD_SAFE: case FI_THREAD_FID:
 	case FI_THREAD_DOMAIN: case FI_THREAD_COMPLETION: case FI_THREAD_ENDPOINT:
 		break;
 	default:
-		return format("domain_attr->threading %d not supported", d->threading);
+		return format("domain_attr->threading %d not supported", api::enum_value(d->threading));
 	}
 	/* Connection events progress when the application reads its EQ. */
 	std::string why = check_progress("control_progress", d->control_progress, true);
@@ -184,7 +186,7 @@ std::string check_domain(uint32_t version, const fi_info *hints, const Adapter &
 		return why;
 	if (d->caps & ~kDomainCaps)
 		return "domain_attr->caps not supported";
-	if (a.iwarp && d->resource_mgmt == FI_RM_ENABLED && !credits_possible(hints))
+	if (a.iwarp && api::enum_value(d->resource_mgmt) == FI_RM_ENABLED && !credits_possible(hints))
 		return "domain_attr->resource_mgmt FI_RM_ENABLED on iWARP with a shared receive context "
 		       "or FI_MULTI_RECV: iWARP has no receiver-not-ready retry, and nd's receive "
 		       "credits need a receive queue of the endpoint's own without multi-receive buffers";
@@ -496,13 +498,14 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 
 	fi_domain_attr *d = info->domain_attr;
 	d->name = dup_or_throw(a.name);
-	fi_threading threading = hints && hints->domain_attr ? hints->domain_attr->threading
-							      : FI_THREAD_UNSPEC;
-	d->threading = threading == FI_THREAD_UNSPEC ? FI_THREAD_SAFE : threading;
+	/* The hints' values passed hints_mismatch: enumerators, safe to load. */
+	const int threading = hints && hints->domain_attr ? api::enum_value(hints->domain_attr->threading)
+							  : FI_THREAD_UNSPEC;
+	d->threading = threading == FI_THREAD_UNSPEC ? FI_THREAD_SAFE : static_cast<fi_threading>(threading);
 	d->control_progress = FI_PROGRESS_MANUAL;
-	fi_progress data = hints && hints->domain_attr ? hints->domain_attr->data_progress
-						       : FI_PROGRESS_UNSPEC;
-	d->data_progress = data == FI_PROGRESS_UNSPEC ? FI_PROGRESS_AUTO : data;
+	const int data = hints && hints->domain_attr ? api::enum_value(hints->domain_attr->data_progress)
+						     : FI_PROGRESS_UNSPEC;
+	d->data_progress = data == FI_PROGRESS_UNSPEC ? FI_PROGRESS_AUTO : static_cast<fi_progress>(data);
 	/* nd always manages its resources (fi_domain(3) FI_RM_ENABLED): a full
 	 * send queue is -FI_EAGAIN, every CQ has room reserved at fi_enable for
 	 * every request its endpoints may have outstanding, and a message that
@@ -512,7 +515,7 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	 * there nd keeps receive credits instead (nd_credits.h), where it can. */
 	d->resource_mgmt = (a.iwarp && !credits_possible(hints)) ||
 					   (hints && hints->domain_attr &&
-					    hints->domain_attr->resource_mgmt == FI_RM_DISABLED)
+					    api::enum_value(hints->domain_attr->resource_mgmt) == FI_RM_DISABLED)
 				   ? FI_RM_DISABLED
 				   : FI_RM_ENABLED;
 	d->av_type = FI_AV_UNSPEC;

@@ -10,6 +10,7 @@
 #include <rdma/fi_ext_nd.h>
 #include <infiniband/verbs.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -135,6 +136,28 @@ Test(hints, progress_and_threading)
 	hints->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
 	hints->domain_attr->threading = static_cast<fi_threading>(7); /* no such model */
 	cr_assert(mismatch(hints.get()).find("threading") != std::string::npos);
+}
+
+/* A C application may store any int in an enum field; nd reads it as the
+ * int (api::enum_value) and refuses it, where loading it as the C++ enum
+ * was undefined (found by fuzz_getinfo; the UBSan build checks it). */
+Test(hints, enum_fields_outside_every_enumerator_are_refused)
+{
+	InfoPtr hints = app_hints();
+	const int junk = 0x11500000;
+	std::memcpy(&hints->ep_attr->type, &junk, sizeof(junk));
+	cr_assert(mismatch(hints.get()).find("ep_attr->type") != std::string::npos);
+	hints->ep_attr->type = FI_EP_MSG;
+	std::memcpy(&hints->domain_attr->threading, &junk, sizeof(junk));
+	cr_assert(mismatch(hints.get()).find("threading") != std::string::npos);
+	hints->domain_attr->threading = FI_THREAD_UNSPEC;
+	std::memcpy(&hints->domain_attr->data_progress, &junk, sizeof(junk));
+	cr_assert(mismatch(hints.get()).find("data_progress") != std::string::npos);
+	hints->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
+	std::memcpy(&hints->domain_attr->resource_mgmt, &junk, sizeof(junk));
+	cr_assert(mismatch(hints.get()).empty(), "resource management is a preference");
+	InfoPtr info = build(hints.get());
+	cr_assert_eq(info->domain_attr->resource_mgmt, FI_RM_ENABLED);
 }
 
 Test(mr_mode, modern_api_needs_every_required_bit)
