@@ -6,12 +6,28 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 namespace nd::cm {
 
+namespace {
+
+/* |value| as an int: the kernel's statuses are small, but INT_MIN has no
+ * positive int and negating it is undefined (found by fuzz_cm_data). */
+int magnitude(int value) noexcept
+{
+	if (value == std::numeric_limits<int>::min())
+		return std::numeric_limits<int>::max();
+	return value < 0 ? -value : value;
+}
+
+} // namespace
+
 int frame(const void *data, size_t len, size_t user_limit, std::vector<uint8_t> *wire)
 {
-	if (len > user_limit || (len && !data))
+	/* One length byte: a limit above 255 (no transport has one today)
+	 * must not frame a length the byte cannot say (fuzz_cm_data). */
+	if (len > user_limit || len > std::numeric_limits<uint8_t>::max() || (len && !data))
 		return -FI_EINVAL;
 	wire->assign(kFramingBytes + len, 0);
 	(*wire)[0] = static_cast<uint8_t>(len);
@@ -90,7 +106,7 @@ ReadLimits peer_offer(uint8_t responder_resources, uint8_t initiator_depth) noex
 
 int error_of(rdma_cm_event_type type, int status, Side side) noexcept
 {
-	const int err = status < 0 ? -status : status;
+	const int err = magnitude(status);
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
@@ -124,14 +140,14 @@ int prov_errno_of(rdma_cm_event_type type, int status, int error) noexcept
 	if (type == RDMA_CM_EVENT_REJECTED && status > 0 && status < kRejectReasonBase)
 		return kRejectReasonBase + status;
 	if (status < 0)
-		return -status;
+		return magnitude(status);
 	return status ? status : error;
 }
 
 const char *prov_errno_str(int prov_errno) noexcept
 {
 	if (prov_errno < kRejectReasonBase)
-		return std::strerror(prov_errno < 0 ? -prov_errno : prov_errno);
+		return std::strerror(magnitude(prov_errno));
 	if (prov_errno >= kAsyncEventBase)
 		return ibv_event_type_str(static_cast<ibv_event_type>(prov_errno - kAsyncEventBase));
 	/* IB CM reject reasons (IBTA, CM REJ "Reason"), the ones rdma_cm and

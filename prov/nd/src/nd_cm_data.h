@@ -25,7 +25,8 @@ constexpr size_t kFramingBytes = 1;
 
 /* Frames `len` bytes of `data` for a message whose application limit is
  * `user_limit`. Returns 0 and fills `wire`, or -FI_EINVAL when len exceeds
- * the limit or data is NULL with len > 0 (nothing is framed then). */
+ * the limit or the 255 one length byte can say, or data is NULL with
+ * len > 0 (nothing is framed then). */
 int frame(const void *data, size_t len, size_t user_limit, std::vector<uint8_t> *wire);
 
 struct Unframed {

@@ -12,6 +12,7 @@
 #include <rdma/fi_errno.h>
 
 #include <cerrno>
+#include <climits>
 #include <functional>
 #include <vector>
 
@@ -48,6 +49,30 @@ Test(framing, one_byte_over_the_limit_is_refused)
 	cr_assert_eq(frame(nullptr, 0, 55, &wire), 0);
 	cr_assert_eq(wire.size(), 1u);
 	cr_assert_eq(wire[0], 0);
+}
+
+/* Found by fuzz_cm_data: under a limit above 255 a 300-byte message was
+ * framed with the length byte 44. One byte says at most 255. */
+Test(framing, more_than_the_length_byte_can_say_is_refused)
+{
+	std::vector<uint8_t> data(300, 7), wire;
+	cr_assert_eq(frame(data.data(), 256, 1024, &wire), -FI_EINVAL);
+	cr_assert_eq(frame(data.data(), 300, 1024, &wire), -FI_EINVAL);
+	cr_assert_eq(frame(data.data(), 255, 1024, &wire), 0);
+	const Unframed u = unframe(wire.data(), wire.size());
+	cr_assert(u.well_formed);
+	cr_assert_eq(u.len, 255u);
+}
+
+/* Found by fuzz_cm_data: a status of INT_MIN was negated (undefined); it
+ * reads as the largest errno-like value, positive, and still has a text. */
+Test(errors, the_most_negative_status_stays_positive)
+{
+	const int pe = prov_errno_of(RDMA_CM_EVENT_CONNECT_ERROR, INT_MIN, FI_EIO);
+	cr_assert_gt(pe, 0);
+	cr_assert_not_null(prov_errno_str(pe));
+	cr_assert_not_null(prov_errno_str(INT_MIN));
+	cr_assert_eq(error_of(RDMA_CM_EVENT_ADDR_ERROR, INT_MIN, Side::active), FI_EHOSTUNREACH);
 }
 
 /* iWARP's receive-credit offer rides after the application's bytes, at
