@@ -134,6 +134,11 @@ struct Endpoint {
 	 * counts that kind of request and needs every completion. */
 	uint32_t send_signal_interval = 1;
 	uint32_t write_signal_interval = 1;
+	/* IBV_SEND_FENCE where the endpoint's msg_order holds FI_ORDER_WAR or
+	 * FI_ORDER_SAR, else 0: an RC responder may run a send or write that
+	 * follows a read before the read has fetched its data, unless the
+	 * later request carries the fence (WorkQueue::fence_after_reads). */
+	uint32_t read_fence = 0;
 	uint32_t max_inline = 0;		/* bytes a send may carry inline (a
 						 * framed send's header included) */
 	/* Framed endpoints: each send-queue ring slot's header, registered. */

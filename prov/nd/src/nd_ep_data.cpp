@@ -14,6 +14,7 @@
 #include "nd_ep.h"
 #include "nd_ep_inject.h"
 #include "nd_framing.h"
+#include "nd_info.h"
 #include "nd_mr.h"
 #include "nd_multi_recv.h"
 #include "nd_params.h"
@@ -260,6 +261,7 @@ int Endpoint::setup_data_path()
 	send_signal_interval = send_cntr ? 1 : signal_interval;
 	write_signal_interval = write_cntr ? 1 : signal_interval;
 	max_inline = static_cast<uint32_t>(tx_attr.inject_size);
+	read_fence = ((tx_attr.msg_order | info->rx_attr->msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
 	max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
 	if (framed) {
 		/* The header rides inline too; a message fits a receive buffer. */
@@ -493,7 +495,8 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	wr.num_sge = num_sge;
 	wr.opcode = r.opcode;
 	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) |
-			(inline_data && total + header_bytes ? IBV_SEND_INLINE : 0);
+			(inline_data && total + header_bytes ? IBV_SEND_INLINE : 0) |
+			(is_read ? 0 : sq->fence_after_reads(read_fence));
 	wr.imm_data = r.imm_data;
 	wr.wr.rdma.remote_addr = r.remote_addr;
 	wr.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);

@@ -105,7 +105,8 @@ template <ibv_wr_opcode Op>
 	wr.sg_list = &sge;
 	wr.num_sge = len ? 1 : 0;
 	wr.opcode = Op;
-	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (len ? IBV_SEND_INLINE : 0);
+	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (len ? IBV_SEND_INLINE : 0) |
+			queue.fence_after_reads(read_fence);
 	wr.imm_data = imm_data;
 	if constexpr (!is_send) {
 		wr.wr.rdma.remote_addr = remote_addr;

@@ -437,13 +437,17 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 		info->dest_addrlen = request.dest.length();
 	}
 
+	/* The fenced orders only where the hints ask (kFencedOrder). */
+	const uint64_t asked_order = (hints && hints->tx_attr ? hints->tx_attr->msg_order : 0) |
+				     (hints && hints->rx_attr ? hints->rx_attr->msg_order : 0);
+	const uint64_t msg_order = (kMsgOrder & ~kFencedOrder) | (asked_order & kFencedOrder);
 	fi_tx_attr *tx = info->tx_attr;
 	/* A context reports the capabilities of its own direction only
 	 * (fi_endpoint(3)), each a subset of the endpoint's. */
 	tx->caps = caps & kTxCaps;
 	tx->mode = mode;
 	tx->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
-	tx->msg_order = kMsgOrder;
+	tx->msg_order = msg_order;
 	tx->comp_order = comp_order;
 	tx->inject_size = l.max_inline;
 	tx->size = hints && hints->tx_attr && hints->tx_attr->size
@@ -466,7 +470,7 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	rx->caps = caps & kRxCaps;
 	rx->mode = mode;
 	rx->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
-	rx->msg_order = kMsgOrder;
+	rx->msg_order = msg_order;
 	rx->comp_order = comp_order;
 	rx->total_buffered_recv = 0;
 	rx->size = hints && hints->rx_attr && hints->rx_attr->size

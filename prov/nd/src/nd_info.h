@@ -38,7 +38,14 @@ constexpr uint64_t kRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_
 constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_SEND | FI_READ | FI_WRITE | FI_TAGGED;
 constexpr uint64_t kRxCaps = FI_MSG | FI_RMA | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE |
 			     FI_MULTI_RECV | FI_TAGGED;
-/* An RC queue pair delivers and completes in order. */
+/* The orders nd can give. An RC queue pair executes requests in order,
+ * except that a send or RDMA write that follows an RDMA read may run at the
+ * responder before the read has fetched its data (IBTA ordering rules): the
+ * orders of kFencedOrder hold only where the later request carries
+ * IBV_SEND_FENCE. nd fences (Endpoint::read_fence) when the endpoint's
+ * msg_order holds them, and reports them only to an application whose
+ * hints ask for them, as the verbs provider reports neither. */
+constexpr uint64_t kFencedOrder = FI_ORDER_WAR | FI_ORDER_SAR;
 constexpr uint64_t kMsgOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR |
 			       FI_ORDER_WAW | FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW |
 			       FI_ORDER_SAS;

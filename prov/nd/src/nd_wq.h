@@ -197,6 +197,8 @@ struct WorkQueue {
 	/* RDMA reads posted and retired, wrapping: in flight is the difference. */
 	uint32_t reads_posted = 0;		/* written by the poster */
 	std::atomic<uint32_t> reads_retired{0};	/* written by the reaper */
+	uint32_t reads_fenced = 0;		/* poster only: reads_posted when a
+						 * send or write was last fenced */
 
 	/* shared_recv: a shared receive context completes out of order, so its
 	 * records are a pool of free slots instead of a ring, under the
@@ -311,6 +313,18 @@ struct WorkQueue {
 			budget->used.fetch_sub(n, std::memory_order_acq_rel);
 	}
 
+	/* The flag a send or RDMA write needs (`fence`: IBV_SEND_FENCE where
+	 * the application asked for FI_ORDER_WAR or FI_ORDER_SAR, else 0):
+	 * `fence` when reads were posted since the last fenced request, which
+	 * then waits at the adapter until they have their data; requests
+	 * behind it are ordered behind it. Nothing when no read came between. */
+	uint32_t fence_after_reads(uint32_t fence) noexcept
+	{
+		if (__builtin_expect(reads_posted == reads_fenced, 1))
+			return 0;
+		reads_fenced = reads_posted;
+		return fence;
+	}
 	uint32_t reads_in_flight() const noexcept
 	{
 		return reads_posted - reads_retired.load(std::memory_order_acquire);

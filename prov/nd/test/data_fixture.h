@@ -60,6 +60,7 @@ struct DataOptions {
 	fid_ep *srx = nullptr;				/* bound on both sides */
 	fid_stx *client_stx = nullptr;			/* the client's send side */
 	uint64_t rx_caps = 0;				/* asked on both sides (FI_MULTI_RECV) */
+	uint64_t msg_order = 0;				/* tx_attr->msg_order, both sides */
 	fi_cq_format cq_format = FI_CQ_FORMAT_DATA;
 	std::function<void(fid_ep *, bool client)> before_enable; /* counters */
 	std::function<void(fid_ep *)> before_connect;	/* after fi_enable */
@@ -152,6 +153,8 @@ struct DataFixture : CmFixture {
 			copy->ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT;
 		copy->caps |= o.rx_caps;
 		copy->rx_attr->caps |= o.rx_caps;
+		if (o.msg_order)
+			copy->tx_attr->msg_order = o.msg_order;
 		if (o.tx_size)
 			copy->tx_attr->size = o.tx_size;
 		if (o.rx_size)

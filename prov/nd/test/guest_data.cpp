@@ -336,6 +336,67 @@ Test(data, rma_write_and_read_move_the_bytes)
 	f.close_data();
 }
 
+/* FI_ORDER_WAR and FI_ORDER_SAR, asked for: a write, an injected write or
+ * a send that follows a read of the same bytes never reaches them before
+ * the read has its data (nd fences it, IBV_SEND_FENCE). Reads of 256 KiB,
+ * many packets each, with the later request posted at once behind. */
+Test(data, writes_and_sends_after_a_read_wait_for_it_when_asked)
+{
+	DataFixture f;
+	f.open();
+	DataOptions o;
+	o.msg_order = FI_ORDER_WAR | FI_ORDER_SAR;
+	auto [c, s] = f.connect_data(o);
+	const size_t len = 256 * 1024;
+	Buffer &target = f.buffer(len, 0, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	Buffer &readback = f.buffer(len);
+	Buffer &source = f.buffer(len, 0xbb);
+	const std::vector<uint8_t> old_bytes(len, 0xaa);
+	const size_t inject = std::min<size_t>(f.info->tx_attr->inject_size, 64);
+	for (int round = 0; round < 60; round++) {
+		const int how = round % 3; /* write, inject write, send */
+		std::fill(target.bytes.begin(), target.bytes.end(), 0xaa);
+		std::fill(readback.bytes.begin(), readback.bytes.end(), 0);
+		int read_ctx, later_ctx;
+		if (how == 2)
+			cr_assert_eq(fi_recv(s.ep, target.data(), len, target.desc(), 0, nullptr), 0);
+		cr_assert_eq(fi_read(c.ep, readback.data(), len, readback.desc(), 0, target.addr(),
+				     target.key(), &read_ctx), 0);
+		if (how == 0)
+			cr_assert_eq(fi_write(c.ep, source.data(), len, source.desc(), 0, target.addr(),
+					      target.key(), &later_ctx), 0);
+		else if (how == 1)
+			cr_assert_eq(fi_inject_write(c.ep, source.data(), inject, 0, target.addr(),
+						     target.key()), 0);
+		else
+			cr_assert_eq(fi_send(c.ep, source.data(), len, source.desc(), 0, &later_ctx), 0);
+		wait_cq(c.cq);
+		if (how != 1)
+			wait_cq(c.cq);
+		if (how == 2)
+			wait_cq(s.cq);
+		/* The injected write completes nothing: a read behind it
+		 * (RAW, in order) shows it has landed. */
+		if (how == 1) {
+			uint8_t probe[64];
+			fid_mr *probe_mr = nullptr;
+			cr_assert_eq(fi_mr_reg(f.domain, probe, sizeof(probe), FI_READ, 0, 0, 0, &probe_mr, nullptr), 0);
+			cr_assert_eq(fi_read(c.ep, probe, inject, fi_mr_desc(probe_mr), 0, target.addr(),
+					     target.key(), nullptr), 0);
+			wait_cq(c.cq);
+			cr_assert_eq(fi_close(&probe_mr->fid), 0);
+		}
+		cr_assert(readback.holds(old_bytes), "round %d (%s): the read saw the later request's bytes",
+			  round, how == 0 ? "write" : how == 1 ? "inject write" : "send");
+		const std::vector<uint8_t> new_bytes(how == 1 ? inject : len, 0xbb);
+		cr_assert(target.holds(new_bytes), "round %d: the later request did not land", round);
+	}
+	expect_cq_empty(c.cq, 50);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
 Test(data, inject_generates_no_completion_and_checks_its_size)
 {
 	DataFixture f;

@@ -160,6 +160,27 @@ Test(hints, enum_fields_outside_every_enumerator_are_refused)
 	cr_assert_eq(info->domain_attr->resource_mgmt, FI_RM_ENABLED);
 }
 
+/* FI_ORDER_WAR and _SAR hold only with a fence after reads, which nd adds
+ * when asked: reported to hints that ask, never by default (as verbs). */
+Test(info, write_and_send_after_read_only_when_asked)
+{
+	InfoPtr info = build(app_hints().get());
+	const uint64_t fenced = FI_ORDER_WAR | FI_ORDER_SAR;
+	cr_assert_eq(info->tx_attr->msg_order & fenced, 0u);
+	cr_assert_eq(info->rx_attr->msg_order & fenced, 0u);
+	cr_assert(info->tx_attr->msg_order & FI_ORDER_SAS);
+	cr_assert(info->tx_attr->msg_order & FI_ORDER_RAW);
+	InfoPtr hints = app_hints();
+	hints->tx_attr->msg_order = FI_ORDER_WAR;
+	info = build(hints.get());
+	cr_assert_eq(info->tx_attr->msg_order & fenced, FI_ORDER_WAR);
+	hints->tx_attr->msg_order = 0;
+	hints->rx_attr->msg_order = FI_ORDER_SAR | FI_ORDER_SAS;
+	info = build(hints.get());
+	cr_assert_eq(info->tx_attr->msg_order & fenced, FI_ORDER_SAR);
+	cr_assert_eq(info->rx_attr->msg_order & fenced, FI_ORDER_SAR);
+}
+
 Test(mr_mode, modern_api_needs_every_required_bit)
 {
 	InfoPtr hints = app_hints();
