@@ -121,8 +121,9 @@ struct Endpoint {
 	std::atomic<LinkState> link{LinkState::idle};
 	/* A verbs asynchronous event ended the queue pair (reported once). */
 	std::atomic<bool> async_failed{false};
-	/* A request failed because the peer stopped answering: the EQ's
-	 * progress was asked to end the connection (once). */
+	/* A request failed because the peer stopped answering, or a framed
+	 * message came without its frame: the EQ's progress was asked to end
+	 * the connection (once). */
 	std::atomic<bool> peer_lost_noted{false};
 	/* fi_close has begun: deferred work finds nothing to do (set under
 	 * the progress lock). */
@@ -288,6 +289,9 @@ void ep_async_event(void *owner, ibv_event_type type, int error);
 /* A request failed with its retries exhausted (RetireTargets::peer_lost),
  * from the poller: asks the endpoint's EQ to end the connection. */
 void ep_peer_lost(void *owner);
+/* A framed endpoint received a message without nd's frame (Framing::
+ * unframed), from the poller: the same, with its own reason. */
+void ep_peer_broke_framing(void *owner) noexcept;
 
 /* Data transfer tables of a connected endpoint (nd_ep_data.cpp, nd_ep_rma.cpp). */
 extern fi_ops_msg ep_msg_ops;

@@ -125,16 +125,15 @@ void ep_async_event(void *owner, ibv_event_type type, int error)
 
 namespace {
 
-/* Under the EQ's progress lock, as a CM event would be: the peer that
- * stopped answering is treated as one that disconnected. */
-void end_connection_of_lost_peer(void *owner)
+/* Under the EQ's progress lock, as a CM event would be: a peer that
+ * stopped answering, or broke the framing, is treated as one that
+ * disconnected. */
+void end_connection_of(Endpoint *ep, const char *why)
 {
-	auto *ep = static_cast<Endpoint *>(owner);
 	const EpState state = ep->fsm.state();
 	if (ep->closing || (state != EpState::connected && state != EpState::shutting_down))
 		return; /* already over, or going */
-	ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: the peer stopped answering (retries exhausted); the connection is over\n",
-		owner);
+	ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: %s; the connection is over\n", static_cast<void *>(ep), why);
 	CmEventCopy lost;
 	lost.type = RDMA_CM_EVENT_DISCONNECTED;
 	lost.id = ep->cm.id;
@@ -144,17 +143,37 @@ void end_connection_of_lost_peer(void *owner)
 	ep_cm_event(ep, lost);
 }
 
-} // namespace
-
-void ep_peer_lost(void *owner)
+void end_connection_of_lost_peer(void *owner)
 {
-	auto *ep = static_cast<Endpoint *>(owner);
+	end_connection_of(static_cast<Endpoint *>(owner), "the peer stopped answering (retries exhausted)");
+}
+
+void end_connection_of_unframed_peer(void *owner)
+{
+	end_connection_of(static_cast<Endpoint *>(owner), "the peer sent a message without nd's frame");
+}
+
+/* Asks the EQ to end the connection, once whatever the reason. */
+void defer_end_of_connection(Endpoint *ep, void (*end)(void *owner)) noexcept
+{
 	if (ep->peer_lost_noted.exchange(true))
 		return; /* every outstanding request fails the same way */
 	/* Not queued (out of memory): the next request that fails this way
 	 * tries again. */
-	if (ep->eq && ep->eq->defer(end_connection_of_lost_peer, ep))
+	if (ep->eq && ep->eq->defer(end, ep))
 		ep->peer_lost_noted.store(false);
+}
+
+} // namespace
+
+void ep_peer_lost(void *owner)
+{
+	defer_end_of_connection(static_cast<Endpoint *>(owner), end_connection_of_lost_peer);
+}
+
+void ep_peer_broke_framing(void *owner) noexcept
+{
+	defer_end_of_connection(static_cast<Endpoint *>(owner), end_connection_of_unframed_peer);
 }
 
 int Endpoint::create_queue_pair()

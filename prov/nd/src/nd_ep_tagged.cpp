@@ -48,12 +48,12 @@ int Endpoint::setup_framing(uint32_t rx)
 		return fi_error_of_errno(err);
 	}
 	framing->queue = rq.get();
-	if (credits) {
+	framing->owner = this;
+	if (credits)
 		framing->reposted = [](void *owner) noexcept {
 			static_cast<Endpoint *>(owner)->advertise_credits(true);
 		};
-		framing->owner = this;
-	}
+	framing->unframed = ep_peer_broke_framing;
 	framing->posted_limit = rx;
 	framing->recv_counter = rq->targets.counters[static_cast<size_t>(CounterKind::recv)];
 	/* Every buffer waits for the queue pair's INIT, with the receives

@@ -166,13 +166,16 @@ bool Framing::on_completion(const ibv_wc &wc, CqEntry *out, CompletionQueue &cq)
 	queue->retire_through(record);
 	if (wc.status != IBV_WC_SUCCESS) {
 		/* A flush is how a closed connection ends; anything else breaks
-		 * it. Either way the buffer stays out of the adapter. */
+		 * it. Either way the buffer stays out of the adapter, and the
+		 * receives the application posted (waiting here, not in the
+		 * adapter) end as the adapter's would: FI_ECANCELED. */
 		if (wc.status != IBV_WC_WR_FLUSH_ERR) {
 			if (queue->targets.link)
 				queue->targets.link->store(LinkState::broken, std::memory_order_relaxed);
 			ND_WARN(FI_LOG_EP_DATA, "framed endpoint: a receive failed: %s; the connection carries no more data\n",
 				ibv_wc_status_str(wc.status));
 		}
+		cancel_posted(cq);
 		return false;
 	}
 	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -190,9 +193,17 @@ bool Framing::on_completion(const ibv_wc &wc, CqEntry *out, CompletionQueue &cq)
 	}
 	frame::Header header;
 	if (!frame::read_header(bounce, wc.byte_len, &header)) {
-		ND_WARN(FI_LOG_EP_DATA, "framed endpoint: a %u-byte message without nd's frame, dropped (both "
-			"endpoints of a connection must be opened with FI_TAGGED)\n", wc.byte_len);
-		repost(bounce);
+		/* Nothing of it reaches the application, and no later message
+		 * could be trusted to be matched right: the connection ends
+		 * (FI_SHUTDOWN; what is posted is flushed). The buffer stays
+		 * out of the adapter, as after a failed receive. */
+		ND_WARN(FI_LOG_EP_DATA, "framed endpoint: a %u-byte message without nd's frame (a peer that is "
+			"not framed, or lies: both endpoints of a connection must be opened with FI_TAGGED); "
+			"the connection is ended\n", wc.byte_len);
+		if (queue->targets.link)
+			queue->targets.link->store(LinkState::broken, std::memory_order_relaxed);
+		if (unframed)
+			unframed(owner);
 		return false;
 	}
 	const uint8_t *payload = bounce + sizeof(frame::Header);
@@ -284,6 +295,27 @@ ssize_t Framing::cancel(void *context, CompletionQueue &cq)
 	if (!cq.report_canceled(canceled.context, cq_flags_of(canceled)))
 		ND_WARN(FI_LOG_EP_DATA, "fi_cancel: out of memory for the cancelled receive's error entry\n");
 	return 0;
+}
+
+void Framing::cancel_posted(CompletionQueue &cq) noexcept
+{
+	std::deque<FramedRecv> waiting;
+	{
+		std::lock_guard<std::mutex> hold(lock);
+		waiting.swap(posted);
+	}
+	for (const FramedRecv &recv : waiting) {
+		if (recv_counter)
+			recv_counter.count(false);
+		if (!recv.report || cq.internal)
+			continue;
+		CqError error{};
+		error.entry.op_context = recv.context;
+		error.entry.flags = cq_flags_of(recv);
+		error.entry.err = FI_ECANCELED;
+		if (!cq.push_error(error))
+			ND_WARN(FI_LOG_EP_DATA, "framed endpoint: out of memory for a cancelled receive's error entry\n");
+	}
 }
 
 void Framing::cancel_all(CompletionQueue &cq) noexcept

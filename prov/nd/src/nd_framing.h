@@ -112,6 +112,9 @@ struct Framing final : PlacedReceiver {
 	CounterCells recv_counter;	/* counts each receive completed */
 	/* Told after a buffer is reposted (receive credits, nd_credits.h). */
 	void (*reposted)(void *owner) noexcept = nullptr;
+	/* Told when a message arrives without nd's frame (a peer that is not
+	 * framed, or lies): the connection is ended, nothing delivered. */
+	void (*unframed)(void *owner) noexcept = nullptr;
 	void *owner = nullptr;
 	uint32_t posted_limit;		/* application receives waiting at most */
 
@@ -145,6 +148,10 @@ struct Framing final : PlacedReceiver {
 	void cancel_all(CompletionQueue &cq) noexcept;
 
 private:
+	/* The connection is over (a receive of nd's was flushed or failed):
+	 * every waiting receive completes with FI_ECANCELED, as one in the
+	 * adapter would. Under the CQ's lock (a completion being read). */
+	void cancel_posted(CompletionQueue &cq) noexcept;
 	/* Copies a message into a receive and builds its completion; false
 	 * when it is an error entry (truncated), queued on `cq`. Under the
 	 * CQ's lock. */

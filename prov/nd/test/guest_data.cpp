@@ -10,6 +10,8 @@
 
 #include <rdma/fi_ext_nd.h>
 #include <rdma/fi_tagged.h>
+#include <rdma/rdma_cma.h>
+#include <infiniband/verbs.h>
 
 #include <dlfcn.h>
 #include <poll.h>
@@ -17,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -2301,6 +2304,174 @@ Test(data, endpoints_past_the_device_cq_limit_share_one_cq, .timeout = 300)
 	for (size_t i = 0; i < n; i++) {
 		cr_assert_eq(fi_close(&clients[i]->fid), 0);
 		cr_assert_eq(fi_close(&servers[i]->fid), 0);
+	}
+	f.close_data();
+}
+
+namespace {
+
+/* A peer that speaks raw verbs (librdmacm and an RC queue pair of its own)
+ * to a framed endpoint, as a foreign or hostile host would. */
+struct RawVerbsPeer {
+	rdma_event_channel *channel = nullptr;
+	rdma_cm_id *id = nullptr;
+	ibv_cq *cq = nullptr;
+	ibv_mr *mr = nullptr;
+	uint8_t buf[256] = {};
+
+	rdma_cm_event_type next_event(int timeout_ms = 10000)
+	{
+		pollfd pfd{channel->fd, POLLIN, 0};
+		cr_assert_eq(poll(&pfd, 1, timeout_ms), 1, "raw peer: no CM event in %d ms", timeout_ms);
+		rdma_cm_event *e = nullptr;
+		cr_assert_eq(rdma_get_cm_event(channel, &e), 0);
+		const rdma_cm_event_type type = e->event;
+		rdma_ack_cm_event(e);
+		return type;
+	}
+	/* Resolves, makes its queue pair and sends the connection request
+	 * (nd's private data framing: a length byte, 0). */
+	void connect(const sockaddr_storage &to)
+	{
+		channel = rdma_create_event_channel();
+		cr_assert_not_null(channel);
+		cr_assert_eq(rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP), 0);
+		sockaddr_storage dest = to;
+		cr_assert_eq(rdma_resolve_addr(id, nullptr, reinterpret_cast<sockaddr *>(&dest), 2000), 0);
+		cr_assert_eq(next_event(), RDMA_CM_EVENT_ADDR_RESOLVED);
+		cr_assert_eq(rdma_resolve_route(id, 2000), 0);
+		cr_assert_eq(next_event(), RDMA_CM_EVENT_ROUTE_RESOLVED);
+		cq = ibv_create_cq(id->verbs, 8, nullptr, nullptr, 0);
+		cr_assert_not_null(cq);
+		ibv_qp_init_attr attr{};
+		attr.send_cq = attr.recv_cq = cq;
+		attr.qp_type = IBV_QPT_RC;
+		attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+		attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+		cr_assert_eq(rdma_create_qp(id, nullptr, &attr), 0, "rdma_create_qp: %s", strerror(errno));
+		mr = ibv_reg_mr(id->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+		cr_assert_not_null(mr);
+		static const uint8_t no_data[1] = {0};
+		rdma_conn_param param{};
+		param.private_data = no_data;
+		param.private_data_len = sizeof(no_data);
+		param.responder_resources = param.initiator_depth = 1;
+		param.retry_count = 7;
+		param.rnr_retry_count = 7;
+		cr_assert_eq(rdma_connect(id, &param), 0);
+	}
+	/* `len` bytes of buf as one message; waits for its completion. */
+	void send(size_t len)
+	{
+		ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len), mr->lkey};
+		ibv_send_wr wr{}, *bad = nullptr;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		cr_assert_eq(ibv_post_send(id->qp, &wr, &bad), 0);
+		ibv_wc wc{};
+		const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+		while (ibv_poll_cq(cq, 1, &wc) == 0)
+			cr_assert(std::chrono::steady_clock::now() < end, "raw peer: its send never completed");
+		cr_assert_eq(wc.status, IBV_WC_SUCCESS, "raw peer: send %s", ibv_wc_status_str(wc.status));
+	}
+	~RawVerbsPeer()
+	{
+		if (id && id->qp)
+			rdma_disconnect(id);
+		if (mr)
+			ibv_dereg_mr(mr);
+		if (id && id->qp)
+			rdma_destroy_qp(id);
+		if (cq)
+			ibv_destroy_cq(cq);
+		if (id)
+			rdma_destroy_id(id);
+		if (channel)
+			rdma_destroy_event_channel(channel);
+	}
+};
+
+} // namespace
+
+/* Bytes from the wire that are not nd's frame: a foreign magic, fewer bytes
+ * than a header, a kind nd never sends. Each ends the connection
+ * (FI_SHUTDOWN once, the posted receive flushed), delivers nothing into the
+ * application's buffer and leaves the endpoint closable; the ASan build
+ * checks that nothing was read or written outside nd's buffers. */
+Test(tagged, a_peer_that_lies_in_its_frames_loses_the_connection)
+{
+	DataFixture f;
+	f.hint_caps = FI_TAGGED;
+	f.open();
+	struct Lie {
+		const char *what;
+		size_t len;
+		void (*write)(uint8_t *buf);
+	};
+	static const Lie lies[] = {
+		{"a foreign magic", 64, [](uint8_t *b) { std::memset(b, 0x5a, 64); }},
+		{"three bytes", 3, [](uint8_t *b) { b[0] = 0x44; b[1] = 0x4e; b[2] = 2; }},
+		{"an unknown kind", 48, [](uint8_t *b) {
+			 std::memset(b, 0, 48);
+			 b[0] = 0x44; /* "ND", little-endian */
+			 b[1] = 0x4e;
+			 b[2] = 9;
+		 }},
+	};
+	for (const Lie &lie : lies) {
+		RawVerbsPeer peer;
+		peer.connect(f.listen_addr);
+		Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+		DataOptions o;
+		o.cq_format = FI_CQ_FORMAT_TAGGED;
+		Side s;
+		s.ep = f.make_ep(req.info, o, &s.cq);
+		fi_freeinfo(req.info);
+		cr_assert_eq(fi_enable(s.ep), 0);
+		cr_assert_eq(fi_accept(s.ep, nullptr, 0), 0);
+		cr_assert_eq(peer.next_event(), RDMA_CM_EVENT_ESTABLISHED, "%s", lie.what);
+		expect_event(f.eq, FI_CONNECTED, &s.ep->fid);
+
+		Buffer &dst = f.buffer(256, 0xee);
+		int ctx;
+		cr_assert_eq(fi_trecv(s.ep, dst.data(), 256, dst.desc(), 0, 0, ~0ull, &ctx), 0);
+		lie.write(peer.buf);
+		peer.send(lie.len);
+
+		/* The message is looked at by the CQ read that finds it (framed
+		 * endpoints match in software); the end of the connection comes
+		 * through the EQ. An application reads both, as here. */
+		bool shutdown_seen = false, receive_ended = false;
+		const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+		while (!shutdown_seen || !receive_ended) {
+			cr_assert(std::chrono::steady_clock::now() < end, "%s: FI_SHUTDOWN %s, the receive %s",
+				  lie.what, shutdown_seen ? "seen" : "missing", receive_ended ? "ended" : "still waits");
+			fi_cq_tagged_entry entry{};
+			const ssize_t rc = fi_cq_read(s.cq, &entry, 1);
+			cr_assert(rc == -FI_EAGAIN || rc == -FI_EAVAIL, "%s: the receive completed (%zd)", lie.what, rc);
+			if (rc == -FI_EAVAIL) {
+				cr_assert_not(receive_ended, "%s: two error entries", lie.what);
+				fi_cq_err_entry err{};
+				cr_assert_eq(fi_cq_readerr(s.cq, &err, 0), 1);
+				cr_assert_eq(err.op_context, &ctx);
+				cr_assert_eq(err.err, FI_ECANCELED, "%s: %s", lie.what, fi_strerror(err.err));
+				receive_ended = true;
+			}
+			Event ev = next_event(f.eq, 0);
+			if (ev.rc == -FI_EAGAIN)
+				continue;
+			cr_assert_geq(ev.rc, 0, "%s: an EQ error entry (%s)", lie.what, fi_strerror(ev.err.err));
+			cr_assert_eq(ev.type, FI_SHUTDOWN, "%s: event %u", lie.what, ev.type);
+			cr_assert_eq(ev.fid, &s.ep->fid);
+			cr_assert_not(shutdown_seen, "%s: FI_SHUTDOWN twice", lie.what);
+			shutdown_seen = true;
+		}
+		cr_assert(std::all_of(dst.bytes.begin(), dst.bytes.end(), [](uint8_t b) { return b == 0xee; }),
+			  "%s: bytes reached the application's buffer", lie.what);
+		cr_assert_lt(fi_tsend(s.ep, dst.data(), 8, dst.desc(), 0, 1, nullptr), 0, "%s: still sends", lie.what);
+		close_side(s);
 	}
 	f.close_data();
 }
