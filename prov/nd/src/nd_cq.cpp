@@ -483,6 +483,7 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 	if (PlacedReceiver *framing = record_of(wc.wr_id)->owner->framing.get())
 		return framing->on_completion(wc, out, *this);
 	void *placed = nullptr;
+	WorkQueue *queue = record_of(wc.wr_id)->owner;
 	const Retired done = WorkQueue::retire(wc, &placed);
 	if (wc.status != IBV_WC_SUCCESS) {
 		/* A flushed request the application asked no completion for
@@ -495,6 +496,10 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 		error.entry.flags = done.flags;
 		error.entry.len = 0;
 		error.entry.err = fi_error_of_wc_status(wc.status);
+		/* The first request flushed because nothing moved (StallWatch)
+		 * says why, as exhausted transport retries would. */
+		if (flushed && queue->stalled.exchange(false, std::memory_order_relaxed))
+			error.entry.err = FI_ETIMEDOUT;
 		error.entry.prov_errno = wc.status;
 		if (!push_error(error))
 			ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for the error of work request %p (%s); it is lost\n",
@@ -589,7 +594,84 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 	}
 	if (n)
 		return static_cast<ssize_t>(n);
+	if (__builtin_expect(!stall_watch.queues.empty(), 0))
+		look_for_stalls();
 	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
+}
+
+void CompletionQueue::watch_stalls(WorkQueue *queue, int timeout_s)
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	stall_watch.queues.push_back({queue, queue->tail.load(std::memory_order_acquire),
+				      std::chrono::steady_clock::now(), timeout_s, false});
+	stall_watch.count.store(stall_watch.queues.size(), std::memory_order_relaxed);
+}
+
+void CompletionQueue::unwatch_stalls(const WorkQueue *queue) noexcept
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	auto &queues = stall_watch.queues;
+	queues.erase(std::remove_if(queues.begin(), queues.end(),
+				    [&](const StallWatch::Entry &e) { return e.queue == queue; }),
+		     queues.end());
+	stall_watch.count.store(queues.size(), std::memory_order_relaxed);
+}
+
+/* Bytes of the requests between tail and head (what may still be moving:
+ * a long transfer completes nothing until its end). */
+static uint64_t outstanding_bytes(const WorkQueue &queue, uint64_t tail, uint64_t head) noexcept
+{
+	uint64_t bytes = 0;
+	for (uint64_t i = tail; i != head; i++)
+		bytes += queue.records[i & queue.mask].len;
+	return bytes;
+}
+
+void CompletionQueue::look_for_stalls() noexcept
+{
+	StallWatch &w = stall_watch;
+	if (++w.empty_reads < StallWatch::kEmptyReadsPerLook)
+		return;
+	w.empty_reads = 0;
+	const auto now = std::chrono::steady_clock::now();
+	if (now - w.last_look < std::chrono::seconds(1))
+		return;
+	w.last_look = now;
+	for (StallWatch::Entry &e : w.queues) {
+		WorkQueue &q = *e.queue;
+		const uint64_t tail = q.tail.load(std::memory_order_acquire);
+		const uint64_t head = q.head.load(std::memory_order_acquire);
+		const uint64_t signaled = std::min(q.signaled_head.load(std::memory_order_relaxed), head);
+		if (tail != e.tail || signaled <= tail) {
+			/* Moved, or nothing outstanding will complete by itself
+			 * (unsignaled requests wait for a later signaled one). */
+			e.tail = tail;
+			e.since = now;
+			e.told = false;
+			continue;
+		}
+		if (e.told)
+			continue;
+		const auto allowed = std::chrono::seconds(e.timeout_s) +
+				     std::chrono::milliseconds(outstanding_bytes(q, tail, head) / StallWatch::kBytesPerMs);
+		if (now - e.since < allowed)
+			continue;
+		e.told = true;
+		const auto still_s = std::chrono::duration_cast<std::chrono::seconds>(now - e.since).count();
+		ND_WARN(FI_LOG_CQ, "CQ %p: %llu request(s) of endpoint %p made no progress for %lld s "
+			"(FI_ND_PEER_TIMEOUT %d): the peer is taken as lost\n", static_cast<void *>(this),
+			static_cast<unsigned long long>(head - tail), q.targets.owner, static_cast<long long>(still_s),
+			e.timeout_s);
+		q.stalled.store(true, std::memory_order_relaxed);
+		if (q.targets.link)
+			q.targets.link->store(LinkState::broken, std::memory_order_relaxed);
+		/* Everything outstanding is flushed now, whether or not the
+		 * application reads its EQ; the EQ then ends the connection. */
+		if (q.targets.stall)
+			q.targets.stall(q.targets.owner);
+		if (q.targets.peer_lost)
+			q.targets.peer_lost(q.targets.owner);
+	}
 }
 
 template <fi_cq_format Format>
@@ -724,6 +806,10 @@ ssize_t CompletionQueue::sread(void *buf, size_t count, const void *, int timeou
 				return -FI_EAGAIN;
 			wait_ms = static_cast<int>(timeout - spent);
 		}
+		/* A watched queue (StallWatch) is looked at by empty reads:
+		 * a waiter wakes each second to read. */
+		if (stall_watch.count.load(std::memory_order_relaxed) && (wait_ms < 0 || wait_ms > 1000))
+			wait_ms = 1000;
 		epoll_event events[2];
 		int ready_fds = epoll_wait(epoll_fd, events, 2, wait_ms);
 		if (ready_fds < 0 && errno != EINTR)

@@ -36,6 +36,8 @@
 
 #include <rdma/fi_eq.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -113,6 +115,33 @@ private:
 	size_t count_ = 0;
 };
 
+/*
+ * Where the transport never gives up on a silent peer (Domain::
+ * stall_timeout_s: Soft-RoCE with retry count 7, iWARP), requests that
+ * stand still end their connection. A CQ read that finds nothing looks,
+ * at most once a second, at the send queues completing here: one with a
+ * signaled request outstanding whose retired count has not moved for the
+ * timeout (plus a second per 10 MB outstanding) is flushed, its first
+ * request reports FI_ETIMEDOUT, and its endpoint is told the peer is lost
+ * (FI_SHUTDOWN through the EQ). Only an empty read looks: a completion
+ * still unread means the peer answered. Under the CQ's lock.
+ */
+struct StallWatch {
+	static constexpr uint32_t kEmptyReadsPerLook = 64;	/* then a clock read */
+	static constexpr uint64_t kBytesPerMs = 10000;		/* 10 MB/s: allowance */
+	struct Entry {
+		WorkQueue *queue;
+		uint64_t tail;			/* retired when last seen moving */
+		std::chrono::steady_clock::time_point since;
+		int timeout_s;
+		bool told;			/* the endpoint was told */
+	};
+	std::vector<Entry> queues;
+	std::atomic<size_t> count{0};		/* queues.size(), for sread */
+	uint32_t empty_reads = 0;
+	std::chrono::steady_clock::time_point last_look{};
+};
+
 /* One verbs CQ of a CompletionQueue, and what was reserved on it. */
 struct VerbsCqSlot {
 	UniqueCq cq;
@@ -150,6 +179,7 @@ struct CompletionQueue {
 	 * their records must outlive any completion still to come. */
 	std::vector<std::unique_ptr<WorkQueue>> orphans;
 	ChildCount bound;			/* endpoints completing here */
+	StallWatch stall_watch;			/* under lock */
 
 	/* Opens an application CQ (fi_cq_open) or an internal one. */
 	static int open(Domain *domain, const fi_cq_attr *attr, void *context, bool internal,
@@ -164,6 +194,11 @@ struct CompletionQueue {
 	 * says on which verbs CQ (*where) they must complete. */
 	int reserve(int count, ibv_cq **where);
 	void unreserve(int count, ibv_cq *where) noexcept;
+	/* A connected endpoint's send queue joins the stall watch (fi_enable
+	 * where Domain::stall_timeout_s is set), and leaves it before its
+	 * queue goes (fi_close). Take the lock. */
+	void watch_stalls(WorkQueue *queue, int timeout_s);
+	void unwatch_stalls(const WorkQueue *queue) noexcept;
 	/* An FI_ECANCELED error entry for a request nd held and cancelled
 	 * before the adapter saw it (fi_cancel); false when out of memory. */
 	bool report_canceled(void *context, uint64_t flags);
@@ -200,6 +235,8 @@ struct CompletionQueue {
 	 * false when out of memory. Under lock. */
 	bool push_error(const CqError &error);
 	void progress_locked();
+	/* StallWatch's look, from a read that found nothing. */
+	void look_for_stalls() noexcept;
 	/* Polls one verbs CQ into the application's buffer from index n. */
 	template <fi_cq_format Format>
 	size_t poll_into(ibv_cq *verbs, void *buf, size_t n, size_t count);

@@ -42,6 +42,10 @@ struct Domain {
 	uint8_t rnr_retry;			/* FI_ND_RNR_RETRY, read at open */
 	uint8_t retry_count;			/* FI_ND_RETRY_COUNT, read at open */
 	int ack_timeout;			/* FI_ND_ACK_TIMEOUT; -1: rdma_cm's */
+	/* Seconds requests may stand still before nd ends their connection
+	 * (FI_ND_PEER_TIMEOUT, StallWatch in nd_cq.h); 0 where the transport
+	 * gives up on a silent peer by itself (retry count below 7). */
+	int stall_timeout_s;
 	fi_threading threading;
 	/* The API version the application asked for (its fabric's), which
 	 * the domain's children follow. */

@@ -227,6 +227,8 @@ struct Endpoint {
 	}
 	void unbind_all() noexcept;
 	ssize_t post_tx(const TxRequest &request);
+	/* Its send queue is in its CQ's StallWatch (nd_cq.h). */
+	bool watches_stalls() const noexcept;
 	ssize_t post_committed(ibv_send_wr &wr, const char *call)
 	{
 		ibv_send_wr *bad = nullptr;

@@ -145,7 +145,7 @@ void end_connection_of(Endpoint *ep, const char *why)
 
 void end_connection_of_lost_peer(void *owner)
 {
-	end_connection_of(static_cast<Endpoint *>(owner), "the peer stopped answering (retries exhausted)");
+	end_connection_of(static_cast<Endpoint *>(owner), "the peer stopped answering (retries exhausted, or nothing moved for FI_ND_PEER_TIMEOUT)");
 }
 
 void end_connection_of_unframed_peer(void *owner)

@@ -178,7 +178,10 @@ void Endpoint::write_credits() noexcept
 	wr.wr.rdma.remote_addr = c->peer_addr;
 	wr.wr.rdma.rkey = c->peer_rkey;
 	sq->count_budget();
-	sq->commit();
+	if (signaled)
+		sq->commit_signaled();
+	else
+		sq->commit();
 	/* Requests held back by FI_MORE have earlier slots: they go first. */
 	if (batch && batch->count) {
 		if (post_batch(&wr, "receive credits")) {

@@ -219,6 +219,18 @@ int Endpoint::setup_data_path()
 	send_targets.peer_lost = ep_peer_lost;
 	send_targets.owner = this;
 	send_targets.flush_breaks_link = domain->iwarp;
+	/* The CQ's StallWatch (nd_cq.h) found nothing moving: the queue
+	 * pair goes to the error state at once (under the CQ's lock: a
+	 * verbs call, no lock of nd's), whether or not the EQ is read. */
+	send_targets.stall = [](void *owner) noexcept {
+		auto *ep = static_cast<Endpoint *>(owner);
+		if (!ep->qp)
+			return;
+		ibv_qp_attr attr{};
+		attr.qp_state = IBV_QPS_ERR;
+		if (int rc = ibv_modify_qp(ep->qp.get(), &attr, IBV_QP_STATE))
+			ND_WARN(FI_LOG_EP_DATA, "endpoint %p: ibv_modify_qp(ERR): %s\n", owner, std::strerror(rc));
+	};
 	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(send_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(read_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(write_cntr);
@@ -232,6 +244,8 @@ int Endpoint::setup_data_path()
 		};
 	sq = std::make_unique<WorkQueue>(QueueKind::send, tx, credit_slots);
 	sq->set_targets(send_targets);
+	if (watches_stalls())
+		tx_cq->watch_stalls(sq.get(), domain->stall_timeout_s);
 	if (stx)
 		sq->set_budget(stx->budget);
 	if (!srx) {
@@ -292,6 +306,8 @@ void Endpoint::release_queues() noexcept
 		std::unique_ptr<WorkQueue> &queue;
 		CompletionQueue *cq;
 	};
+	if (sq && watches_stalls())
+		tx_cq->unwatch_stalls(sq.get());
 	if (rq && rq->framing) {
 		/* Receives waiting in nd complete now; nd's own buffers are
 		 * flushed with the queue pair and not reposted. */
@@ -403,6 +419,11 @@ ssize_t Endpoint::link_error(const char *call) const
 }
 
 
+bool Endpoint::watches_stalls() const noexcept
+{
+	return domain->stall_timeout_s && tx_cq && !tx_cq->internal;
+}
+
 ssize_t Endpoint::post_tx(const TxRequest &r)
 {
 	if (link.load(std::memory_order_relaxed) != LinkState::up)
@@ -504,7 +525,10 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	sq->reads_posted += is_read;
 	/* Published before posting: the completion may be reaped at once. */
 	sq->count_budget();
-	sq->commit();
+	if (signaled)
+		sq->commit_signaled();
+	else
+		sq->commit();
 	if (more) {
 		ret = defer(wr, inline_data && total + header_bytes, r.call);
 	} else if (batch && batch->count) {

@@ -42,6 +42,12 @@ void define_params() noexcept
 			"How often a sender retransmits a packet the peer did not acknowledge, "
 			"0..7 (default 6; 7 on Soft-RoCE, which treats 7 as forever). Then the "
 			"send completes with FI_ETIMEDOUT and the connection breaks.");
+	fi_param_define(&nd_prov, "peer_timeout", FI_PARAM_INT,
+			"Where the transport itself never gives up on a silent peer (Soft-RoCE "
+			"with retry count 7, iWARP's TCP for minutes): seconds a connection's "
+			"signaled requests may make no progress while its CQ is read empty "
+			"before nd ends the connection (FI_ETIMEDOUT, FI_SHUTDOWN), plus 1 s "
+			"per 10 MB outstanding; 1..3600, 0: wait for ever (default 20).");
 	fi_param_define(&nd_prov, "ack_timeout", FI_PARAM_INT,
 			"Local ACK timeout exponent: a packet is retransmitted after "
 			"4.096 us * 2^n without acknowledgement, 0..31 (default: rdma_cm's, "
@@ -88,6 +94,8 @@ Params read_params()
 		p.rnr_retry = param_in_range("FI_ND_RNR_RETRY", int_value, 0, 7, p.rnr_retry);
 	if (fi_param_get_int(&nd_prov, "retry_count", &int_value) == 0)
 		p.retry_count = param_in_range("FI_ND_RETRY_COUNT", int_value, 0, 7, p.retry_count);
+	if (fi_param_get_int(&nd_prov, "peer_timeout", &int_value) == 0)
+		p.peer_timeout_s = param_in_range("FI_ND_PEER_TIMEOUT", int_value, 0, 3600, p.peer_timeout_s);
 	if (fi_param_get_int(&nd_prov, "ack_timeout", &int_value) == 0)
 		p.ack_timeout = param_in_range("FI_ND_ACK_TIMEOUT", int_value, 0, 31, p.ack_timeout);
 	if (fi_param_get_size_t(&nd_prov, "mr_cache_max_size", &size_value) == 0)

@@ -44,6 +44,16 @@ struct Params {
 	 * (0..7); -1: the device's default (transport_retry below). After the
 	 * last retry the send completes with FI_ETIMEDOUT. */
 	int retry_count = -1;
+	/* A watch on requests that make no progress (nd_cq.h, StallWatch),
+	 * where the transport never gives up on a silent peer: Soft-RoCE with
+	 * retry count 7 (for ever) and iWARP (TCP retransmits for minutes).
+	 * Seconds a connection's signaled requests may stand still while its
+	 * CQ is read empty, plus a second per 10 MB outstanding (a long
+	 * transfer completes nothing until its end); then the connection ends
+	 * as after exhausted retries. 0: never. 20 s waits out a receiver that
+	 * is late by that much (nd_node_loss: the survivor must learn within
+	 * 30 s), where retry count 6 gave up at 0.5 s. */
+	int peer_timeout_s = 20;
 	/* The local ACK timeout, 4.096 us * 2^n (0..31); -1: rdma_cm's, derived
 	 * from the path's packet lifetime. */
 	int ack_timeout = -1;

@@ -158,6 +158,9 @@ struct RetireTargets {
 	/* Told, from the poller, after a send-queue request retired: room for
 	 * a receive-credit write that had to wait (nd_credits.h). */
 	void (*room)(void *owner) noexcept = nullptr;
+	/* Told by the CQ's StallWatch (nd_cq.h) under the CQ's lock: nothing
+	 * moved for too long; the queue pair goes to the error state. */
+	void (*stall)(void *owner) noexcept = nullptr;
 	void *owner = nullptr;
 	/* iWARP: a refused request ends the stream with a terminate, which
 	 * flushes everything with no error of its own; a flush while the link
@@ -197,6 +200,12 @@ struct WorkQueue {
 	/* RDMA reads posted and retired, wrapping: in flight is the difference. */
 	uint32_t reads_posted = 0;		/* written by the poster */
 	std::atomic<uint32_t> reads_retired{0};	/* written by the reaper */
+	/* head just after the last signaled request (the poster's): a request
+	 * that will complete is outstanding while this is above tail. */
+	std::atomic<uint64_t> signaled_head{0};
+	/* Set by the CQ's StallWatch: the connection ends because nothing
+	 * moved; the first flushed request reports FI_ETIMEDOUT. */
+	std::atomic<bool> stalled{false};
 	uint32_t reads_fenced = 0;		/* poster only: reads_posted when a
 						 * send or write was last fenced */
 
@@ -305,6 +314,13 @@ struct WorkQueue {
 	/* The next free slot, filled by the poster and published by commit. */
 	OpRecord &next() noexcept { return records[head.load(std::memory_order_relaxed) & mask]; }
 	void commit() noexcept { head.store(head.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+	/* commit() of a signaled request (one that completes by itself). */
+	void commit_signaled() noexcept
+	{
+		const uint64_t next = head.load(std::memory_order_relaxed) + 1;
+		signaled_head.store(next, std::memory_order_relaxed);
+		head.store(next, std::memory_order_release);
+	}
 	/* Gives back the last n slots committed, when posting them failed. */
 	void uncommit(uint64_t n = 1) noexcept
 	{

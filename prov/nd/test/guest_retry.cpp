@@ -186,6 +186,45 @@ Test(retry, a_vanished_peer_is_detected_after_the_transport_retries)
 	f.close_data();
 }
 
+/* The same vanished peer with nothing set: Soft-RoCE's retry count 7
+ * retransmits for ever, so nd's own watch (StallWatch, FI_ND_PEER_TIMEOUT,
+ * default 20 s) ends the connection: the request that stood still reports
+ * FI_ETIMEDOUT from CQ reads alone (no EQ read needed), the one behind it
+ * FI_ECANCELED, and the EQ then says FI_SHUTDOWN once. On a transport that
+ * gives up by itself (retry count below 7) nd keeps out of it. */
+Test(retry, by_default_a_vanished_peer_is_found_within_the_stated_bound)
+{
+	unsetenv("FI_ND_ACK_TIMEOUT");
+	unsetenv("FI_ND_RETRY_COUNT");
+	unsetenv("FI_ND_PEER_TIMEOUT");
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	cr_assert_eq(fi_close(&s.ep->fid), 0);
+	Buffer &src = f.buffer(64);
+	int first, second;
+	const auto start = std::chrono::steady_clock::now();
+	cr_assert_eq(fi_send(c.ep, src.data(), 64, src.desc(), 0, &first), 0);
+	cr_assert_eq(fi_send(c.ep, src.data(), 64, src.desc(), 0, &second), 0);
+	fi_cq_err_entry err = wait_cq_error(c.cq, 60000);
+	const long long took = ms_since(start);
+	cr_log_info("nothing set: %s after %lld ms\n", fi_strerror(err.err), took);
+	cr_assert_eq(err.op_context, &first);
+	cr_assert_eq(err.err, FI_ETIMEDOUT, "err %d (%s)", err.err, fi_strerror(err.err));
+	/* The default bound, 20 s, and the watch's once-a-second look. */
+	cr_assert_geq(took, 19000, "a late receiver would not have been waited for: %lld ms", took);
+	cr_assert_lt(took, 23000, "took %lld ms", took);
+	err = wait_cq_error(c.cq, 5000);
+	cr_assert_eq(err.op_context, &second);
+	cr_assert_eq(err.err, FI_ECANCELED, "err %d (%s)", err.err, fi_strerror(err.err));
+	expect_event(f.eq, FI_SHUTDOWN, &c.ep->fid);
+	Event more = next_event(f.eq, 500);
+	cr_assert_eq(more.rc, -FI_EAGAIN, "one FI_SHUTDOWN, then nothing");
+	cr_assert_lt(fi_send(c.ep, src.data(), 64, src.desc(), 0, nullptr), 0);
+	cr_assert_eq(fi_close(&c.ep->fid), 0);
+	f.close_data();
+}
+
 /* ND Connect: after CONNECTION_REFUSED "the connection attempt may be
  * retried", and "if the connection fails, the queue pair is not affected".
  * One endpoint, bound to an address of its own, is refused twice (no
