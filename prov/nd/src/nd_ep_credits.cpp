@@ -178,10 +178,7 @@ void Endpoint::write_credits() noexcept
 	wr.wr.rdma.remote_addr = c->peer_addr;
 	wr.wr.rdma.rkey = c->peer_rkey;
 	sq->count_budget();
-	if (signaled)
-		sq->commit_signaled();
-	else
-		sq->commit();
+	sq->commit(signaled);
 	/* Requests held back by FI_MORE have earlier slots: they go first. */
 	if (batch && batch->count) {
 		if (post_batch(&wr, "receive credits")) {

@@ -525,10 +525,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	sq->reads_posted += is_read;
 	/* Published before posting: the completion may be reaped at once. */
 	sq->count_budget();
-	if (signaled)
-		sq->commit_signaled();
-	else
-		sq->commit();
+	sq->commit(signaled);
 	if (more) {
 		ret = defer(wr, inline_data && total + header_bytes, r.call);
 	} else if (batch && batch->count) {

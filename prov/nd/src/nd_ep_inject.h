@@ -112,10 +112,7 @@ template <ibv_wr_opcode Op>
 		wr.wr.rdma.remote_addr = remote_addr;
 		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
 	}
-	if (signaled)
-		queue.commit_signaled();
-	else
-		queue.commit();
+	queue.commit(signaled);
 	if (__builtin_expect(batch && batch->count, 0))
 		return post_batch(&wr, call);
 	return post_committed(wr, call);

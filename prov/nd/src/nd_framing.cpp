@@ -320,18 +320,13 @@ void Framing::cancel_posted(CompletionQueue &cq) noexcept
 
 void Framing::cancel_all(CompletionQueue &cq) noexcept
 {
-	std::deque<FramedRecv> waiting;
 	{
 		std::lock_guard<std::mutex> hold(lock);
-		waiting.swap(posted);
 		unexpected.clear();
 	}
-	for (const FramedRecv &recv : waiting) {
-		if (recv_counter)
-			recv_counter.count(false);
-		if (recv.report && !cq.report_canceled(recv.context, cq_flags_of(recv)))
-			ND_WARN(FI_LOG_EP_DATA, "fi_close(ep): out of memory for a cancelled receive's error entry\n");
-	}
+	/* The CQ's lock, then this one's, as post() takes them. */
+	std::lock_guard<OptionalLock> cq_guard(cq.lock);
+	cancel_posted(cq);
 }
 
 } // namespace nd

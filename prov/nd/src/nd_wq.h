@@ -313,12 +313,13 @@ struct WorkQueue {
 
 	/* The next free slot, filled by the poster and published by commit. */
 	OpRecord &next() noexcept { return records[head.load(std::memory_order_relaxed) & mask]; }
-	void commit() noexcept { head.store(head.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
-	/* commit() of a signaled request (one that completes by itself). */
-	void commit_signaled() noexcept
+	/* A signaled request (one that completes by itself) also moves
+	 * signaled_head. */
+	void commit(bool signaled = false) noexcept
 	{
 		const uint64_t next = head.load(std::memory_order_relaxed) + 1;
-		signaled_head.store(next, std::memory_order_relaxed);
+		if (signaled)
+			signaled_head.store(next, std::memory_order_relaxed);
 		head.store(next, std::memory_order_release);
 	}
 	/* Gives back the last n slots committed, when posting them failed. */
