@@ -480,10 +480,10 @@ bool CompletionQueue::push_error(const CqError &error)
 
 bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 {
-	if (PlacedReceiver *framing = record_of(wc.wr_id)->owner->framing.get())
+	WorkQueue *queue = record_of(wc.wr_id)->owner;
+	if (PlacedReceiver *framing = queue->framing.get())
 		return framing->on_completion(wc, out, *this);
 	void *placed = nullptr;
-	WorkQueue *queue = record_of(wc.wr_id)->owner;
 	const Retired done = WorkQueue::retire(wc, &placed);
 	if (wc.status != IBV_WC_SUCCESS) {
 		/* A flushed request the application asked no completion for
@@ -594,8 +594,12 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 	}
 	if (n)
 		return static_cast<ssize_t>(n);
-	if (__builtin_expect(!stall_watch.queues.empty(), 0))
+	/* A busy poller pays a clock read every kEmptyReadsPerLook. */
+	if (__builtin_expect(!stall_watch.queues.empty(), 0) &&
+	    ++stall_watch.empty_reads >= StallWatch::kEmptyReadsPerLook) {
+		stall_watch.empty_reads = 0;
 		look_for_stalls();
+	}
 	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
 }
 
@@ -630,9 +634,6 @@ static uint64_t outstanding_bytes(const WorkQueue &queue, uint64_t tail, uint64_
 void CompletionQueue::look_for_stalls() noexcept
 {
 	StallWatch &w = stall_watch;
-	if (++w.empty_reads < StallWatch::kEmptyReadsPerLook)
-		return;
-	w.empty_reads = 0;
 	const auto now = std::chrono::steady_clock::now();
 	if (now - w.last_look < std::chrono::seconds(1))
 		return;
@@ -814,6 +815,12 @@ ssize_t CompletionQueue::sread(void *buf, size_t count, const void *, int timeou
 		int ready_fds = epoll_wait(epoll_fd, events, 2, wait_ms);
 		if (ready_fds < 0 && errno != EINTR)
 			return fi_error_of_errno(errno);
+		if (ready_fds == 0 && stall_watch.count.load(std::memory_order_relaxed)) {
+			/* A waiter's two reads a second would take a minute to
+			 * reach kEmptyReadsPerLook: it looks itself. */
+			std::lock_guard<OptionalLock> guard(lock);
+			look_for_stalls();
+		}
 		drain_channel(channel.get());
 		uint64_t signals;
 		if (::read(signal_fd, &signals, sizeof(signals)) == sizeof(signals))

@@ -235,7 +235,8 @@ struct CompletionQueue {
 	 * false when out of memory. Under lock. */
 	bool push_error(const CqError &error);
 	void progress_locked();
-	/* StallWatch's look, from a read that found nothing. */
+	/* StallWatch's look (at most once a second), from a read that found
+	 * nothing or a wait that timed out. Under the lock. */
 	void look_for_stalls() noexcept;
 	/* Polls one verbs CQ into the application's buffer from index n. */
 	template <fi_cq_format Format>

@@ -62,6 +62,7 @@ struct DataOptions {
 	uint64_t rx_caps = 0;				/* asked on both sides (FI_MULTI_RECV) */
 	uint64_t msg_order = 0;				/* tx_attr->msg_order, both sides */
 	fi_cq_format cq_format = FI_CQ_FORMAT_DATA;
+	fi_wait_obj cq_wait = FI_WAIT_NONE;		/* both sides' CQs */
 	std::function<void(fid_ep *, bool client)> before_enable; /* counters */
 	std::function<void(fid_ep *)> before_connect;	/* after fi_enable */
 };
@@ -163,7 +164,7 @@ struct DataFixture : CmFixture {
 		cr_assert_eq(fi_endpoint(domain, copy.get(), &ep, nullptr), 0);
 		cr_assert_eq(fi_ep_bind(ep, &eq->fid, 0), 0);
 		if (o.bind_cq) {
-			*cq_out = open_cq(o.cq_size, FI_WAIT_NONE, o.cq_format);
+			*cq_out = open_cq(o.cq_size, o.cq_wait, o.cq_format);
 			uint64_t flags = FI_TRANSMIT | FI_RECV | (o.selective ? FI_SELECTIVE_COMPLETION : 0);
 			cr_assert_eq(fi_ep_bind(ep, &(*cq_out)->fid, flags), 0);
 		}
