@@ -18,6 +18,9 @@
  *                    lands in the receive with its tag
  *   rma_write        fi_write into the peer's registered buffer, verified
  *   rma_read         fi_read from it, verified
+ *   rma_after_close  a region B closed is out of reach: A's write with its
+ *                    key leaves B's memory as it is (runs last: the refused
+ *                    write ends A's connection to B)
  *
  * Without -t every subtest runs. Prints "PASS: name" / "FAIL: name: why"
  * per subtest; exits 1 when any failed. FI_OFI_RXM_USE_SRX=1 in the
@@ -25,6 +28,7 @@
  * the same. Every wait is bounded (WAIT_MS). FI_UNIVERSE_SIZE defaults to
  * 16 here (see main).
  */
+#include <errno.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -317,6 +321,67 @@ static int t_rma_read(void)
 	return T_PASS;
 }
 
+/* Remote access ends at fi_close, through ofi_rxm too: B registers a region
+ * of its own (ofi_rxm registers it with the core provider), A writes it with
+ * its key, B closes it and puts new bytes there. A's write with the old key
+ * must then leave those bytes as they are: its completion is an error, or,
+ * on iWARP, which reports write errors at the responder only, it may
+ * complete at A while B's side refuses it. Runs last: the refused write ends
+ * the connection from A to B. */
+static int t_rma_after_close(void)
+{
+	const size_t len = 65536;
+	uint8_t *target = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (target == MAP_FAILED)
+		FAIL("mmap: %s", strerror(errno));
+	const uint64_t addr = (mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)target : 0;
+	struct fid_mr *mr = NULL;
+	int rc = fi_mr_reg(domain, target, len, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 21, 0, &mr, NULL);
+	if (rc)
+		FAIL("fi_mr_reg: %s", fi_strerror(-rc));
+	if (mr_mode & FI_MR_ENDPOINT) {
+		if ((rc = fi_mr_bind(mr, &B.ep->fid, 0)) || (rc = fi_mr_enable(mr)))
+			FAIL("fi_mr_bind/enable: %s", fi_strerror(-rc));
+	}
+	const uint64_t key = fi_mr_key(mr);
+	struct fi_context2 live, stale;
+	fill(A.buf, len, 81);
+	POST("the write with the live key", fi_write(A.ep, A.buf, len, desc_of(&A), B.addr, addr, key, &live));
+	RUN(expect_comp(&A, &live, FI_WRITE | FI_RMA, (size_t)-1, "the write with the live key", NULL));
+	RUN(check_data("the write with the live key", target, len, 81, 0));
+	if ((rc = fi_close(&mr->fid)))
+		FAIL("fi_close(mr): %s", fi_strerror(-rc));
+	memset(target, 0x5a, len);
+	fill(A.buf, len, 82);
+	POST("the write with the closed region's key",
+	     fi_write(A.ep, A.buf, len, desc_of(&A), B.addr, addr, key, &stale));
+	double end = now_ms() + WAIT_MS;
+	while (A.head == A.tail) {
+		poll_both();
+		if (A.cq_failed)
+			FAIL("fi_cq_read on A: %s", fi_strerror(-A.cq_failed));
+		if (now_ms() > end)
+			FAIL("no completion of the write with the closed region's key in %d ms", WAIT_MS);
+		sched_yield();
+	}
+	struct comp x = A.q[A.head++ % QMAX];
+	/* A write in flight lands within this if it is going to. */
+	end = now_ms() + QUIET_MS;
+	while (now_ms() < end)
+		poll_both();
+	for (size_t i = 0; i < len; i++) {
+		if (target[i] != 0x5a)
+			FAIL("the write with the closed region's key changed byte %zu of its memory (0x%02x); "
+			     "the write completed %s",
+			     i, target[i], x.is_err ? "in error" : "without error");
+	}
+	printf("  rma_after_close: the write with the closed region's key %s%s; the memory kept its bytes\n",
+	       x.is_err ? "failed: " : "completed at the requester (refused by the responder)",
+	       x.is_err ? fi_strerror(x.err.err) : "");
+	munmap(target, len);
+	return T_PASS;
+}
+
 /* ---- setup ---- */
 
 static void open_side(struct side *s, uint64_t key)
@@ -354,6 +419,7 @@ static const struct nd_subtest subtests[] = {
 	{ "tag_matching", t_tag_matching },
 	{ "rma_write", t_rma_write },
 	{ "rma_read", t_rma_read },
+	{ "rma_after_close", t_rma_after_close },
 };
 static struct nd_suite suite = { ND_SUITE(subtests) };
 

@@ -211,6 +211,11 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	if (int ret = async::device_open(domain->context))
 		return ret;
 	domain->mr_cache = open_mr_cache(*domain, params);
+	domain->windows_capable = MemoryWindows::supported_by(attr);
+	if (domain->mr_cache && !domain->windows_capable)
+		ND_INFO(FI_LOG_MR, "fi_domain(%s): the device has no memory windows: regions that peers may reach "
+			"are registered for themselves (uncached) and deregistered at fi_close\n",
+			info->domain_attr->name);
 
 	domain->info = copy.release();
 	domain->fabric = fabric;
@@ -226,6 +231,22 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 }
 
 } // namespace
+
+MemoryWindows *Domain::memory_windows()
+{
+	std::lock_guard<std::mutex> guard(windows_lock);
+	if (!windows && windows_capable && !windows_failed) {
+		std::string why;
+		windows = MemoryWindows::open(context, pd.get(), &why);
+		if (!windows) {
+			windows_failed = true;
+			ND_WARN(FI_LOG_MR, "fi_domain(%s): no memory windows (%s): regions that peers may reach "
+				"are registered for themselves (uncached) and deregistered at fi_close\n",
+				info->domain_attr->name, why.c_str());
+		}
+	}
+	return windows.get();
+}
 
 int Domain::close()
 {

@@ -10,9 +10,12 @@
 #include "nd_cm_data.h"
 #include "nd_device.h"
 #include "nd_mr_cache.h"
+#include "nd_mw.h"
 #include "nd_verbs.h"
 
 #include <rdma/fi_domain.h>
+
+#include <mutex>
 
 namespace nd {
 
@@ -28,6 +31,13 @@ struct Domain {
 	/* nullptr when caching is off or no monitor runs; declared after pd:
 	 * its registrations go first. */
 	std::unique_ptr<RegistrationCache> mr_cache;
+	/* Where peers reach cached registrations through (nd_mw.h): opened
+	 * on the first region that peers may reach; declared after the cache,
+	 * so that its windows go before the registrations they are bound to. */
+	bool windows_capable;			/* the device has type 1 windows */
+	std::mutex windows_lock;
+	std::unique_ptr<MemoryWindows> windows;
+	bool windows_failed;			/* opening them failed: never tried again */
 	ChildCount children;
 	/* The adapter's maximum read limits (max_qp_rd_atom, _init_rd_atom). */
 	cm::ReadLimits adapter_read_limits;
@@ -51,6 +61,9 @@ struct Domain {
 	 * the domain's children follow. */
 	uint32_t api_version;
 
+	/* The windows, opened on first use; nullptr where the device has none
+	 * (regions peers may reach are then registered for themselves). */
+	MemoryWindows *memory_windows();
 	int close();
 };
 

@@ -3,6 +3,7 @@
 #include "nd_domain.h"
 #include "nd_unsupported.h"
 
+#include <cerrno>
 #include <cstring>
 #include <memory>
 
@@ -58,6 +59,8 @@ fi_ops mr_fid_ops = {
  * fill up with. */
 constexpr uint64_t kOfiMrNoCache = 1ULL << 60;
 
+constexpr int kRemoteAccess = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+
 constexpr uint64_t kAccessFlags = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ |
 				  FI_REMOTE_WRITE;
 
@@ -88,29 +91,52 @@ int register_region(Domain *domain, const void *buf, size_t len, uint64_t access
 		return -FI_EINVAL;
 	}
 	auto region = std::make_unique<MemoryRegion>();
+	region->domain = domain;
 	const int verbs_access = verbs_access_of(access);
-	ibv_mr *registered;
+	const int remote_access = verbs_access & kRemoteAccess;
+	bool cacheable = domain->mr_cache && !(flags & kOfiMrNoCache);
+	/* A cached registration outlives the region, so peers reach it only
+	 * through a window that fi_close invalidates; without one, a region
+	 * they may reach is registered for itself. */
+	MemoryWindows *windows = cacheable && remote_access && len ? domain->memory_windows() : nullptr;
+	if (remote_access && !windows)
+		cacheable = false;
+	ibv_mr *registered = nullptr;
 	int err = 0;
-	if (domain->mr_cache && !(flags & kOfiMrNoCache)) {
-		region->cached = domain->mr_cache->acquire(buf, len, verbs_access, &err);
+	if (cacheable) {
+		const int cache_access = domain->windows_capable ? (verbs_access & ~kRemoteAccess) | IBV_ACCESS_MW_BIND
+								 : verbs_access;
+		region->cached = domain->mr_cache->acquire(buf, len, cache_access, &err, windows != nullptr);
 		registered = region->cached ? region->cached->mr : nullptr;
-	} else {
+		if (registered && windows) {
+			region->window = windows->expose(registered, buf, len, remote_access, &err);
+			if (!region->window) {
+				ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): no memory window (%s): registering the region "
+					"for itself\n", buf, len, std::strerror(err));
+				domain->mr_cache->release(region->cached);
+				region->cached = nullptr;
+				registered = nullptr;
+				cacheable = false;
+			}
+		}
+	}
+	if (!cacheable) {
 		/* A zero-length region still gets keys: register one byte of it. */
+		errno = 0;
 		region->handle.reset(ibv_reg_mr(domain->pd.get(), const_cast<void *>(buf), len ? len : 1,
 						verbs_access));
 		registered = region->handle.get();
-		err = errno;
+		err = errno ? errno : ENOMEM;
 	}
 	if (!registered) {
 		ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
 		return fi_error_of_errno(err);
 	}
 	region->desc.lkey = registered->lkey;
-	region->domain = domain;
 	region->mr.fid.fclass = FI_CLASS_MR;
 	region->mr.fid.context = context;
 	region->mr.fid.ops = &mr_fid_ops;
-	region->mr.key = registered->rkey;
+	region->mr.key = region->window ? region->window->rkey : registered->rkey;
 	region->mr.mem_desc = &region->desc;
 	domain->children.acquire();
 	*out = &region.release()->mr;
@@ -130,8 +156,14 @@ Domain *domain_of(fid *fid)
 
 int MemoryRegion::close()
 {
+	/* Remote access ends here, before fi_close returns. A window the
+	 * device could neither invalidate nor free leaves its registration
+	 * unusable, to be deregistered when its last region closes. */
+	bool reusable = true;
+	if (window)
+		reusable = domain->windows->revoke(window, cached->mr);
 	if (cached)
-		domain->mr_cache->release(cached);
+		domain->mr_cache->release(cached, reusable);
 	handle.reset();
 	domain->children.release();
 	delete this;

@@ -10,9 +10,12 @@
  *
  * Registrations go through the domain's cache (nd_mr_cache.h) when it has
  * one, except those flagged OFI_MR_NOCACHE (ofi_rxm's long-lived pools).
- * A region served from a larger cached registration shares its keys, so
- * the peer may reach the whole cached range: memory the application
- * registered with that access before, as with libfabric's own cache.
+ * Remote access ends at fi_close: a cached registration grants peers
+ * nothing, and a region they may reach gets a memory window over exactly
+ * its bytes (nd_mw.h), invalidated before fi_close returns. Where the device
+ * has no windows, such a region is registered for itself and deregistered
+ * at fi_close. Either way a peer that kept the key gets a remote access
+ * error, and the memory stays as it was.
  */
 #ifndef ND_MR_H
 #define ND_MR_H
@@ -51,6 +54,7 @@ struct MemoryRegion {
 	Domain *domain;
 	RegistrationCache::Entry *cached = nullptr;	/* from the domain's cache, or */
 	UniqueMr handle;				/* a registration of its own */
+	ibv_mw *window = nullptr;			/* peers' way in to a cached one */
 
 	int close();
 };

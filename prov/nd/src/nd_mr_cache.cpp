@@ -75,8 +75,16 @@ void RegistrationCache::invalidate_locked(uintptr_t start, uintptr_t end) noexce
 }
 
 RegistrationCache::Entry *RegistrationCache::find_locked(uintptr_t start, uintptr_t end,
-							 int access) noexcept
+							 int access, bool exact) noexcept
 {
+	if (exact) {
+		auto range = index_.equal_range(start);
+		for (auto it = range.first; it != range.second; ++it) {
+			if (it->second->end == end && (it->second->access & access) == access)
+				return it->second;
+		}
+		return nullptr;
+	}
 	/* A covering entry starts at or before `start`, and at most `longest_`
 	 * bytes before `end`. */
 	const uintptr_t lowest = end - start >= longest_ ? start : (end > longest_ ? end - longest_ : 0);
@@ -168,7 +176,8 @@ RegistrationCache::Entry *RegistrationCache::register_locked(uintptr_t start, ui
 	return entry;
 }
 
-RegistrationCache::Entry *RegistrationCache::acquire(const void *addr, size_t length, int access, int *err)
+RegistrationCache::Entry *RegistrationCache::acquire(const void *addr, size_t length, int access, int *err,
+							 bool exact)
 {
 	/* A zero-length region still gets keys: it is kept as one byte. */
 	if (length == 0)
@@ -177,7 +186,7 @@ RegistrationCache::Entry *RegistrationCache::acquire(const void *addr, size_t le
 	const uintptr_t end = start + length;
 	std::lock_guard<std::mutex> guard(lock_);
 	apply_unmapped_locked();
-	if (Entry *entry = find_locked(start, end, access)) {
+	if (Entry *entry = find_locked(start, end, access, exact)) {
 		hits_++;
 		if (entry->idle) {
 			idle_.erase(entry->idle_at);
@@ -209,10 +218,12 @@ RegistrationCache::Entry *RegistrationCache::acquire(const void *addr, size_t le
 	return entry;
 }
 
-void RegistrationCache::release(Entry *entry) noexcept
+void RegistrationCache::release(Entry *entry, bool reusable) noexcept
 {
 	std::lock_guard<std::mutex> guard(lock_);
 	apply_unmapped_locked();
+	if (!reusable)
+		unindex_locked(entry);
 	if (--entry->users > 0)
 		return;
 	in_use_--;

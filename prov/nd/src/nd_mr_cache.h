@@ -76,15 +76,20 @@ public:
 	~RegistrationCache();
 
 	/* The entry for [addr, addr + length) with at least `access`: a cached
-	 * one, or a new registration. nullptr with *err (positive errno) when
-	 * registration fails. */
-	Entry *acquire(const void *addr, size_t length, int access, int *err);
-	void release(Entry *entry) noexcept;
+	 * one, or a new registration. With `exact`, only an entry of exactly
+	 * that range serves: a memory window bound on a larger one would let
+	 * peers reach all of it on Soft-RoCE, which checks a window's requests
+	 * against its region's bounds (nd_mw.h). nullptr with *err (positive
+	 * errno) when registration fails. */
+	Entry *acquire(const void *addr, size_t length, int access, int *err, bool exact = false);
+	/* Gives the entry back; with reusable false it is never found again
+	 * and is deregistered when its last region closes. */
+	void release(Entry *entry, bool reusable = true) noexcept;
 	void on_unmap(uintptr_t start, size_t length) noexcept override;
 	void stats(fi_nd_mr_cache_stats *out);
 
 private:
-	Entry *find_locked(uintptr_t start, uintptr_t end, int access) noexcept;
+	Entry *find_locked(uintptr_t start, uintptr_t end, int access, bool exact) noexcept;
 	void apply_unmapped_locked() noexcept;
 	void invalidate_locked(uintptr_t start, uintptr_t end) noexcept;
 	void unindex_locked(Entry *entry) noexcept;

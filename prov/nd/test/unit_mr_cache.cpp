@@ -218,3 +218,33 @@ Test(mr_cache, zero_length_regions_get_keys)
 	cache.release(empty);
 	cr_assert(device.live.empty(), "an unmap at its address drops it too");
 }
+
+/* Regions that peers reach through a memory window ask for their exact
+ * range: a larger entry does not serve them (its window would reach all of
+ * it on Soft-RoCE), an entry of that range does, and one released as not
+ * reusable is never found again and is deregistered at once. */
+Test(mr_cache, exact_lookups_and_entries_given_up)
+{
+	FakeDevice device;
+	{
+		RegistrationCache cache(device.registrar(), kRoomy);
+		int err = 0;
+		auto *whole = cache.acquire(at(0x10000), 8192, kWrite, &err);
+		cache.release(whole);
+		auto *half = cache.acquire(at(0x11000), 4096, kWrite, &err, true);
+		cr_assert_neq(half, whole, "a larger entry does not serve an exact lookup");
+		cr_assert_eq(device.registrations, 2);
+		cache.release(half);
+		auto *again = cache.acquire(at(0x11000), 4096, kWrite, &err, true);
+		cr_assert_eq(again, half, "an entry of exactly the range does");
+		auto *inside = cache.acquire(at(0x11000), 2048, kWrite, &err);
+		cr_assert(inside == half || inside == whole, "a plain lookup takes any covering entry");
+		cache.release(inside);
+		cache.release(again, false);
+		cr_assert_eq(device.live.size(), 1u, "the entry given up is deregistered when idle");
+		auto *other = cache.acquire(at(0x11000), 4096, kWrite, &err, true);
+		cr_assert_eq(device.registrations, 3);
+		cache.release(other);
+	}
+	cr_assert(device.live.empty());
+}
