@@ -253,12 +253,6 @@ int cntr_close(fid *fid) noexcept
 	return guarded("fi_close(cntr)", [&] { return from_fid<Counter>(fid)->close(); });
 }
 
-int cntr_bind(fid *, fid *, uint64_t) noexcept
-{
-	ND_WARN(FI_LOG_CNTR, "fi_cntr_bind: nothing binds to a counter (it joins a wait set when opened with FI_WAIT_SET)\n");
-	return -FI_ENOSYS;
-}
-
 int cntr_control(fid *fid, int command, void *arg) noexcept
 {
 	Counter *counter = from_fid<Counter>(fid);
@@ -271,7 +265,7 @@ int cntr_control(fid *fid, int command, void *arg) noexcept
 fi_ops cntr_fid_ops = {
 	.size = sizeof(fi_ops),
 	.close = cntr_close,
-	.bind = cntr_bind,
+	.bind = unsupported::bind,
 	.control = cntr_control,
 	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,

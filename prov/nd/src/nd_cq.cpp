@@ -175,16 +175,10 @@ int cq_control(fid *fid, int command, void *arg) noexcept
 		       [&] { return from_fid<CompletionQueue>(fid)->control(command, arg); });
 }
 
-int cq_bind(fid *, fid *, uint64_t) noexcept
-{
-	ND_WARN(FI_LOG_CQ, "fi_cq_bind: nothing binds to a CQ (wait sets are not supported)\n");
-	return -FI_ENOSYS;
-}
-
 fi_ops cq_fid_ops = {
 	.size = sizeof(fi_ops),
 	.close = cq_close,
-	.bind = cq_bind,
+	.bind = unsupported::bind,
 	.control = cq_control,
 	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,

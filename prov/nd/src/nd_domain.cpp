@@ -20,13 +20,6 @@ int domain_close(fid *fid) noexcept
 	return guarded("fi_close(domain)", [&] { return from_fid<Domain>(fid)->close(); });
 }
 
-int domain_bind(fid *, fid *bfid, uint64_t) noexcept
-{
-	ND_WARN(FI_LOG_DOMAIN, "fi_domain_bind: binding a %s is not supported (registration completes synchronously)\n",
-		bfid && bfid->fclass == FI_CLASS_EQ ? "EQ" : "fid");
-	return -FI_ENOSYS;
-}
-
 int domain_control(fid *fid, int command, void *arg) noexcept
 {
 	if (command != FI_ND_GET_MR_CACHE_STATS) {
@@ -81,7 +74,7 @@ std::unique_ptr<RegistrationCache> open_mr_cache(Domain &domain, const Params &p
 fi_ops domain_fid_ops = {
 	.size = sizeof(fi_ops),
 	.close = domain_close,
-	.bind = domain_bind,
+	.bind = unsupported::bind,
 	.control = domain_control,
 	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,

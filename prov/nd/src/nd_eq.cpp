@@ -100,16 +100,10 @@ int eq_control(fid *fid, int command, void *arg) noexcept
 		       [&] { return from_fid<EventQueue>(fid)->control(command, arg); });
 }
 
-int eq_bind(fid *, fid *, uint64_t) noexcept
-{
-	ND_WARN(FI_LOG_EQ, "an EQ binds to nothing: bind endpoints to the EQ instead\n");
-	return -FI_ENOSYS;
-}
-
 fi_ops eq_fid_ops = {
 	.size = sizeof(fi_ops),
 	.close = eq_close,
-	.bind = eq_bind,
+	.bind = unsupported::bind,
 	.control = eq_control,
 	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,

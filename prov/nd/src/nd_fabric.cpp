@@ -64,23 +64,11 @@ int fabric_close(fid *fid) noexcept
 	return from_fid<Fabric>(fid)->close();
 }
 
-int fabric_control(fid *, int command, void *) noexcept
-{
-	ND_WARN(FI_LOG_FABRIC, "fi_control(fabric): command %d not supported\n", command);
-	return -FI_ENOSYS;
-}
-
-int fabric_bind(fid *, fid *, uint64_t) noexcept
-{
-	ND_WARN(FI_LOG_FABRIC, "fi_bind(fabric): a fabric binds to nothing\n");
-	return -FI_ENOSYS;
-}
-
 fi_ops fabric_fid_ops = {
 	.size = sizeof(fi_ops),
 	.close = fabric_close,
-	.bind = fabric_bind,
-	.control = fabric_control,
+	.bind = unsupported::bind,
+	.control = unsupported::control,
 	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,
 	.ops_set = nullptr,

@@ -32,23 +32,11 @@ int mr_close(fid *fid) noexcept
 	return guarded("fi_close(mr)", [&] { return from_fid<MemoryRegion>(fid)->close(); });
 }
 
-int mr_bind(fid *, fid *, uint64_t) noexcept
-{
-	ND_WARN(FI_LOG_MR, "fi_mr_bind: not needed: mr_mode has no FI_MR_ENDPOINT, a region serves every endpoint of its domain\n");
-	return -FI_ENOSYS;
-}
-
-int mr_control(fid *, int command, void *) noexcept
-{
-	ND_WARN(FI_LOG_MR, "fi_control(mr): command %d not supported\n", command);
-	return -FI_ENOSYS;
-}
-
 fi_ops mr_fid_ops = {
 	.size = sizeof(fi_ops),
 	.close = mr_close,
-	.bind = mr_bind,
-	.control = mr_control,
+	.bind = unsupported::bind,
+	.control = unsupported::control,
 	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,
 	.ops_set = nullptr,

@@ -225,23 +225,11 @@ int srx_close(fid *fid) noexcept
 	return guarded("fi_close(srx)", [&] { return from_fid<SharedRx>(fid)->close(); });
 }
 
-int srx_bind(fid *, fid *, uint64_t) noexcept
-{
-	ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): bind the endpoints to the context, not the context to a CQ\n");
-	return -FI_ENOSYS;
-}
-
-int srx_control(fid *, int command, void *) noexcept
-{
-	ND_WARN(FI_LOG_EP_CTRL, "fi_control(srx): command %d not supported\n", command);
-	return -FI_ENOSYS;
-}
-
 fi_ops srx_fid_ops = {
 	.size = sizeof(fi_ops),
 	.close = srx_close,
-	.bind = srx_bind,
-	.control = srx_control,
+	.bind = unsupported::bind,
+	.control = unsupported::control,
 	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,
 	.ops_set = nullptr,

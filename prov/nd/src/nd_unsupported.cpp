@@ -44,15 +44,60 @@ int ops_open(fid *, const char *name, uint64_t, void **, void *) noexcept
 	return -FI_ENOSYS;
 }
 
-int control(fid *, int command, void *) noexcept
+namespace {
+
+const char *class_name(const fid *object) noexcept
 {
-	ND_WARN(FI_LOG_CORE, "fi_control: command %d; this object has no control commands\n", command);
+	switch (object ? object->fclass : static_cast<size_t>(FI_CLASS_UNSPEC)) {
+	case FI_CLASS_FABRIC: return "fabric";
+	case FI_CLASS_DOMAIN: return "domain";
+	case FI_CLASS_EQ: return "EQ";
+	case FI_CLASS_CQ: return "CQ";
+	case FI_CLASS_CNTR: return "counter";
+	case FI_CLASS_WAIT: return "wait set";
+	case FI_CLASS_POLL: return "poll set";
+	case FI_CLASS_MR: return "memory region";
+	case FI_CLASS_SRX_CTX: return "shared receive context";
+	case FI_CLASS_STX_CTX: return "shared transmit context";
+	case FI_CLASS_CONNREQ: return "connection request";
+	case FI_CLASS_NIC: return "NIC";
+	default: return "object";
+	}
+}
+
+/* What an application that binds something to `object` should do
+ * instead. */
+const char *why_nothing_binds(const fid *object) noexcept
+{
+	switch (object ? object->fclass : static_cast<size_t>(FI_CLASS_UNSPEC)) {
+	case FI_CLASS_FABRIC: return "a fabric binds to nothing";
+	case FI_CLASS_DOMAIN: return "registration completes synchronously: a domain takes no EQ";
+	case FI_CLASS_EQ: return "bind endpoints to the EQ instead";
+	case FI_CLASS_CQ: case FI_CLASS_CNTR:
+		return "bind endpoints to it instead (it joins a wait set when opened with FI_WAIT_SET)";
+	case FI_CLASS_WAIT: return "CQs, EQs and counters join a wait set when opened (wait_obj FI_WAIT_SET)";
+	case FI_CLASS_POLL: return "add CQs and counters with fi_poll_add";
+	case FI_CLASS_MR:
+		return "mr_mode has no FI_MR_ENDPOINT: a region serves every endpoint of its domain";
+	case FI_CLASS_SRX_CTX: case FI_CLASS_STX_CTX:
+		return "bind the endpoints to the context, not the context to a CQ";
+	case FI_CLASS_CONNREQ: return "pass the request to fi_endpoint (info->handle), then bind the endpoint";
+	default: return "this object binds to nothing";
+	}
+}
+
+} // namespace
+
+int control(fid *object, int command, void *) noexcept
+{
+	ND_WARN(FI_LOG_CORE, "fi_control(%s): command %d not supported\n", class_name(object), command);
 	return -FI_ENOSYS;
 }
 
-int bind(fid *, fid *, uint64_t) noexcept
+int bind(fid *object, fid *, uint64_t) noexcept
 {
-	return not_implemented("fi_bind", "this object binds to nothing");
+	ND_WARN(FI_LOG_CORE, "fi_bind(%s): %s\n", class_name(object), why_nothing_binds(object));
+	return -FI_ENOSYS;
 }
 
 ssize_t cancel(fid *, void *) noexcept
@@ -196,19 +241,6 @@ fi_ops_ep ep_ops = {
 	.rx_ctx = rx_ctx,
 	.rx_size_left = rx_size_left,
 	.tx_size_left = tx_size_left,
-};
-
-fi_ops_msg msg_ops = {
-	.size = sizeof(fi_ops_msg),
-	.recv = [](fid_ep *, void *, size_t, void *, fi_addr_t, void *) noexcept { return data_path("fi_recv"); },
-	.recvv = [](fid_ep *, const iovec *, void **, size_t, fi_addr_t, void *) noexcept { return data_path("fi_recvv"); },
-	.recvmsg = [](fid_ep *, const fi_msg *, uint64_t) noexcept { return data_path("fi_recvmsg"); },
-	.send = [](fid_ep *, const void *, size_t, void *, fi_addr_t, void *) noexcept { return data_path("fi_send"); },
-	.sendv = [](fid_ep *, const iovec *, void **, size_t, fi_addr_t, void *) noexcept { return data_path("fi_sendv"); },
-	.sendmsg = [](fid_ep *, const fi_msg *, uint64_t) noexcept { return data_path("fi_sendmsg"); },
-	.inject = [](fid_ep *, const void *, size_t, fi_addr_t) noexcept { return data_path("fi_inject"); },
-	.senddata = [](fid_ep *, const void *, size_t, void *, uint64_t, fi_addr_t, void *) noexcept { return data_path("fi_senddata"); },
-	.injectdata = [](fid_ep *, const void *, size_t, uint64_t, fi_addr_t) noexcept { return data_path("fi_injectdata"); },
 };
 
 fi_ops_rma rma_ops = {

@@ -26,9 +26,10 @@ int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) n
 int query_collective(fid_domain *, fi_collective_op, fi_collective_attr *, uint64_t) noexcept;
 
 int ops_open(fid *, const char *, uint64_t, void **, void *) noexcept;
-/* fi_control on an object that has no control commands. */
+/* fi_control on an object that has no control commands, and fi_bind on
+ * one that binds to nothing: both log the object's class (and for bind,
+ * what to do instead). */
 int control(fid *, int, void *) noexcept;
-/* fi_bind on an object that binds to nothing. */
 int bind(fid *, fid *, uint64_t) noexcept;
 
 /* Endpoint and CM slots that do not apply to an object. */
@@ -38,7 +39,6 @@ int rx_ctx(fid_ep *, int, fi_rx_attr *, fid_ep **, void *) noexcept;
 ssize_t rx_size_left(fid_ep *) noexcept;
 ssize_t tx_size_left(fid_ep *) noexcept;
 int setopt(fid *, int, int, const void *, size_t) noexcept;
-int getopt(fid *, int, int, void *, size_t *) noexcept;
 int setname(fid *, void *, size_t) noexcept;
 int getname(fid *, void *, size_t *) noexcept;
 int getpeer(fid_ep *, void *, size_t *) noexcept;
@@ -58,8 +58,6 @@ ssize_t inject(fid_ep *, const void *, size_t, fi_addr_t) noexcept;
 ssize_t senddata(fid_ep *, const void *, size_t, void *, uint64_t, fi_addr_t, void *) noexcept;
 ssize_t injectdata(fid_ep *, const void *, size_t, uint64_t, fi_addr_t) noexcept;
 
-/* Data transfer tables of an endpoint whose data path is not there yet. */
-extern fi_ops_msg msg_ops;
 /* The endpoint slots of a context object (shared receive or transmit
  * context): none of them applies. */
 extern fi_ops_ep ep_ops;

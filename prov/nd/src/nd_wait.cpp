@@ -123,12 +123,6 @@ int wait_control(fid *fid, int command, void *arg) noexcept
 	return control_wait(FI_LOG_FABRIC, "wait", command, arg, set->epoll_fd, FI_WAIT_FD);
 }
 
-int wait_bind(fid *, fid *, uint64_t) noexcept
-{
-	ND_WARN(FI_LOG_FABRIC, "fi_bind(wait): CQs, EQs and counters join a wait set when opened (wait_obj FI_WAIT_SET)\n");
-	return -FI_ENOSYS;
-}
-
 fi_ops_wait wait_ops = {
 	.size = sizeof(fi_ops_wait),
 	.wait = wait_wait,
@@ -137,7 +131,7 @@ fi_ops_wait wait_ops = {
 fi_ops wait_fid_ops = {
 	.size = sizeof(fi_ops),
 	.close = wait_close,
-	.bind = wait_bind,
+	.bind = unsupported::bind,
 	.control = wait_control,
 	.ops_open = unsupported::ops_open,
 	.tostr = nullptr,
