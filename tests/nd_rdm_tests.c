@@ -135,8 +135,8 @@ static void poll_both(void)
 	poll_side(&B);
 }
 
-static int expect_comp(struct side *s, void *ctx, uint64_t flags, size_t len, const char *what,
-		       struct comp *got)
+/* The next completion or error entry of S, within WAIT_MS. */
+static int next_comp(struct side *s, const char *what, struct comp *x)
 {
 	double end = now_ms() + WAIT_MS;
 	for (;;) {
@@ -149,7 +149,15 @@ static int expect_comp(struct side *s, void *ctx, uint64_t flags, size_t len, co
 			FAIL("timeout: no completion on %s within %d ms (%s)", s->name, WAIT_MS, what);
 		sched_yield();
 	}
-	struct comp x = s->q[s->head++ % QMAX];
+	*x = s->q[s->head++ % QMAX];
+	return T_PASS;
+}
+
+static int expect_comp(struct side *s, void *ctx, uint64_t flags, size_t len, const char *what,
+		       struct comp *got)
+{
+	struct comp x;
+	RUN(next_comp(s, what, &x));
 	if (x.is_err)
 		FAIL("%s: error completion on %s: %s (prov_errno %d)", what, s->name,
 		     fi_strerror(x.err.err), x.err.prov_errno);
@@ -355,18 +363,10 @@ static int t_rma_after_close(void)
 	fill(A.buf, len, 82);
 	POST("the write with the closed region's key",
 	     fi_write(A.ep, A.buf, len, desc_of(&A), B.addr, addr, key, &stale));
-	double end = now_ms() + WAIT_MS;
-	while (A.head == A.tail) {
-		poll_both();
-		if (A.cq_failed)
-			FAIL("fi_cq_read on A: %s", fi_strerror(-A.cq_failed));
-		if (now_ms() > end)
-			FAIL("no completion of the write with the closed region's key in %d ms", WAIT_MS);
-		sched_yield();
-	}
-	struct comp x = A.q[A.head++ % QMAX];
+	struct comp x;
+	RUN(next_comp(&A, "the write with the closed region's key", &x));
 	/* A write in flight lands within this if it is going to. */
-	end = now_ms() + QUIET_MS;
+	double end = now_ms() + QUIET_MS;
 	while (now_ms() < end)
 		poll_both();
 	for (size_t i = 0; i < len; i++) {

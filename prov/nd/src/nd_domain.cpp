@@ -15,6 +15,10 @@ namespace nd {
 
 namespace {
 
+/* What a domain without memory windows does instead (nd_mr.cpp). */
+constexpr const char *kWithoutWindows =
+	"regions that peers may reach are registered for themselves (uncached) and deregistered at fi_close";
+
 int domain_close(fid *fid) noexcept
 {
 	return guarded("fi_close(domain)", [&] { return from_fid<Domain>(fid)->close(); });
@@ -206,9 +210,8 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->mr_cache = open_mr_cache(*domain, params);
 	domain->windows_capable = MemoryWindows::supported_by(attr);
 	if (domain->mr_cache && !domain->windows_capable)
-		ND_INFO(FI_LOG_MR, "fi_domain(%s): the device has no memory windows: regions that peers may reach "
-			"are registered for themselves (uncached) and deregistered at fi_close\n",
-			info->domain_attr->name);
+		ND_INFO(FI_LOG_MR, "fi_domain(%s): the device has no memory windows: %s\n", info->domain_attr->name,
+			kWithoutWindows);
 
 	domain->info = copy.release();
 	domain->fabric = fabric;
@@ -233,9 +236,8 @@ MemoryWindows *Domain::memory_windows()
 		windows = MemoryWindows::open(context, pd.get(), &why);
 		if (!windows) {
 			windows_failed = true;
-			ND_WARN(FI_LOG_MR, "fi_domain(%s): no memory windows (%s): regions that peers may reach "
-				"are registered for themselves (uncached) and deregistered at fi_close\n",
-				info->domain_attr->name, why.c_str());
+			ND_WARN(FI_LOG_MR, "fi_domain(%s): no memory windows (%s): %s\n", info->domain_attr->name,
+				why.c_str(), kWithoutWindows);
 		}
 	}
 	return windows.get();

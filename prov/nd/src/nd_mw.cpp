@@ -209,11 +209,14 @@ int MemoryWindows::bind_and_wait_locked(ibv_mw *window, ibv_mr *mr, uint64_t add
 	return EIO;
 }
 
-void MemoryWindows::discard_locked(ibv_mw *window) noexcept
+bool MemoryWindows::discard_locked(ibv_mw *window) noexcept
 {
 	/* Deallocating invalidates whatever the window was bound to. */
-	if (int rc = ibv_dealloc_mw(window))
+	if (int rc = ibv_dealloc_mw(window)) {
 		ND_WARN(FI_LOG_MR, "memory window: ibv_dealloc_mw: %s\n", std::strerror(rc));
+		return false;
+	}
+	return true;
 }
 
 ibv_mw *MemoryWindows::expose(ibv_mr *mr, const void *addr, size_t length, int access, int *err)
@@ -254,10 +257,7 @@ bool MemoryWindows::revoke(ibv_mw *window, ibv_mr *mr) noexcept
 		}
 		return true;
 	}
-	const int rc = ibv_dealloc_mw(window);
-	if (rc)
-		ND_WARN(FI_LOG_MR, "memory window: neither invalidated nor deallocated (%s)\n", std::strerror(rc));
-	return rc == 0;
+	return discard_locked(window);
 }
 
 } // namespace nd

@@ -64,7 +64,9 @@ private:
 	MemoryWindows() = default;
 	int bind_and_wait_locked(ibv_mw *window, ibv_mr *mr, uint64_t addr, uint64_t length,
 				 int access) noexcept;
-	void discard_locked(ibv_mw *window) noexcept;
+	/* Deallocates a window that is not back in the pool; false when the
+	 * device refused. */
+	bool discard_locked(ibv_mw *window) noexcept;
 
 	std::mutex lock_;
 	UniqueCq cq_;
