@@ -659,7 +659,7 @@ void CompletionQueue::look_for_stalls() noexcept
 			e.timeout_s);
 		q.stalled.store(true, std::memory_order_relaxed);
 		if (q.targets.link)
-			q.targets.link->store(LinkState::broken, std::memory_order_relaxed);
+			q.targets.link->on(Link::Event::failed);
 		/* Everything outstanding is flushed now, whether or not the
 		 * application reads its EQ; the EQ then ends the connection. */
 		if (q.targets.stall)

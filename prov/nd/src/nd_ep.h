@@ -118,7 +118,7 @@ struct Endpoint {
 	OptionalLock tx_lock;
 	bool slow_tx = false;			/* locked, or a shared budget: fi_inject goes out of line */
 	OptionalLock rx_lock;
-	std::atomic<LinkState> link{LinkState::idle};
+	Link link;
 	/* A verbs asynchronous event ended the queue pair (reported once). */
 	std::atomic<bool> async_failed{false};
 	/* A request failed because the peer stopped answering, or a framed

@@ -116,7 +116,7 @@ void ep_async_event(void *owner, ibv_event_type type, int error)
 	ep->flush_queue_pair();
 	/* Transfers now fail as after a failed transfer, not as after a
 	 * shutdown. */
-	ep->link.store(LinkState::broken, std::memory_order_release);
+	ep->link.on(Link::Event::failed);
 	/* Without an EQ yet there is nobody to tell, and held events belong
 	 * to the progress lock this call does not hold. */
 	if (ep->eq)
@@ -261,7 +261,7 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 	else if (state == IBV_QPS_RTS) {
 		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: queue pair %u ready to send; RDMA reads: %u inbound, %u outbound\n",
 			static_cast<void *>(this), qp->qp_num, effective.inbound, effective.outbound);
-		link.store(LinkState::up, std::memory_order_release);
+		link.on(Link::Event::ready);
 	}
 	return 0;
 }
@@ -288,11 +288,7 @@ void Endpoint::flush_queue_pair() noexcept
 {
 	if (!qp)
 		return;
-	LinkState expected = LinkState::up;
-	if (!link.compare_exchange_strong(expected, LinkState::down)) {
-		expected = LinkState::idle;
-		link.compare_exchange_strong(expected, LinkState::down);
-	}
+	link.on(Link::Event::flushed);
 	/* Requests held back by FI_MORE go first, to be flushed with the rest. */
 	if (batch) {
 		std::lock_guard<OptionalLock> guard(tx_lock);
@@ -489,7 +485,7 @@ int complete(Endpoint *ep)
 	if ((ret = ep->ready_queue_pair()))
 		return ret;
 	if (ep->domain->iwarp) {
-		ep->link.store(LinkState::up, std::memory_order_release);
+		ep->link.on(Link::Event::ready);
 		ep->fsm.completed();
 		ep->advertise_credits(false); /* receives posted since the offer */
 		return 0;
@@ -668,7 +664,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 	case EpAction::report_connected:
 		/* iWARP: the CM took the queue pair to RTS just now. */
 		if (domain->iwarp) {
-			link.store(LinkState::up, std::memory_order_release);
+			link.on(Link::Event::ready);
 			advertise_credits(false); /* receives posted since the offer */
 		}
 		post_event(cm_entry(this, FI_CONNECTED, {}));

@@ -88,7 +88,7 @@ void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
 void Endpoint::advertise_credits(bool from_progress) noexcept
 {
 	ReceiveCredits *c = credits.get();
-	if (!c || !c->peer_known || link.load(std::memory_order_acquire) != LinkState::up)
+	if (!c || !c->peer_known || link.state(std::memory_order_acquire) != LinkState::up)
 		return;
 	if (!c->pending.load(std::memory_order_relaxed) &&
 	    !c->worth_writing(rq->head.load(std::memory_order_acquire)))
@@ -109,7 +109,7 @@ void Endpoint::advertise_credits(bool from_progress) noexcept
 		if (!c->pending.load(std::memory_order_acquire))
 			return;
 		std::this_thread::yield(); /* the adapter's thread, on a software device */
-	} while (link.load(std::memory_order_acquire) == LinkState::up &&
+	} while (link.state(std::memory_order_acquire) == LinkState::up &&
 		 std::chrono::steady_clock::now() < give_up);
 	ND_INFO(FI_LOG_EP_DATA, "endpoint %p: receive credits: the send ring stayed full; the count goes with the next post or completion\n",
 		static_cast<void *>(this));
@@ -124,7 +124,7 @@ void Endpoint::flush_pending_credits() noexcept
 {
 	ReceiveCredits *c = credits.get();
 	while (c->pending.load(std::memory_order_acquire) &&
-	       link.load(std::memory_order_acquire) == LinkState::up) {
+	       link.state(std::memory_order_acquire) == LinkState::up) {
 		if (!tx_lock.try_lock())
 			return;
 		{

@@ -405,7 +405,7 @@ void Endpoint::post_drain_marker() noexcept
 
 ssize_t Endpoint::link_error(const char *call) const
 {
-	switch (link.load(std::memory_order_relaxed)) {
+	switch (link.state(std::memory_order_relaxed)) {
 	case LinkState::broken:
 		ND_INFO(FI_LOG_EP_DATA, "%s: a transfer on this connection failed; it carries no more data\n", call);
 		return -FI_ECONNABORTED;
@@ -426,7 +426,7 @@ bool Endpoint::watches_stalls() const noexcept
 
 ssize_t Endpoint::post_tx(const TxRequest &r)
 {
-	if (link.load(std::memory_order_relaxed) != LinkState::up)
+	if (link.state(std::memory_order_relaxed) != LinkState::up)
 		return link_error(r.call);
 	if ((r.opcode == IBV_WR_SEND_WITH_IMM || r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
 	    domain->iwarp)
@@ -656,7 +656,7 @@ ssize_t Endpoint::no_immediate_data(const char *call) const
 /* Why fi_inject and its kin refuse a call (nd_ep_inject.h). */
 ssize_t Endpoint::inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const
 {
-	if (link.load(std::memory_order_relaxed) != LinkState::up)
+	if (link.state(std::memory_order_relaxed) != LinkState::up)
 		return link_error(call);
 	if (len > max_inline) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: %zu bytes to inject; inject_size is %u\n", call, len,
@@ -692,7 +692,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: call fi_enable first\n");
 		return -FI_EOPBADSTATE;
 	}
-	const LinkState state = link.load(std::memory_order_relaxed);
+	const LinkState state = link.state(std::memory_order_relaxed);
 	if (state == LinkState::down || state == LinkState::broken)
 		return link_error("fi_recv");
 	const bool report = !rx_selective || (flags & FI_COMPLETION);

@@ -41,7 +41,7 @@ template <ibv_wr_opcode Op>
 {
 	static_assert(Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE ||
 		      Op == IBV_WR_RDMA_WRITE_WITH_IMM);
-	if (__builtin_expect(link.load(std::memory_order_relaxed) != LinkState::up || len > max_inline ||
+	if (__builtin_expect(link.state(std::memory_order_relaxed) != LinkState::up || len > max_inline ||
 			     (!buf && len) || remote_key > UINT32_MAX, 0))
 		return inject_refused(buf, len, remote_key, inject_call_name(Op));
 	if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)

@@ -171,7 +171,7 @@ bool Framing::on_completion(const ibv_wc &wc, CqEntry *out, CompletionQueue &cq)
 		 * adapter) end as the adapter's would: FI_ECANCELED. */
 		if (wc.status != IBV_WC_WR_FLUSH_ERR) {
 			if (queue->targets.link)
-				queue->targets.link->store(LinkState::broken, std::memory_order_relaxed);
+				queue->targets.link->on(Link::Event::failed);
 			ND_WARN(FI_LOG_EP_DATA, "framed endpoint: a receive failed: %s; the connection carries no more data\n",
 				ibv_wc_status_str(wc.status));
 		}
@@ -201,7 +201,7 @@ bool Framing::on_completion(const ibv_wc &wc, CqEntry *out, CompletionQueue &cq)
 			"not framed, or lies: both endpoints of a connection must be opened with FI_TAGGED); "
 			"the connection is ended\n", wc.byte_len);
 		if (queue->targets.link)
-			queue->targets.link->store(LinkState::broken, std::memory_order_relaxed);
+			queue->targets.link->on(Link::Event::failed);
 		if (unframed)
 			unframed(owner);
 		return false;

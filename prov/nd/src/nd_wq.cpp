@@ -77,8 +77,7 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, void **place
 				cells.count(ok);
 	}
 	if (!ok && wc.status == IBV_WC_WR_FLUSH_ERR && targets.flush_breaks_link && targets.link) {
-		LinkState up = LinkState::up;
-		if (targets.link->compare_exchange_strong(up, LinkState::broken, std::memory_order_relaxed))
+		if (targets.link->on(Link::Event::stream_ended))
 			ND_INFO(FI_LOG_CQ, "work request %p flushed while connected: the peer ended the stream\n",
 				done.context);
 	}
@@ -86,7 +85,7 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, void **place
 		ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", done.context,
 			ibv_wc_status_str(wc.status), wc.vendor_err);
 		if (targets.link)
-			targets.link->store(LinkState::broken, std::memory_order_relaxed);
+			targets.link->on(Link::Event::failed);
 		if (targets.peer_lost &&
 		    (wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR))
 			targets.peer_lost(targets.owner);

@@ -53,6 +53,53 @@ enum class LinkState : uint8_t {
 	broken,		/* a transfer failed; the queue pair is in error */
 };
 
+/*
+ * An endpoint's LinkState, changed in one place: on() below, by the event
+ * that changes it. Connection management brings it up and takes it down;
+ * the retirement of a failed request (WorkQueue::retire), the CQ's stall
+ * watch and the verbs asynchronous events break it. Every post reads it.
+ */
+class Link {
+public:
+	enum class Event : uint8_t {
+		ready,			/* the queue pair can send (RTS, or iWARP's CM did it) */
+		flushed,		/* the application or the CM ended it: idle/up -> down */
+		failed,			/* a transfer or the device failed: -> broken */
+		stream_ended,		/* iWARP: a flush while up means the peer ended it */
+	};
+
+	LinkState state(std::memory_order order = std::memory_order_acquire) const noexcept
+	{
+		return state_.load(order);
+	}
+	/* Whether the event changed the state. */
+	bool on(Event event) noexcept
+	{
+		switch (event) {
+		case Event::ready:
+			state_.store(LinkState::up, std::memory_order_release);
+			return true;
+		case Event::flushed: {
+			LinkState expected = LinkState::up;
+			if (state_.compare_exchange_strong(expected, LinkState::down))
+				return true;
+			expected = LinkState::idle;
+			return state_.compare_exchange_strong(expected, LinkState::down);
+		}
+		case Event::failed:
+			return state_.exchange(LinkState::broken, std::memory_order_acq_rel) != LinkState::broken;
+		case Event::stream_ended: {
+			LinkState expected = LinkState::up;
+			return state_.compare_exchange_strong(expected, LinkState::broken);
+		}
+		}
+		return false;
+	}
+
+private:
+	std::atomic<LinkState> state_{LinkState::idle};
+};
+
 /* The most scatter/gather entries one request may carry (stack arrays on
  * the data path are this size). */
 constexpr size_t kMaxSge = 32;
@@ -149,7 +196,7 @@ constexpr CounterKind counter_kind(uint64_t cq_flags) noexcept
  * queue by its endpoint at fi_enable. */
 struct RetireTargets {
 	CounterCells counters[kCounterKinds];	/* by CounterKind; empty: none bound */
-	std::atomic<LinkState> *link = nullptr;	/* set to broken by a real failure */
+	Link *link = nullptr;			/* broken by a real failure */
 	/* Told, from the poller, when a request failed because the peer
 	 * stopped answering (transport or RNR retries exhausted): the
 	 * connection is over, though the CM says nothing until its own

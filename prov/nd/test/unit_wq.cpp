@@ -127,7 +127,8 @@ Test(work_queue, a_full_queue_says_so)
 
 Test(work_queue, a_flush_is_not_a_broken_link)
 {
-	std::atomic<LinkState> link{LinkState::down};
+	Link link;
+	link.on(Link::Event::flushed); /* down */
 	WorkQueue queue(QueueKind::recv, 4);
 	RetireTargets targets;
 	targets.link = &link;
@@ -137,13 +138,14 @@ Test(work_queue, a_flush_is_not_a_broken_link)
 	const Retired done = WorkQueue::retire(completion_of(r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
 	cr_assert_eq(done.context, ctx(9));
 	cr_assert(done.report, "the CQ reports it FI_ECANCELED");
-	cr_assert_eq(link.load(), LinkState::down);
+	cr_assert_eq(link.state(), LinkState::down);
 	cr_assert_eq(queue.outstanding(), 0u);
 }
 
 Test(work_queue, a_real_failure_breaks_the_link)
 {
-	std::atomic<LinkState> link{LinkState::up};
+	Link link;
+	link.on(Link::Event::ready);
 	WorkQueue queue(QueueKind::send, 4);
 	RetireTargets targets;
 	targets.link = &link;
@@ -151,7 +153,7 @@ Test(work_queue, a_real_failure_breaks_the_link)
 	post(queue, ctx(1), kSendFlags, false);
 	const OpRecord &r = post(queue, ctx(2), kWriteFlags, false);
 	const Retired done = WorkQueue::retire(completion_of(r, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE));
-	cr_assert_eq(link.load(), LinkState::broken);
+	cr_assert_eq(link.state(), LinkState::broken);
 	cr_assert_eq(done.context, ctx(2));
 	cr_assert_eq(done.flags, kWriteFlags);
 	cr_assert_eq(queue.outstanding(), 0u);
