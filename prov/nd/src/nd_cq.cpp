@@ -299,8 +299,9 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 	cq->slots.push_back(std::move(first));
 	if (!internal) { /* an internal CQ reports nothing */
 		cq->ready.reserve(static_cast<size_t>(cq->capacity));
-		cq->errors.reserve(static_cast<size_t>(cq->capacity));
+		cq->errors.reserve(2 * static_cast<size_t>(cq->capacity));
 	}
+	cq->update_poll_budget();
 	cq->cq.fid.fclass = FI_CLASS_CQ;
 	cq->cq.fid.context = context;
 	cq->cq.fid.ops = &cq_fid_ops;
@@ -406,7 +407,7 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 	if (!internal && total > capacity) {
 		try {
 			ready.reserve(static_cast<size_t>(total));
-			errors.reserve(static_cast<size_t>(total));
+			errors.reserve(2 * static_cast<size_t>(total));
 		} catch (const std::bad_alloc &) {
 			ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for %d entries\n",
 				static_cast<void *>(this), total);
@@ -414,6 +415,7 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 		}
 	}
 	capacity = total;
+	update_poll_budget();
 	slot->reserved += count;
 	reserved += count;
 	*where = slot->cq.get();
@@ -457,28 +459,78 @@ bool CompletionQueue::report_canceled(void *context, uint64_t flags)
 	return push_error(error);
 }
 
-bool CompletionQueue::push_error(const CqError &error)
+bool CompletionQueue::push_error(const CqError &error) noexcept
 {
 	if (!errors.room()) {
-		try {
-			errors.reserve(2 * errors.size());
-		} catch (const std::bad_alloc &) {
-			return false;
-		}
+		/* Not while completing (see poll_budget): only a cancellation
+		 * the application asks for with 2 * capacity errors unread. */
+		ND_WARN(FI_LOG_CQ, "CQ %p: %zu error entries unread; the error of request %p is not queued\n",
+			static_cast<void *>(this), errors.size(), error.entry.op_context);
+		return false;
 	}
 	errors.push_back(error);
+	update_poll_budget();
 	return true;
+}
+
+void CompletionQueue::update_poll_budget() noexcept
+{
+	const size_t kept_free = internal ? 0 : static_cast<size_t>(capacity);
+	const size_t room = errors.room() > kept_free ? errors.room() - kept_free : 0;
+	poll_budget = internal ? kPollBatch : static_cast<int>(std::min<size_t>(room, kPollBatch));
+}
+
+bool CompletionQueue::Sink::has_room() const noexcept
+{
+	return cq_.internal || cq_.ready.room() > 0;
+}
+
+bool CompletionQueue::Sink::success(const CqEntry &entry) noexcept
+{
+	if (cq_.internal)
+		return true;
+	if (!cq_.ready.room()) {
+		/* Not while completing: a read polls only while there is room. */
+		ND_WARN(FI_LOG_CQ, "CQ %p: full; the completion of request %p is not queued\n",
+			static_cast<void *>(&cq_), entry.op_context);
+		return false;
+	}
+	cq_.ready.push_back(entry);
+	queued_ = true;
+	return true;
+}
+
+bool CompletionQueue::Sink::error(const fi_cq_err_entry &entry) noexcept
+{
+	if (cq_.internal)
+		return true;
+	CqError error;
+	error.entry = entry;
+	queued_ = cq_.push_error(error) || queued_;
+	return queued_;
+}
+
+ssize_t CompletionQueue::complete_now_with(ssize_t (*fn)(void *arg, CompletionSink &sink) noexcept, void *arg)
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	Sink sink(*this);
+	const ssize_t ret = fn(arg, sink);
+	if (sink.queued() && waitable)
+		signal(); /* wake an fi_cq_sread */
+	return ret;
 }
 
 /* ---- completions ---- */
 
-bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
+bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out) noexcept
 {
 	WorkQueue *queue = record_of(wc.wr_id)->owner;
-	if (PlacedReceiver *framing = queue->framing.get())
-		return framing->on_completion(wc, out, *this);
-	void *placed = nullptr;
-	const Retired done = WorkQueue::retire(wc, &placed);
+	Sink sink(*this);
+	Placement placement;
+	placement.sink = &sink;
+	const Retired done = WorkQueue::retire(wc, &placement);
+	if (done.own)
+		return false; /* what it delivered is in the rings */
 	if (wc.status != IBV_WC_SUCCESS) {
 		/* A flushed request the application asked no completion for
 		 * stays silent; a real failure is always reported. */
@@ -495,14 +547,12 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out)
 		if (flushed && queue->stalled.exchange(false, std::memory_order_relaxed))
 			error.entry.err = FI_ETIMEDOUT;
 		error.entry.prov_errno = wc.status;
-		if (!push_error(error))
-			ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for the error of work request %p (%s); it is lost\n",
-				static_cast<void *>(this), done.context, ibv_wc_status_str(wc.status));
+		push_error(error);
 		return false;
 	}
 	if (internal || !done.report)
 		return false;
-	success_entry(wc, done, placed, out);
+	success_entry(wc, done, placement.buf, out);
 	return true;
 }
 
@@ -520,7 +570,9 @@ void CompletionQueue::progress_locked()
 			if (!internal && room == 0)
 				return;
 			const int want = internal ? kPollBatch
-						  : static_cast<int>(std::min<size_t>(room, kPollBatch));
+						  : static_cast<int>(std::min<size_t>(room, poll_budget));
+			if (want == 0)
+				return; /* errors unread fill the ring: they go first */
 			int n = ibv_poll_cq(slot.cq.get(), want, wc);
 			if (n <= 0)
 				break;
@@ -674,7 +726,9 @@ size_t CompletionQueue::poll_into(ibv_cq *verbs, void *buf, size_t n, size_t cou
 {
 	ibv_wc wc[kPollBatch];
 	while (n < count) {
-		const int want = static_cast<int>(std::min<size_t>(count - n, kPollBatch));
+		/* poll_budget: at most kPollBatch, 0 while unread errors fill
+		 * their ring (polling stops; ibv_poll_cq of 0 returns 0). */
+		const int want = static_cast<int>(std::min<size_t>(count - n, static_cast<size_t>(poll_budget)));
 		const int got = ibv_poll_cq(verbs, want, wc);
 		for (int i = 0; i < got; i++) {
 			/* The common case inline: a success (retire() inlines its
@@ -696,10 +750,18 @@ size_t CompletionQueue::poll_into(ibv_cq *verbs, void *buf, size_t n, size_t cou
 				continue;
 			}
 			CqEntry entry;
-			if (complete(wc[i], &entry))
+			if (complete(wc[i], &entry)) {
 				store<Format>(buf, n++, entry);
+			} else {
+				/* A framed endpoint's delivery, queued by the sink
+				 * (at most one per completion, in order). */
+				while (n < count && !ready.empty()) {
+					store<Format>(buf, n++, ready.front());
+					ready.pop_front();
+				}
+			}
 		}
-		if (got < want)
+		if (got < want || got == 0)
 			break;
 	}
 	return n;
@@ -733,8 +795,10 @@ ssize_t CompletionQueue::readerr(fi_cq_err_entry *buf, uint64_t flags)
 			return -FI_EAGAIN;
 	}
 	fi_cq_err_entry entry = errors.front().entry;
-	if (!(flags & FI_PEEK))
+	if (!(flags & FI_PEEK)) {
 		errors.pop_front();
+		update_poll_budget();
+	}
 	/* Before API 1.5 the structure ended at err_data; no error data is
 	 * carried, so a caller's own err_data buffer is left untouched. */
 	if (FI_VERSION_LT(domain->api_version, FI_VERSION(1, 5))) {

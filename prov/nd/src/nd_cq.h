@@ -167,14 +167,24 @@ struct CompletionQueue {
 	int epoll_fd;
 	WaitSet *wait_set = nullptr;		/* FI_WAIT_SET: joined with epoll_fd */
 	int signal_fd;
+	/* The lock and the two rings are the CQ's alone: other objects queue
+	 * entries through the Sink below, complete_now and report_canceled
+	 * (layering.sh checks that no other file names them). */
 	OptionalLock lock;
-	/* Found but not yet read. Both hold `capacity` entries: successes are
-	 * polled only while there is room; errors number at most the requests
-	 * outstanding (reserved <= capacity) unless the application leaves
-	 * them unread while it posts and fails more, the one case that grows
-	 * the ring while polling (and, out of memory, drops with a log). */
+	/* Found but not yet read, sized when the CQ opens and grows
+	 * (reserve), never while completing. `ready` holds `capacity`
+	 * entries, and a read polls only while it has room; one completion
+	 * makes at most one success. `errors` holds 2 * `capacity`, and a
+	 * read polls at most poll_budget completions, which keeps `capacity`
+	 * of it free: one completion makes at most one error, except the end
+	 * of a framed endpoint's connection, which cancels the receives
+	 * waiting there, at most its receive queue's size, reserved here. So
+	 * an application that leaves errors unread while it posts and fails
+	 * more finds the CQ full (the rest waits in the verbs CQs), and no
+	 * error is ever dropped. */
 	CompletionRing<CqEntry> ready;
 	CompletionRing<CqError> errors;
+	int poll_budget = 0;			/* completions a poll may take now */
 	/* Queues of endpoints closed while requests were still outstanding:
 	 * their records must outlive any completion still to come. */
 	std::vector<std::unique_ptr<WorkQueue>> orphans;
@@ -200,8 +210,39 @@ struct CompletionQueue {
 	void watch_stalls(WorkQueue *queue, int timeout_s);
 	void unwatch_stalls(const WorkQueue *queue) noexcept;
 	/* An FI_ECANCELED error entry for a request nd held and cancelled
-	 * before the adapter saw it (fi_cancel); false when out of memory. */
+	 * before the adapter saw it (fi_cancel); false when the error ring
+	 * is full (the application leaves its errors unread). */
 	bool report_canceled(void *context, uint64_t flags);
+
+	/* What completes requests sees of the CQ, under its lock: the only
+	 * way entries are queued from outside nd_cq.cpp. */
+	class Sink final : public CompletionSink {
+	public:
+		explicit Sink(CompletionQueue &cq) noexcept : cq_(cq) {}
+		bool reports() const noexcept override { return !cq_.internal; }
+		bool has_room() const noexcept override;
+		bool success(const CqEntry &entry) noexcept override;
+		bool error(const fi_cq_err_entry &entry) noexcept override;
+		bool queued() const noexcept { return queued_; }
+
+	private:
+		CompletionQueue &cq_;
+		bool queued_ = false;
+	};
+	/* Runs fn(Sink &) under the CQ's lock, for a request that completes
+	 * as the application posts it (a framed receive meeting a message
+	 * that waits), then wakes a waiter if fn queued an entry. Returns
+	 * fn's result. */
+	template <typename Fn>
+	ssize_t complete_now(Fn &&fn)
+	{
+		return complete_now_with(
+			[](void *arg, CompletionSink &sink) noexcept -> ssize_t {
+				return (*static_cast<std::remove_reference_t<Fn> *>(arg))(sink);
+			},
+			&fn);
+	}
+	ssize_t complete_now_with(ssize_t (*fn)(void *arg, CompletionSink &sink) noexcept, void *arg);
 
 	/* Polls the verbs CQ into the software queues (counters, trywait,
 	 * close). Takes the lock. Returns the number of entries it queued
@@ -226,14 +267,16 @@ struct CompletionQueue {
 	ssize_t read(void *buf, size_t count);
 	ssize_t read_any(void *buf, size_t count);
 
-	/* Handles one work completion: retires its records and returns true
-	 * (with *out filled) when it is a success the application sees;
-	 * errors go to the error queue. Called under the lock. */
-	bool complete(const ibv_wc &wc, CqEntry *out);
-	/* Queues an error entry, growing the queue if it is full (only an
-	 * application that leaves errors unread while it posts gets there);
-	 * false when out of memory. Under lock. */
-	bool push_error(const CqError &error);
+	/* Handles one work completion: retires its records (WorkQueue::
+	 * retire) and returns true (with *out filled) when it is a success
+	 * the application sees; errors, and what a framed endpoint delivers,
+	 * go to the rings. Called under the lock; allocates nothing. */
+	bool complete(const ibv_wc &wc, CqEntry *out) noexcept;
+	/* Queues an error entry; false when the ring is full (logged).
+	 * Under lock. */
+	bool push_error(const CqError &error) noexcept;
+	/* Sets poll_budget from the error ring's room. Under lock. */
+	void update_poll_budget() noexcept;
 	void progress_locked();
 	/* StallWatch's look (at most once a second), from a read that found
 	 * nothing or a wait that timed out. Under the lock. */

@@ -744,7 +744,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 	OpRecord &record = rq->next();
 	record.context = context;
-	record.flags = FI_RECV | FI_MSG | (multi ? FI_MULTI_RECV : 0);
+	record.flags = FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0);
 	record.len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
 	record.read_mark = 0;
 	record.report = report;
@@ -887,8 +887,10 @@ ssize_t Endpoint::cancel(void *context)
 		hold.unlock(); /* the CQ takes its own lock, then this one, when it retires */
 	if (const CounterCells &cells = rq->targets.counters[static_cast<size_t>(CounterKind::recv)])
 		cells.count(false);
-	if (!rx_cq->report_canceled(canceled.context, canceled.flags))
-		ND_WARN(FI_LOG_EP_DATA, "fi_cancel: out of memory for the cancelled receive's error entry\n");
+	/* A multi-receive buffer's entry says it is released. */
+	const uint64_t flags = (canceled.flags & kPlacedByNd) ? (canceled.flags & ~kPlacedByNd) | FI_MULTI_RECV
+							      : canceled.flags;
+	rx_cq->report_canceled(canceled.context, flags); /* a full error ring logs */
 	return 0;
 }
 

@@ -51,6 +51,89 @@ size_t scatter(const iovec *iov, size_t count, const uint8_t *from, size_t lengt
 
 } // namespace frame
 
+void UnexpectedMessages::make(size_t arena_bytes, uint32_t buffers)
+{
+	arena_ = std::make_unique_for_overwrite<uint8_t[]>(arena_bytes);
+	arena_size_ = arena_bytes;
+	capacity_ = kMaxCopies + buffers;
+	messages_ = std::make_unique_for_overwrite<Message[]>(capacity_);
+}
+
+uint8_t *UnexpectedMessages::reserve_arena(size_t length, size_t *at) noexcept
+{
+	length = (length + 7) & ~size_t{7};
+	if (copies_ == 0)
+		arena_begin_ = arena_end_ = 0;
+	if (arena_end_ >= arena_begin_) {
+		/* [begin, end) is used: room after end, or from 0 to begin
+		 * (strictly less, so that a full ring is not an empty one). */
+		if (arena_size_ - arena_end_ >= length) {
+			*at = arena_end_;
+		} else if (length < arena_begin_) {
+			*at = 0;
+		} else {
+			return nullptr;
+		}
+	} else if (arena_begin_ - arena_end_ > length) {
+		*at = arena_end_; /* wrapped: room between end and begin */
+	} else {
+		return nullptr;
+	}
+	arena_end_ = *at + length;
+	return arena_.get() + *at;
+}
+
+bool UnexpectedMessages::keep(const frame::Header &header, uint8_t *buffer, const uint8_t *payload,
+			      uint32_t length) noexcept
+{
+	if (count_ == capacity_) { /* cannot be: one entry per buffer is kept free */
+		ND_WARN(FI_LOG_EP_DATA, "framed endpoint: %u messages wait already\n", count_);
+		return false;
+	}
+	Message &m = messages_[count_];
+	m.header = header;
+	m.length = length;
+	size_t at = 0;
+	uint8_t *copy = copies_ < kMaxCopies ? reserve_arena(length, &at) : nullptr;
+	if (copy) {
+		std::memcpy(copy, payload, length);
+		m.payload = copy;
+		m.buffer = nullptr;
+		m.arena_at = at;
+		copies_++;
+	} else {
+		m.payload = payload;
+		m.buffer = buffer;
+		m.arena_at = 0;
+	}
+	count_++;
+	return copy != nullptr;
+}
+
+void UnexpectedMessages::take(uint32_t i) noexcept
+{
+	const bool copied = messages_[i].buffer == nullptr;
+	std::copy(&messages_[i + 1], &messages_[count_], &messages_[i]);
+	count_--;
+	if (!copied)
+		return;
+	copies_--;
+	/* The oldest copy still kept marks where the used bytes begin. */
+	for (uint32_t j = 0; j < count_; j++) {
+		if (!messages_[j].buffer) {
+			arena_begin_ = messages_[j].arena_at;
+			return;
+		}
+	}
+	arena_begin_ = arena_end_ = 0;
+}
+
+void UnexpectedMessages::clear() noexcept
+{
+	count_ = copies_ = 0;
+	arena_begin_ = arena_end_ = 0;
+}
+
 namespace {
 
 uint64_t cq_flags_of(const frame::Header &header) noexcept
@@ -73,27 +156,29 @@ std::unique_ptr<Framing> Framing::make(ibv_pd *pd, uint32_t count, size_t max_pa
 	framing->slot_size = sizeof(frame::Header) + max_payload;
 	const size_t bytes = framing->slot_size * count;
 	framing->slab = std::make_unique<uint8_t[]>(bytes);
+	framing->unexpected.make(bytes, count);
+	*err = 0;
+	if (!pd)
+		return framing;
 	framing->mr.reset(ibv_reg_mr(pd, framing->slab.get(), bytes, IBV_ACCESS_LOCAL_WRITE));
 	if (!framing->mr) {
 		*err = errno ? errno : ENOMEM;
 		return nullptr;
 	}
-	*err = 0;
 	return framing;
 }
 
 void Framing::fill_bounce(OpRecord &record, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept
 {
 	record.context = bounce;
-	/* FI_MULTI_RECV marks a buffer that nd places messages in: the CQ's
-	 * inline path leaves it to complete() (WorkQueue::placed_message). */
-	record.flags = FI_RECV | FI_MULTI_RECV;
+	/* Its completions go to on_message through WorkQueue::retire. */
+	record.flags = FI_RECV | kPlacedByNd;
 	record.len = static_cast<uint32_t>(slot_size);
 	record.read_mark = 0;
 	record.report = false;
 	sge.addr = reinterpret_cast<uintptr_t>(bounce);
 	sge.length = static_cast<uint32_t>(slot_size);
-	sge.lkey = mr->lkey;
+	sge.lkey = mr ? mr->lkey : 0;
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.next = nullptr;
 	wr.sg_list = &sge;
@@ -124,8 +209,8 @@ void Framing::repost(uint8_t *bounce) noexcept
 		reposted(owner);
 }
 
-bool Framing::deliver(const FramedRecv &recv, const frame::Header &header, const uint8_t *payload,
-		      size_t length, CqEntry *out, CompletionQueue &cq) noexcept
+void Framing::deliver(const FramedRecv &recv, const frame::Header &header, const uint8_t *payload,
+		      size_t length, CompletionSink &sink) noexcept
 {
 	const size_t copied = frame::scatter(recv.iov, recv.count, payload, std::min<uint64_t>(length, recv.capacity));
 	const bool fits = length <= recv.capacity;
@@ -135,73 +220,55 @@ bool Framing::deliver(const FramedRecv &recv, const frame::Header &header, const
 	if (!fits) {
 		ND_INFO(FI_LOG_EP_DATA, "framed endpoint: a %zu-byte message for a %llu-byte receive; truncated\n",
 			length, static_cast<unsigned long long>(recv.capacity));
-		if (cq.internal)
-			return false;
-		CqError error{};
-		error.entry.op_context = recv.context;
-		error.entry.flags = cq_flags_of(header);
-		error.entry.len = copied;
-		error.entry.data = data;
-		error.entry.tag = header.tag;
-		error.entry.olen = length - copied;
-		error.entry.err = FI_ETRUNC;
-		error.entry.prov_errno = IBV_WC_LOC_LEN_ERR; /* what the adapter would have said */
-		if (!cq.push_error(error))
-			ND_WARN(FI_LOG_EP_DATA, "framed endpoint: out of memory for a truncated receive's error entry\n");
-		return false;
+		fi_cq_err_entry error{};
+		error.op_context = recv.context;
+		error.flags = cq_flags_of(header);
+		error.len = copied;
+		error.data = data;
+		error.tag = header.tag;
+		error.olen = length - copied;
+		error.err = FI_ETRUNC;
+		error.prov_errno = IBV_WC_LOC_LEN_ERR; /* what the adapter would have said */
+		sink.error(error);
+		return;
 	}
-	out->op_context = recv.context;
-	out->flags = cq_flags_of(header);
-	out->len = length;
-	out->buf = nullptr;
-	out->data = data;
-	out->tag = header.kind == static_cast<uint8_t>(frame::Kind::tagged) ? header.tag : 0;
-	return true;
+	if (!recv.report)
+		return;
+	CqEntry entry;
+	entry.op_context = recv.context;
+	entry.flags = cq_flags_of(header);
+	entry.len = length;
+	entry.buf = nullptr;
+	entry.data = data;
+	entry.tag = header.kind == static_cast<uint8_t>(frame::Kind::tagged) ? header.tag : 0;
+	sink.success(entry);
 }
 
-bool Framing::on_completion(const ibv_wc &wc, CqEntry *out, CompletionQueue &cq) noexcept
+bool Framing::on_message(const ibv_wc &wc, uint8_t *bounce, CompletionSink &sink) noexcept
 {
-	OpRecord *record = record_of(wc.wr_id);
-	uint8_t *bounce = static_cast<uint8_t *>(record->context);
-	queue->retire_through(record);
-	if (wc.status != IBV_WC_SUCCESS) {
-		/* A flush is how a closed connection ends; anything else breaks
-		 * it. Either way the buffer stays out of the adapter, and the
-		 * receives the application posted (waiting here, not in the
-		 * adapter) end as the adapter's would: FI_ECANCELED. */
-		if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-			if (queue->targets.link)
-				queue->targets.link->on(Link::Event::failed);
-			ND_WARN(FI_LOG_EP_DATA, "framed endpoint: a receive failed: %s; the connection carries no more data\n",
-				ibv_wc_status_str(wc.status));
-		}
-		cancel_posted(cq);
-		return false;
-	}
 	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		/* A remote fi_writedata consumed one of nd's buffers. */
 		repost(bounce);
-		if (cq.internal)
-			return false;
-		out->op_context = nullptr;
-		out->flags = FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA;
-		out->len = wc.byte_len;
-		out->buf = nullptr;
-		out->data = ntohl(wc.imm_data);
-		out->tag = 0;
+		CqEntry entry;
+		entry.op_context = nullptr;
+		entry.flags = FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA;
+		entry.len = wc.byte_len;
+		entry.buf = nullptr;
+		entry.data = ntohl(wc.imm_data);
+		entry.tag = 0;
+		sink.success(entry);
 		return true;
 	}
 	frame::Header header;
 	if (!frame::read_header(bounce, wc.byte_len, &header)) {
 		/* Nothing of it reaches the application, and no later message
 		 * could be trusted to be matched right: the connection ends
-		 * (FI_SHUTDOWN; what is posted is flushed). The buffer stays
-		 * out of the adapter, as after a failed receive. */
+		 * (retire breaks the link, on_end cancels what waits, FI_SHUTDOWN
+		 * follows). The buffer stays out of the adapter, as after a
+		 * failed receive. */
 		ND_WARN(FI_LOG_EP_DATA, "framed endpoint: a %u-byte message without nd's frame (a peer that is "
 			"not framed, or lies: both endpoints of a connection must be opened with FI_TAGGED); "
 			"the connection is ended\n", wc.byte_len);
-		if (queue->targets.link)
-			queue->targets.link->on(Link::Event::failed);
 		if (unframed)
 			unframed(owner);
 		return false;
@@ -209,70 +276,55 @@ bool Framing::on_completion(const ibv_wc &wc, CqEntry *out, CompletionQueue &cq)
 	const uint8_t *payload = bounce + sizeof(frame::Header);
 	const size_t length = wc.byte_len - sizeof(frame::Header);
 	const frame::Kind kind = static_cast<frame::Kind>(header.kind);
-	FramedRecv match;
-	bool found = false;
 	{
 		std::lock_guard<std::mutex> hold(lock);
-		for (auto it = posted.begin(); it != posted.end(); ++it) {
-			if (frame::matches(it->tagged, it->tag, it->ignore, kind, header.tag)) {
-				match = *it;
-				posted.erase(it);
-				found = true;
-				break;
-			}
-		}
-		if (!found) {
-			try {
-				unexpected.push_back(Unexpected{header, std::vector<uint8_t>(payload, payload + length)});
-			} catch (const std::bad_alloc &) {
-				ND_WARN(FI_LOG_EP_DATA, "framed endpoint: out of memory for an unexpected %zu-byte message; it is lost\n",
-					length);
-			}
+		auto it = std::find_if(posted.begin(), posted.end(), [&](const FramedRecv &r) {
+			return frame::matches(r.tagged, r.tag, r.ignore, kind, header.tag);
+		});
+		if (it == posted.end()) {
+			if (!unexpected.keep(header, bounce, payload, static_cast<uint32_t>(length)))
+				return true; /* it waits in its buffer */
+		} else {
+			const FramedRecv match = *it;
+			posted.erase(it);
+			deliver(match, header, payload, length, sink);
 		}
 	}
-	bool report = false;
-	if (found)
-		report = deliver(match, header, payload, length, out, cq) && match.report && !cq.internal;
 	repost(bounce);
-	return report;
+	return true;
 }
 
 ssize_t Framing::post(const FramedRecv &recv, CompletionQueue &cq)
 {
-	std::lock_guard<OptionalLock> cq_guard(cq.lock);
-	std::unique_lock<std::mutex> hold(lock);
-	for (auto it = unexpected.begin(); it != unexpected.end(); ++it) {
-		if (!frame::matches(recv.tagged, recv.tag, recv.ignore, static_cast<frame::Kind>(it->header.kind),
-				    it->header.tag))
-			continue;
-		if (!cq.internal && cq.ready.room() == 0) {
-			ND_INFO(FI_LOG_EP_DATA, "fi_recv: a message waits for this receive but the CQ is full; read it first\n");
+	return cq.complete_now([&](CompletionSink &sink) -> ssize_t {
+		std::unique_lock<std::mutex> hold(lock);
+		for (uint32_t i = 0; i < unexpected.size(); i++) {
+			const UnexpectedMessages::Message message = unexpected[i];
+			if (!frame::matches(recv.tagged, recv.tag, recv.ignore,
+					    static_cast<frame::Kind>(message.header.kind), message.header.tag))
+				continue;
+			if (recv.report && sink.reports() && !sink.has_room()) {
+				ND_INFO(FI_LOG_EP_DATA, "fi_recv: a message waits for this receive but the CQ is full; read it first\n");
+				return -FI_EAGAIN;
+			}
+			deliver(recv, message.header, message.payload, message.length, sink);
+			unexpected.take(i); /* its bytes are copied out */
+			hold.unlock();
+			if (message.buffer)
+				repost(message.buffer);
+			return 0;
+		}
+		if (posted.size() >= posted_limit) {
+			ND_INFO(FI_LOG_EP_DATA, "fi_recv: %zu receives wait already (rx_attr->size)\n", posted.size());
 			return -FI_EAGAIN;
 		}
-		Unexpected message = std::move(*it);
-		unexpected.erase(it);
-		hold.unlock();
-		CqEntry entry;
-		if (deliver(recv, message.header, message.payload.data(), message.payload.size(), &entry, cq) &&
-		    recv.report && !cq.internal) {
-			cq.ready.push_back(entry);
-			if (cq.waitable)
-				cq.signal(); /* wake an fi_cq_sread */
-		} else if (!cq.internal && !cq.errors.empty() && cq.waitable) {
-			cq.signal();
+		try {
+			posted.push_back(recv);
+		} catch (const std::bad_alloc &) {
+			return -FI_ENOMEM;
 		}
 		return 0;
-	}
-	if (posted.size() >= posted_limit) {
-		ND_INFO(FI_LOG_EP_DATA, "fi_recv: %zu receives wait already (rx_attr->size)\n", posted.size());
-		return -FI_EAGAIN;
-	}
-	try {
-		posted.push_back(recv);
-	} catch (const std::bad_alloc &) {
-		return -FI_ENOMEM;
-	}
-	return 0;
+	});
 }
 
 ssize_t Framing::cancel(void *context, CompletionQueue &cq)
@@ -292,41 +344,38 @@ ssize_t Framing::cancel(void *context, CompletionQueue &cq)
 	}
 	if (recv_counter)
 		recv_counter.count(false);
-	if (!cq.report_canceled(canceled.context, cq_flags_of(canceled)))
-		ND_WARN(FI_LOG_EP_DATA, "fi_cancel: out of memory for the cancelled receive's error entry\n");
+	cq.report_canceled(canceled.context, cq_flags_of(canceled));
 	return 0;
 }
 
-void Framing::cancel_posted(CompletionQueue &cq) noexcept
+void Framing::on_end(CompletionSink &sink) noexcept
 {
-	std::deque<FramedRecv> waiting;
-	{
-		std::lock_guard<std::mutex> hold(lock);
-		waiting.swap(posted);
-	}
-	for (const FramedRecv &recv : waiting) {
+	std::lock_guard<std::mutex> hold(lock);
+	while (!posted.empty()) {
+		const FramedRecv recv = posted.front();
+		posted.pop_front(); /* frees, never allocates */
 		if (recv_counter)
 			recv_counter.count(false);
-		if (!recv.report || cq.internal)
+		if (!recv.report)
 			continue;
-		CqError error{};
-		error.entry.op_context = recv.context;
-		error.entry.flags = cq_flags_of(recv);
-		error.entry.err = FI_ECANCELED;
-		if (!cq.push_error(error))
-			ND_WARN(FI_LOG_EP_DATA, "framed endpoint: out of memory for a cancelled receive's error entry\n");
+		fi_cq_err_entry error{};
+		error.op_context = recv.context;
+		error.flags = cq_flags_of(recv);
+		error.err = FI_ECANCELED;
+		sink.error(error);
 	}
 }
 
 void Framing::cancel_all(CompletionQueue &cq) noexcept
 {
-	{
-		std::lock_guard<std::mutex> hold(lock);
-		unexpected.clear();
-	}
-	/* The CQ's lock, then this one's, as post() takes them. */
-	std::lock_guard<OptionalLock> cq_guard(cq.lock);
-	cancel_posted(cq);
+	cq.complete_now([&](CompletionSink &sink) -> ssize_t {
+		{
+			std::lock_guard<std::mutex> hold(lock);
+			unexpected.clear(); /* held buffers go with the endpoint */
+		}
+		on_end(sink);
+		return 0;
+	});
 }
 
 } // namespace nd

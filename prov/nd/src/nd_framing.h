@@ -11,9 +11,8 @@
  * that says its kind, tag and remote CQ data. When a message lands, nd
  * matches it against the receives the application posted, in posting
  * order, copies it into the first that fits and reports that receive's
- * completion; a message that matches nothing is copied aside (so that its
- * buffer goes straight back to the adapter) and waits for fi_trecv/fi_recv,
- * which then completes at once. This is the eager protocol of libfabric's
+ * completion; a message that matches nothing waits for fi_trecv/fi_recv,
+ * which then completes at once (UnexpectedMessages below). This is the eager protocol of libfabric's
  * rxm and of every MPI, on one connection; both sides of a connection must
  * be framed (fi_nd(7)).
  *
@@ -22,10 +21,15 @@
  * framed. A receive whose buffer is too short completes in error with
  * FI_ETRUNC and the bytes that fit, as the man page of fi_msg says.
  *
+ * Completing allocates nothing: a message's completion goes through
+ * WorkQueue::retire like every other, which hands it here (PlacedReceiver)
+ * with the CQ's sink for what it delivers.
+ *
  * Locking: a message is handled by the CQ read that finds its completion,
- * under the CQ's lock; the application posts and cancels under the same
- * CQ lock, then `lock`, in that order (the CQ needs its lock to queue the
- * completion of a receive that matches at once).
+ * under the CQ's lock; the application posts under the same CQ lock
+ * (CompletionQueue::complete_now), then `lock`, in that order: a receive
+ * that matches at once queues its completion and reposts the buffer, as a
+ * completion does.
  */
 #ifndef ND_FRAMING_H
 #define ND_FRAMING_H
@@ -83,6 +87,52 @@ size_t scatter(const iovec *iov, size_t count, const uint8_t *from, size_t lengt
 
 } // namespace frame
 
+/*
+ * Messages that matched no receive yet, in arrival order, in storage made
+ * at fi_enable, so that completing never allocates: each is copied into an
+ * arena while it has room (and its buffer goes straight back to the
+ * adapter), else it stays in its buffer, out of the adapter until a
+ * receive takes it (a sender that then finds no buffer waits for the
+ * receiver-not-ready retry, or for receive credits on iWARP, as any RC
+ * sender does). One entry per copy allowed plus one per buffer: keep()
+ * never fails. The arena is a ring: a copy goes after the newest, and its
+ * bytes come back when every older copy is taken.
+ */
+class UnexpectedMessages {
+public:
+	struct Message {
+		frame::Header header;
+		const uint8_t *payload;
+		uint32_t length;
+		uint8_t *buffer;	/* nd's buffer that still holds it; null: copied */
+		size_t arena_at;	/* copied: where in the arena */
+	};
+	static constexpr uint32_t kMaxCopies = 1024;
+
+	/* Throws std::bad_alloc; the memory is touched only as it is used. */
+	void make(size_t arena_bytes, uint32_t buffers);
+	/* Keeps a message that is in `buffer`; true when it was copied (the
+	 * buffer may go back to the adapter). */
+	bool keep(const frame::Header &header, uint8_t *buffer, const uint8_t *payload, uint32_t length) noexcept;
+	uint32_t size() const noexcept { return count_; }
+	const Message &operator[](uint32_t i) const noexcept { return messages_[i]; }
+	/* Removes message i (after its bytes were copied out). */
+	void take(uint32_t i) noexcept;
+	void clear() noexcept;
+
+private:
+	uint8_t *reserve_arena(size_t length, size_t *at) noexcept;
+
+	std::unique_ptr<uint8_t[]> arena_;
+	size_t arena_size_ = 0;
+	size_t arena_begin_ = 0;	/* the oldest copy's bytes */
+	size_t arena_end_ = 0;		/* where the next copy goes */
+	std::unique_ptr<Message[]> messages_;
+	uint32_t capacity_ = 0;
+	uint32_t count_ = 0;
+	uint32_t copies_ = 0;
+};
+
 /* A receive the application posted on a framed endpoint. */
 struct FramedRecv {
 	void *context;
@@ -97,8 +147,9 @@ struct FramedRecv {
 
 struct Framing final : PlacedReceiver {
 	/* Allocates and registers `count` bounce buffers of a header plus
-	 * `max_payload` bytes on `pd`; throws std::bad_alloc, returns an
-	 * errno in *err (and nullptr) when the registration fails. */
+	 * `max_payload` bytes on `pd` (no registration without a pd: the
+	 * unit tests'); throws std::bad_alloc, returns an errno in *err (and
+	 * nullptr) when the registration fails. */
 	static std::unique_ptr<Framing> make(ibv_pd *pd, uint32_t count, size_t max_payload, int *err);
 
 	uint32_t count;			/* bounce buffers */
@@ -120,11 +171,7 @@ struct Framing final : PlacedReceiver {
 
 	std::mutex lock;
 	std::deque<FramedRecv> posted;	/* in posting order */
-	struct Unexpected {
-		frame::Header header;
-		std::vector<uint8_t> payload;
-	};
-	std::deque<Unexpected> unexpected;	/* in arrival order */
+	UnexpectedMessages unexpected;	/* under lock */
 
 	uint8_t *slot(uint32_t index) noexcept { return slab.get() + size_t{index} * slot_size; }
 
@@ -132,14 +179,19 @@ struct Framing final : PlacedReceiver {
 	 * `bounce` (its address). */
 	void fill_bounce(OpRecord &record, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept;
 
-	/* A work completion of the receive queue, under `cq`'s lock: retires
-	 * the bounce buffer's slot, matches the message, reposts the buffer.
-	 * True when *out is a success entry to report. */
-	bool on_completion(const ibv_wc &wc, CqEntry *out, CompletionQueue &cq) noexcept override;
+	/* A message landed in `buffer` (its slot retired by WorkQueue::
+	 * retire), under the CQ's lock: delivered to the first receive it
+	 * matches and the buffer reposted, or kept. False for bytes without
+	 * nd's frame: the connection ends. */
+	bool on_message(const ibv_wc &wc, uint8_t *buffer, CompletionSink &sink) noexcept override;
+	/* A buffer was flushed or failed: the connection is over, and every
+	 * waiting receive completes with FI_ECANCELED, as one in the adapter
+	 * would. Under the CQ's lock. */
+	void on_end(CompletionSink &sink) noexcept override;
 
 	/* fi_recv/fi_trecv: completes at once against an unexpected message,
 	 * or waits. -FI_EAGAIN when `posted_limit` receives wait already or
-	 * the CQ has no room for the completion. Takes the CQ's lock. */
+	 * the CQ has no room for the completion. */
 	ssize_t post(const FramedRecv &recv, CompletionQueue &cq);
 	/* fi_cancel: a waiting receive completes with FI_ECANCELED. */
 	ssize_t cancel(void *context, CompletionQueue &cq);
@@ -148,15 +200,11 @@ struct Framing final : PlacedReceiver {
 	void cancel_all(CompletionQueue &cq) noexcept;
 
 private:
-	/* The connection is over (a receive of nd's was flushed or failed):
-	 * every waiting receive completes with FI_ECANCELED, as one in the
-	 * adapter would. Under the CQ's lock (a completion being read). */
-	void cancel_posted(CompletionQueue &cq) noexcept;
-	/* Copies a message into a receive and builds its completion; false
-	 * when it is an error entry (truncated), queued on `cq`. Under the
-	 * CQ's lock. */
-	bool deliver(const FramedRecv &recv, const frame::Header &header, const uint8_t *payload,
-		     size_t length, CqEntry *out, CompletionQueue &cq) noexcept;
+	/* Copies a message into a receive and queues its completion (an
+	 * error entry when truncated). Under the CQ's lock. */
+	void deliver(const FramedRecv &recv, const frame::Header &header, const uint8_t *payload,
+		     size_t length, CompletionSink &sink) noexcept;
+	/* Gives a buffer back to the adapter. Under the CQ's lock. */
 	void repost(uint8_t *bounce) noexcept;
 };
 

@@ -95,7 +95,7 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 		queue.free_slots.pop_back();
 	}
 	record->context = context;
-	record->flags = FI_RECV | FI_MSG | (multi ? FI_MULTI_RECV : 0);
+	record->flags = FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0);
 	record->len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
 	record->read_mark = 0;
 	record->report = true;

@@ -38,24 +38,29 @@ void WorkQueue::set_multi(std::unique_ptr<MultiRecv> m) noexcept
 	update_plain();
 }
 
-Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, void **placed) noexcept
+Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *placement) noexcept
 {
 	/* Read before the slot is retired, when it may be reused. */
-	Retired done{record.context, record.flags, record.report};
-	const bool ok = wc.status == IBV_WC_SUCCESS;
-	const uint32_t flags = record.flags;	/* done.flags may lose FI_MULTI_RECV */
+	Retired done{record.context, record.flags & ~kPlacedByNd, record.report};
+	bool ok = wc.status == IBV_WC_SUCCESS;
+	const bool placed_by_nd = record.flags & kPlacedByNd;
 	bool release = true;
-	if ((flags & FI_MULTI_RECV) && multi) {
+	if (placed_by_nd && multi) {
 		/* A message in a multi-receive buffer: the slot stays the
-		 * buffer's until it is released. */
+		 * buffer's until it is released (then FI_MULTI_RECV says so). */
 		std::lock_guard<std::mutex> guard(multi->lock);
 		const MultiRecv::Placed where = multi->complete(record, wc);
-		if (placed)
-			*placed = where.buf;
+		if (placement)
+			placement->buf = where.buf;
 		release = where.released;
-		if (!release)
-			done.flags &= ~static_cast<uint32_t>(FI_MULTI_RECV);
+		if (release)
+			done.flags |= FI_MULTI_RECV;
 	}
+	/* A framed endpoint's own buffer: its slot retires at once (the
+	 * framing reposts it when the message is delivered), it reports
+	 * nothing itself, and the receives it completes are counted by the
+	 * framing, as they are delivered. */
+	const bool framed_buffer = placed_by_nd && framing;
 	if (!release) {
 		/* counted below, as every message is */
 	} else if (kind == QueueKind::shared_recv) {
@@ -68,27 +73,38 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, void **place
 		if (targets.room)
 			targets.room(targets.owner);
 	}
-	if (kind != QueueKind::shared_recv) {
+	if (framed_buffer) {
+		done.report = false;
+		done.own = true;
+		CompletionSink *sink = placement ? placement->sink : nullptr;
+		if (ok && sink && !framing->on_message(wc, static_cast<uint8_t *>(done.context), *sink))
+			ok = false; /* a message that cannot be trusted ends the link */
+		if (!ok && sink)
+			framing->on_end(*sink);
+	} else if (kind != QueueKind::shared_recv) {
 		/* Unsignaled requests before it never have a counter: binding one
 		 * makes every request of its kind signaled. */
-		const CounterKind which = counter_kind(flags);
+		const CounterKind which = counter_kind(done.flags);
 		if (counted && which != CounterKind::none)
 			if (const CounterCells &cells = targets.counters[static_cast<size_t>(which)])
 				cells.count(ok);
 	}
+	/* The one place a link breaks on a completion. */
 	if (!ok && wc.status == IBV_WC_WR_FLUSH_ERR && targets.flush_breaks_link && targets.link) {
 		if (targets.link->on(Link::Event::stream_ended))
 			ND_INFO(FI_LOG_CQ, "work request %p flushed while connected: the peer ended the stream\n",
 				done.context);
-	}
-	if (!ok && wc.status != IBV_WC_WR_FLUSH_ERR) {
-		ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", done.context,
-			ibv_wc_status_str(wc.status), wc.vendor_err);
-		if (targets.link)
-			targets.link->on(Link::Event::failed);
-		if (targets.peer_lost &&
-		    (wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR))
-			targets.peer_lost(targets.owner);
+	} else if (!ok) {
+		if (wc.status != IBV_WC_SUCCESS)
+			ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", done.context,
+				ibv_wc_status_str(wc.status), wc.vendor_err);
+		if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+			if (targets.link)
+				targets.link->on(Link::Event::failed);
+			if (targets.peer_lost &&
+			    (wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR))
+				targets.peer_lost(targets.owner);
+		}
 	}
 	return done;
 }

@@ -110,12 +110,35 @@ struct WorkQueue;
 struct MultiRecv;
 struct CompletionQueue;
 
-/* A receive queue filled with nd's own buffers, whose completions nd reads
- * itself (a framed endpoint's, nd_framing.h): the CQ hands each one over,
- * under its lock, and reports what comes back (true: *out is an entry). */
+/*
+ * Where entries go that a completion makes besides its own: a framed
+ * endpoint's message delivered to the receive it matched, the receives
+ * ended with it. The CQ's, under its lock (CompletionQueue::Sink, nd_cq.h);
+ * its rings are sized so that neither call ever allocates or fails while
+ * completions are read (nd_cq.h says how).
+ */
+struct CompletionSink {
+	/* False when the CQ is internal: no application reads it. */
+	virtual bool reports() const noexcept = 0;
+	/* Room for one more success entry. */
+	virtual bool has_room() const noexcept = 0;
+	/* Queue an entry; false when there was no room (logged). */
+	virtual bool success(const fi_cq_tagged_entry &entry) noexcept = 0;
+	virtual bool error(const fi_cq_err_entry &entry) noexcept = 0;
+
+protected:
+	~CompletionSink() = default;
+};
+
+/* A receive queue filled with nd's own buffers (a framed endpoint's,
+ * nd_framing.h). WorkQueue::retire hands it each of their completions
+ * after it has retired the slot: a message to match (on_message, false
+ * when it cannot be trusted: the link breaks), or the end of the
+ * connection (on_end). What it delivers goes to the sink. */
 struct PlacedReceiver {
 	virtual ~PlacedReceiver() = default;
-	virtual bool on_completion(const ibv_wc &wc, fi_cq_tagged_entry *out, CompletionQueue &cq) noexcept = 0;
+	virtual bool on_message(const ibv_wc &wc, uint8_t *buffer, CompletionSink &sink) noexcept = 0;
+	virtual void on_end(CompletionSink &sink) noexcept = 0;
 };
 
 /*
@@ -157,9 +180,17 @@ struct OpRecord {
 	bool report;		/* the application asked for a CQ entry */
 };
 static_assert(sizeof(OpRecord) == 32, "a ring slot is half a cache line");
-static_assert((FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_WRITE |
-	       FI_REMOTE_CQ_DATA | FI_MULTI_RECV) <= UINT32_MAX,
-	      "OpRecord::flags holds every CQ flag used");
+/* The CQ entry flags a record carries. */
+constexpr uint64_t kRecordCqFlags = FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ | FI_WRITE |
+				    FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA | FI_MULTI_RECV;
+static_assert(kRecordCqFlags <= UINT32_MAX, "OpRecord::flags holds every CQ flag used");
+/* OpRecord::flags' own bit, never reported: the request is a buffer nd
+ * places messages in (a multi-receive buffer, or a framed endpoint's own),
+ * so its completions take retire's slow path, which says where the
+ * message went. (FI_MULTI_RECV in a completion means only what the man
+ * page says: the buffer is released.) */
+constexpr uint32_t kPlacedByNd = 1u << 31;
+static_assert((kRecordCqFlags & kPlacedByNd) == 0, "kPlacedByNd is no CQ flag");
 
 /* Every work request's wr_id is its record. */
 inline OpRecord *record_of(uint64_t wr_id) noexcept
@@ -224,6 +255,15 @@ struct Retired {
 				 * releases its multi-receive buffer) */
 	bool report;		/* the application wants a CQ entry (on success,
 				 * and when flushed; a real failure always has one) */
+	bool own;		/* nd's own buffer: no entry of its own, whatever
+				 * its status (what it delivered went to the sink) */
+};
+
+/* What retire's slow path says besides Retired: where a multi-receive
+ * message landed, and where a framed endpoint's deliveries go. */
+struct Placement {
+	void *buf = nullptr;			/* out: the message's address */
+	CompletionSink *sink = nullptr;		/* in: null reports nothing */
 };
 
 struct WorkQueue {
@@ -319,12 +359,13 @@ struct WorkQueue {
 	 * counter bound for its kind, records a broken link when it failed for
 	 * real (a flush is the expected end of a closed link), and says what
 	 * the CQ reports. `wc.wr_id` is a record of this queue. The common
-	 * case (success, no counter, a ring) is inline; the rest is not. A
-	 * message in a multi-receive buffer also says where it landed, in
-	 * *placed: kept out of Retired, whose two words come back in registers
-	 * on the CQ's fast path, which takes no such message (placed_message).
+	 * case (success, no counter, a ring) is inline; the rest is not.
+	 * Messages nd placed take the rest too (placed_message): a
+	 * multi-receive message says where it landed, and a framed
+	 * endpoint's is matched, in *placement (kept out of Retired, whose
+	 * two words come back in registers on the CQ's fast path).
 	 */
-	static Retired retire(const ibv_wc &wc, void **placed = nullptr) noexcept
+	static Retired retire(const ibv_wc &wc, Placement *placement = nullptr) noexcept
 	{
 		OpRecord *record = record_of(wc.wr_id);
 		WorkQueue *queue = record->owner;
@@ -333,14 +374,14 @@ struct WorkQueue {
 			queue->retire_through(record); /* the slot may be reused now */
 			return done;
 		}
-		return queue->retire_other(*record, wc, placed);
+		return queue->retire_other(*record, wc, placement);
 	}
 
 	/* Whether the completion is a message in a buffer nd places messages
 	 * in: a multi-receive buffer, or a framed endpoint's own (nd_framing.h). */
 	static bool placed_message(const ibv_wc &wc) noexcept
 	{
-		return record_of(wc.wr_id)->flags & FI_MULTI_RECV;
+		return record_of(wc.wr_id)->flags & kPlacedByNd;
 	}
 
 	uint64_t outstanding() const noexcept
@@ -411,11 +452,9 @@ struct WorkQueue {
 	}
 
 private:
-	/* retire() for a failure, a counted queue, a pool or a multi-receive
-	 * buffer (nd_wq.cpp), which sets *placed (if given) to where in the
-	 * buffer the message landed. Kept out of Retired, whose two words come
-	 * back in registers on the fast path. */
-	Retired retire_other(OpRecord &record, const ibv_wc &wc, void **placed) noexcept;
+	/* retire() for a failure, a counted queue, a pool, or a buffer nd
+	 * places messages in (nd_wq.cpp). */
+	Retired retire_other(OpRecord &record, const ibv_wc &wc, Placement *placement) noexcept;
 };
 
 /*

@@ -257,7 +257,7 @@ OpRecord &post_recv(WorkQueue &queue, void *context, uint8_t *buf, uint32_t len,
 {
 	OpRecord &record = queue.next();
 	record.context = context;
-	record.flags = kRecvFlags | (multi ? FI_MULTI_RECV : 0);
+	record.flags = kRecvFlags | (multi ? kPlacedByNd : 0);
 	record.len = len;
 	record.report = true;
 	record.read_mark = 0;
@@ -289,10 +289,10 @@ Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 	cr_assert_eq(posted.size(), 1u, "nothing is posted behind a multi-receive buffer");
 	cr_assert_eq(posted[0].length, 100u);
 
-	void *at = nullptr;
+	Placement at;
 	Retired first = WorkQueue::retire(received(multi, 40), &at);
 	cr_assert_eq(first.context, ctx(1));
-	cr_assert_eq(at, buffer);
+	cr_assert_eq(at.buf, buffer);
 	cr_assert_not(first.flags & FI_MULTI_RECV);
 	cr_assert_eq(queue.outstanding(), 2u, "the buffer keeps its slot");
 	cr_assert_eq(posted.size(), 2u);
@@ -301,16 +301,16 @@ Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 	cr_assert_eq(posted[1].length, 60u);
 
 	Retired last = WorkQueue::retire(received(multi, 50), &at);
-	cr_assert_eq(at, buffer + 40, "right after the first message");
+	cr_assert_eq(at.buf, buffer + 40, "right after the first message");
 	cr_assert(last.flags & FI_MULTI_RECV, "10 bytes left < 16: released");
 	cr_assert_eq(queue.outstanding(), 1u);
 	cr_assert_eq(posted.size(), 3u, "the receive behind it is posted now");
 	cr_assert_eq(posted[2].wr_id, reinterpret_cast<uintptr_t>(&next));
 
-	at = nullptr;
+	at.buf = nullptr;
 	Retired plain = WorkQueue::retire(received(next, 8), &at);
 	cr_assert_eq(plain.context, ctx(2));
-	cr_assert_null(at, "a plain receive places nothing");
+	cr_assert_null(at.buf, "a plain receive places nothing");
 	cr_assert_eq(queue.outstanding(), 0u);
 }
 

@@ -1,0 +1,424 @@
+/* Unit tests: completing allocates nothing. The CQ's completion path
+ * (CompletionQueue::complete -> WorkQueue::retire -> multi-receive buffers
+ * and framed endpoints' matching) is fed recorded work completions on the
+ * host, with every operator new of the process counted while it runs:
+ * successes, failures, flushes, counters, a multi-receive buffer, and a
+ * framed endpoint's matched, unexpected, truncated, unframed and flushed
+ * messages. The rings it fills were sized before; so were the framing's. */
+#include <criterion/criterion.h>
+
+#include "nd_cq.h"
+#include "nd_framing.h"
+#include "nd_multi_recv.h"
+#include "nd_wq.h"
+
+#include <rdma/fabric.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <vector>
+
+/* ---- every allocation of the process, counted while `counting` ---- */
+
+namespace {
+thread_local bool counting = false;
+std::atomic<unsigned> allocations{0};
+
+void *counted_alloc(std::size_t size)
+{
+	if (counting)
+		allocations.fetch_add(1, std::memory_order_relaxed);
+	if (void *p = std::malloc(size ? size : 1))
+		return p;
+	throw std::bad_alloc();
+}
+
+void *counted_aligned_alloc(std::size_t size, std::align_val_t align)
+{
+	if (counting)
+		allocations.fetch_add(1, std::memory_order_relaxed);
+	const std::size_t a = static_cast<std::size_t>(align);
+	if (void *p = std::aligned_alloc(a, (size + a - 1) / a * a))
+		return p;
+	throw std::bad_alloc();
+}
+} // namespace
+
+void *operator new(std::size_t size) { return counted_alloc(size); }
+void *operator new[](std::size_t size) { return counted_alloc(size); }
+void *operator new(std::size_t size, const std::nothrow_t &) noexcept
+{
+	try {
+		return counted_alloc(size);
+	} catch (...) {
+		return nullptr;
+	}
+}
+void *operator new[](std::size_t size, const std::nothrow_t &) noexcept
+{
+	return operator new(size, std::nothrow);
+}
+void *operator new(std::size_t size, std::align_val_t align) { return counted_aligned_alloc(size, align); }
+void *operator new[](std::size_t size, std::align_val_t align) { return counted_aligned_alloc(size, align); }
+void operator delete(void *p) noexcept { std::free(p); }
+void operator delete[](void *p) noexcept { std::free(p); }
+void operator delete(void *p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void *p, std::size_t) noexcept { std::free(p); }
+void operator delete(void *p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void *p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+using namespace nd;
+
+namespace {
+
+/* Counts the allocations made while it lives. */
+struct AllocationCount {
+	unsigned before;
+	AllocationCount() : before(allocations.load())
+	{
+		counting = true;
+	}
+	~AllocationCount() { counting = false; }
+	unsigned made() const { return allocations.load() - before; }
+};
+
+void *volatile escaped; /* what a test keeps, so that no allocation is elided */
+int ctx_storage[64];
+void *ctx(int i) { return &ctx_storage[i]; }
+
+/* A CQ as fi_cq_open leaves it, without a device: its rings sized for
+ * `capacity` outstanding requests. complete() needs nothing else. */
+std::unique_ptr<CompletionQueue> make_cq(int capacity)
+{
+	auto cq = std::make_unique<CompletionQueue>();
+	cq->domain = nullptr;
+	cq->format = FI_CQ_FORMAT_TAGGED;
+	cq->internal = false;
+	cq->waitable = false;
+	cq->vector = 0;
+	cq->epoll_fd = -1;
+	cq->signal_fd = -1;
+	cq->capacity = capacity;
+	cq->reserved = capacity;
+	cq->ready.reserve(static_cast<size_t>(capacity));
+	cq->errors.reserve(2 * static_cast<size_t>(capacity));
+	cq->update_poll_budget();
+	return cq;
+}
+
+OpRecord &post(WorkQueue &queue, void *context, uint32_t flags, bool report = true)
+{
+	OpRecord &record = queue.next();
+	record.context = context;
+	record.flags = flags;
+	record.len = 8;
+	record.report = report;
+	record.read_mark = queue.reads_posted;
+	queue.commit(report);
+	return record;
+}
+
+ibv_wc completion_of(const OpRecord &record, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t bytes = 0)
+{
+	ibv_wc wc{};
+	wc.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wc.status = status;
+	wc.opcode = opcode;
+	wc.byte_len = bytes;
+	return wc;
+}
+
+/* A queue pair on the host: ibv_post_recv calls context->ops.post_recv,
+ * which records the buffers given back to the "adapter". */
+std::vector<uint64_t> *reposted_log;
+int record_post_recv(ibv_qp *, ibv_recv_wr *wr, ibv_recv_wr **) noexcept
+{
+	for (; wr; wr = wr->next)
+		reposted_log->push_back(wr->sg_list[0].addr);
+	return 0;
+}
+
+struct HostQp {
+	ibv_context context{};
+	ibv_qp qp{};
+	HostQp()
+	{
+		context.ops.post_recv = record_post_recv;
+		qp.context = &context;
+	}
+};
+
+/* A framed receive queue with `count` buffers in the "adapter". */
+struct FramedQueue {
+	WorkQueue queue{QueueKind::recv, 8};
+	Framing *framing = nullptr;
+	HostQp qp;
+	std::vector<OpRecord *> in_adapter;
+	std::vector<uint64_t> reposted;
+	Link link;
+	std::atomic<uint64_t> recv_ok{0}, recv_failed{0};
+
+	explicit FramedQueue(uint32_t count)
+	{
+		int err = -1;
+		std::unique_ptr<Framing> made = Framing::make(nullptr, count, 256, &err);
+		cr_assert(made && err == 0);
+		framing = made.get();
+		framing->queue = &queue;
+		framing->posted_limit = 8;
+		framing->recv_counter = CounterCells{&recv_ok, &recv_failed};
+		framing->qp.store(&qp.qp);
+		reposted.reserve(64);
+		reposted_log = &reposted;
+		RetireTargets targets;
+		targets.link = &link;
+		queue.set_targets(targets);
+		link.on(Link::Event::ready);
+		for (uint32_t i = 0; i < count; i++)
+			in_adapter.push_back(&bounce(framing->slot(i)));
+		queue.set_framing(std::move(made));
+	}
+	OpRecord &bounce(uint8_t *buffer)
+	{
+		OpRecord &record = queue.next();
+		ibv_recv_wr wr;
+		ibv_sge sge;
+		framing->fill_bounce(record, buffer, wr, sge);
+		queue.commit();
+		return record;
+	}
+	/* The adapter fills the buffer of record `r` with a framed message. */
+	ibv_wc message(const OpRecord &r, frame::Kind kind, uint64_t tag, const void *bytes, uint32_t length)
+	{
+		const frame::Header header = frame::make_header(kind, tag, false, 0);
+		uint8_t *buffer = static_cast<uint8_t *>(r.context);
+		std::memcpy(buffer, &header, sizeof(header));
+		std::memcpy(buffer + sizeof(header), bytes, length);
+		return completion_of(r, IBV_WC_SUCCESS, IBV_WC_RECV, static_cast<uint32_t>(sizeof(header) + length));
+	}
+};
+
+FramedRecv tagged_receive(void *context, void *buf, size_t len, uint64_t tag)
+{
+	FramedRecv recv{};
+	recv.context = context;
+	recv.iov[0] = iovec{buf, len};
+	recv.count = 1;
+	recv.capacity = len;
+	recv.tagged = true;
+	recv.tag = tag;
+	recv.ignore = 0;
+	recv.report = true;
+	return recv;
+}
+
+} // namespace
+
+Test(completion_path, the_allocation_count_sees_an_allocation)
+{
+	AllocationCount count;
+	std::unique_ptr<int> made = std::make_unique<int>(1);
+	escaped = made.get(); /* kept: the allocation cannot be elided */
+	cr_assert_eq(count.made(), 1u, "the counter this file's tests rely on counts");
+}
+
+Test(completion_path, successes_failures_flushes_and_counters_allocate_nothing)
+{
+	auto cq = make_cq(16);
+	WorkQueue sends(QueueKind::send, 8);
+	std::atomic<uint64_t> ok{0}, failed{0};
+	Link link;
+	link.on(Link::Event::ready);
+	RetireTargets targets;
+	targets.counters[static_cast<size_t>(CounterKind::send)] = CounterCells{&ok, &failed};
+	targets.link = &link;
+	sends.set_targets(targets);
+	OpRecord &a = post(sends, ctx(1), FI_SEND | FI_MSG);
+	OpRecord &b = post(sends, ctx(2), FI_SEND | FI_MSG);
+	OpRecord &c = post(sends, ctx(3), FI_SEND | FI_MSG, false);
+	OpRecord &d = post(sends, ctx(4), FI_SEND | FI_MSG);
+
+	CqEntry entries[4];
+	bool reported[4];
+	{
+		AllocationCount count;
+		reported[0] = cq->complete(completion_of(a, IBV_WC_SUCCESS, IBV_WC_SEND), &entries[0]);
+		reported[1] = cq->complete(completion_of(b, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND), &entries[1]);
+		reported[2] = cq->complete(completion_of(c, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND), &entries[2]);
+		reported[3] = cq->complete(completion_of(d, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND), &entries[3]);
+		cr_assert_eq(count.made(), 0u, "completing allocated %u times", count.made());
+	}
+	cr_assert(reported[0]);
+	cr_assert_eq(entries[0].op_context, ctx(1));
+	cr_assert_eq(entries[0].flags, static_cast<uint64_t>(FI_SEND | FI_MSG));
+	cr_assert_not(reported[1] || reported[2] || reported[3], "errors go to the error ring");
+	cr_assert_eq(cq->errors.size(), 2u, "the failure and the flush the application asked about");
+	cr_assert_eq(cq->errors.front().entry.op_context, ctx(2));
+	cr_assert_eq(cq->errors.front().entry.err, FI_EACCES);
+	cr_assert_eq(ok.load(), 1u);
+	cr_assert_eq(failed.load(), 3u);
+	cr_assert_eq(link.state(), LinkState::broken);
+	cr_assert_eq(sends.outstanding(), 0u);
+}
+
+Test(completion_path, a_multi_receive_buffer_allocates_nothing)
+{
+	auto cq = make_cq(16);
+	WorkQueue receives(QueueKind::recv, 8);
+	receives.set_multi(std::make_unique<MultiRecv>(16));
+	receives.multi->post_wr = [](MultiRecv &, ibv_recv_wr &) noexcept { return 0; };
+	receives.multi->ready = true;
+	uint8_t buffer[100];
+	OpRecord &record = receives.next();
+	record.context = ctx(5);
+	record.flags = FI_RECV | FI_MSG | kPlacedByNd;
+	record.len = sizeof(buffer);
+	record.report = true;
+	record.read_mark = 0;
+	receives.commit();
+	ibv_sge sge{reinterpret_cast<uintptr_t>(buffer), sizeof(buffer), 7};
+	cr_assert_eq(receives.multi->submit(&record, &sge, 1, true), 0);
+
+	CqEntry first, last;
+	{
+		AllocationCount count;
+		cr_assert(cq->complete(completion_of(record, IBV_WC_SUCCESS, IBV_WC_RECV, 40), &first));
+		cr_assert(cq->complete(completion_of(record, IBV_WC_SUCCESS, IBV_WC_RECV, 50), &last));
+		cr_assert_eq(count.made(), 0u, "completing allocated %u times", count.made());
+	}
+	cr_assert_eq(first.buf, buffer);
+	cr_assert_eq(first.flags, static_cast<uint64_t>(FI_RECV | FI_MSG), "not released yet");
+	cr_assert_eq(last.buf, buffer + 40);
+	cr_assert_eq(last.flags, static_cast<uint64_t>(FI_RECV | FI_MSG | FI_MULTI_RECV), "released");
+}
+
+Test(completion_path, framed_messages_matched_kept_truncated_and_ended_allocate_nothing)
+{
+	auto cq = make_cq(16);
+	FramedQueue f(4);
+	uint8_t small[4], big[64];
+	cr_assert_eq(f.framing->post(tagged_receive(ctx(10), big, sizeof(big), 0x10), *cq), 0);
+	cr_assert_eq(f.framing->post(tagged_receive(ctx(11), small, sizeof(small), 0x11), *cq), 0);
+	cr_assert_eq(f.framing->post(tagged_receive(ctx(12), big, sizeof(big), 0x12), *cq), 0);
+	const char hello[] = "hello, tagged";
+	const char longer[] = "longer than four";
+	CqEntry entry;
+	bool reported[4];
+	{
+		AllocationCount count;
+		/* Matched: copied into its receive, the buffer given back. */
+		reported[0] = cq->complete(f.message(*f.in_adapter[0], frame::Kind::tagged, 0x10, hello, sizeof(hello)), &entry);
+		/* Unexpected: no receive for tag 0x99; copied aside. */
+		reported[1] = cq->complete(f.message(*f.in_adapter[1], frame::Kind::tagged, 0x99, hello, 5), &entry);
+		/* Truncated: an FI_ETRUNC error entry with the bytes that fit. */
+		reported[2] = cq->complete(f.message(*f.in_adapter[2], frame::Kind::tagged, 0x11, longer, sizeof(longer)), &entry);
+		cr_assert_eq(count.made(), 0u, "completing allocated %u times", count.made());
+	}
+	cr_assert_not(reported[0] || reported[1] || reported[2], "framed entries go through the sink");
+	cr_assert_eq(cq->ready.size(), 1u);
+	cr_assert_eq(cq->ready.front().op_context, ctx(10));
+	cr_assert_eq(cq->ready.front().tag, 0x10u);
+	cr_assert_eq(cq->ready.front().len, sizeof(hello));
+	cr_assert_eq(std::memcmp(big, hello, sizeof(hello)), 0, "the bytes arrived");
+	cr_assert_eq(cq->errors.size(), 1u);
+	cr_assert_eq(cq->errors.front().entry.err, FI_ETRUNC);
+	cr_assert_eq(cq->errors.front().entry.olen, sizeof(longer) - sizeof(small));
+	cr_assert_eq(std::memcmp(small, longer, sizeof(small)), 0);
+	cr_assert_eq(f.reposted.size(), 3u, "every buffer is back in the adapter");
+	cr_assert_eq(f.framing->unexpected.size(), 1u);
+	cr_assert_eq(f.recv_ok.load(), 1u);
+	cr_assert_eq(f.recv_failed.load(), 1u);
+
+	/* A receive posted for the waiting message completes at once. */
+	uint8_t late[16] = {};
+	{
+		AllocationCount count;
+		cr_assert_eq(f.framing->post(tagged_receive(ctx(13), late, sizeof(late), 0x99), *cq), 0);
+		cr_assert_eq(count.made(), 0u, "completing at once allocated %u times", count.made());
+	}
+	cr_assert_eq(cq->ready.size(), 2u);
+	cr_assert_eq(std::memcmp(late, hello, 5), 0);
+	cr_assert_eq(f.framing->unexpected.size(), 0u);
+	cr_assert_eq(f.reposted.size(), 3u, "a copied message has no buffer to give back");
+
+	/* A message without the frame ends the connection: the link breaks
+	 * and the receive still waiting (0x12) is cancelled. */
+	{
+		AllocationCount count;
+		ibv_wc wc = completion_of(*f.in_adapter[3], IBV_WC_SUCCESS, IBV_WC_RECV, 3);
+		std::memcpy(f.in_adapter[3]->context, "bad", 3);
+		cr_assert_not(cq->complete(wc, &entry));
+		cr_assert_eq(count.made(), 0u, "ending the connection allocated %u times", count.made());
+	}
+	cr_assert_eq(f.link.state(), LinkState::broken);
+	cr_assert_eq(cq->errors.size(), 2u);
+	cq->errors.pop_front();
+	cr_assert_eq(cq->errors.front().entry.op_context, ctx(12));
+	cr_assert_eq(cq->errors.front().entry.err, FI_ECANCELED);
+	cr_assert(f.framing->posted.empty());
+}
+
+Test(completion_path, unread_errors_stop_the_poll_before_their_ring_is_full)
+{
+	auto cq = make_cq(4);
+	cr_assert_gt(cq->poll_budget, 0);
+	WorkQueue sends(QueueKind::send, 8);
+	CqEntry entry;
+	for (int i = 0; i < 4; i++) {
+		OpRecord &r = post(sends, ctx(i), FI_SEND | FI_MSG);
+		AllocationCount count;
+		cq->complete(completion_of(r, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND), &entry);
+		cr_assert_eq(count.made(), 0u);
+	}
+	cr_assert_eq(cq->errors.size(), 4u);
+	cr_assert_eq(cq->poll_budget, 0, "half the ring stays free for what one poll may end");
+	cr_assert_geq(cq->errors.room(), 4u);
+	CqError drained = cq->errors.front();
+	cq->errors.pop_front();
+	cq->update_poll_budget();
+	cr_assert_eq(drained.entry.op_context, ctx(0));
+	cr_assert_eq(cq->poll_budget, 1, "one read error, one more completion");
+}
+
+Test(completion_path, unexpected_messages_past_the_arena_wait_in_their_buffers)
+{
+	UnexpectedMessages store;
+	store.make(64, 2); /* room for two 24-byte copies and two buffers */
+	uint8_t buffers[4][32];
+	uint8_t bytes[24];
+	const frame::Header header = frame::make_header(frame::Kind::tagged, 1, false, 0);
+	bool copied[4];
+	{
+		AllocationCount count;
+		for (int i = 0; i < 4; i++) {
+			std::memset(bytes, i + 1, sizeof(bytes));
+			copied[i] = store.keep(header, buffers[i], bytes, sizeof(bytes));
+		}
+		cr_assert_eq(count.made(), 0u);
+	}
+	cr_assert(copied[0] && copied[1], "copied while the arena has room");
+	cr_assert_not(copied[2] || copied[3], "then kept in their buffers");
+	cr_assert_eq(store.size(), 4u);
+	cr_assert_eq(store[2].buffer, buffers[2]);
+	cr_assert_eq(store[0].payload[0], 1);
+	cr_assert_eq(store[1].payload[23], 2);
+	/* The newest copy taken first: the oldest still pins the arena. */
+	store.take(1);
+	std::memset(bytes, 9, sizeof(bytes));
+	cr_assert_not(store.keep(header, buffers[1], bytes, 24), "a ring: no room behind the oldest copy");
+	/* The oldest taken: its bytes serve the next copy. */
+	store.take(0);
+	cr_assert_eq(store[0].buffer, buffers[2], "arrival order is kept");
+	cr_assert(store.keep(header, buffers[0], bytes, 24), "room where the oldest was");
+	cr_assert_eq(store.size(), 4u);
+	cr_assert_eq(store[3].payload[0], 9);
+	cr_assert_null(store[3].buffer);
+	store.clear();
+	cr_assert_eq(store.size(), 0u);
+}
