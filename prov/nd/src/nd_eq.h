@@ -5,6 +5,8 @@
  * while the queue holds an entry: an eventfd, inside an epoll set so that
  * connection-manager channels can be added to the same set later and one fd
  * still tells the application when to read. FI_GETWAIT returns the epoll fd.
+ * Reading those channels and dispatching their events (the CM progress
+ * engine) is nd_cm_progress.cpp.
  *
  * Entries are stored whole (event, payload, error entry with its error
  * data); a read into a buffer too small for the head entry fails with
@@ -77,8 +79,9 @@ struct EventQueue {
 	int close();
 	int trywait();
 
-	/* The rdma_cm event channel of this EQ, created on first use and
-	 * added to the wait set. Objects bound to the EQ keep their ids on it. */
+	/* CM progress (nd_cm_progress.cpp). The rdma_cm event channel of
+	 * this EQ, created on first use and added to the wait set. Objects
+	 * bound to the EQ keep their ids on it. */
 	int cm_channel(rdma_event_channel **out);
 	/* Drains the CM channel and dispatches its events (see nd_cm.h). */
 	void progress();
@@ -101,8 +104,8 @@ struct EventQueue {
 
 	ChildCount bound;			/* endpoints and PEPs bound to this EQ */
 
-	/* Everything below is private to nd_eq.cpp; public only so the type
-	 * stays standard-layout for from_fid. */
+	/* Everything below is private to nd_eq.cpp and nd_cm_progress.cpp;
+	 * public only so the type stays standard-layout for from_fid. */
 	uint32_t api_version_;
 	ChildCount *parent_;
 	fi_wait_obj wait_obj_;
@@ -133,6 +136,8 @@ struct EventQueue {
 	int wait(int timeout_ms);
 	ssize_t check_read_args(uint32_t *event, void *buf, size_t len) const;
 };
+
+/* CM progress of the objects bound to an EQ (nd_cm_progress.cpp). */
 
 /* Runs `fn` under the progress lock of `eq`, the EQ an object is bound to
  * (or directly when it has none yet): connection calls and CM event
