@@ -13,8 +13,6 @@
 
 #include <fcntl.h>
 
-#include <sys/epoll.h>
-
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -39,11 +37,8 @@ int EventQueue::cm_channel(rdma_event_channel **out)
 				std::strerror(errno));
 			return -FI_EOTHER;
 		}
-		epoll_event ev{};
-		ev.events = EPOLLIN;
-		ev.data.fd = channel->fd;
-		if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, channel->fd, &ev) != 0) {
-			ND_WARN(FI_LOG_EQ, "epoll_ctl(CM channel): %s\n", std::strerror(errno));
+		if (int err = wait_fd_.add(channel->fd)) {
+			ND_WARN(FI_LOG_EQ, "epoll_ctl(CM channel): %s\n", std::strerror(err));
 			return -FI_ENOMEM;
 		}
 		cm_channel_ = std::move(channel);

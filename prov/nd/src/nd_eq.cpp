@@ -8,11 +8,8 @@
 #include "nd_cm_data.h"
 #include "nd_wait.h"
 
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <poll.h>
 #include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -123,21 +120,16 @@ fi_ops_eq eq_ops = {
 
 EventQueue::EventQueue(uint32_t api_version, ChildCount *parent, const fi_eq_attr &attr)
 	: eq{}, api_version_(api_version), parent_(parent), wait_obj_(attr.wait_obj),
-	  open_flags_(attr.flags), capacity_(attr.size ? attr.size : kDefaultEqSize),
-	  event_fd_(-1), epoll_fd_(-1)
+	  open_flags_(attr.flags), capacity_(attr.size ? attr.size : kDefaultEqSize)
 {
 }
 
 EventQueue::~EventQueue()
 {
-	if (wait_set_)
-		wait_set_->remove(&eq.fid, epoll_fd_);
+	wait_fd_.leave();
 	if (watching_async_)
-		async::unwatch(epoll_fd_);
-	if (epoll_fd_ >= 0)
-		::close(epoll_fd_);
-	if (event_fd_ >= 0)
-		::close(event_fd_);
+		async::unwatch(wait_fd_.fd());
+	/* wait_fd_ closes its fds. */
 }
 
 int EventQueue::open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr, void *context,
@@ -185,9 +177,8 @@ int EventQueue::open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr,
 	queue->eq.fid.ops = &eq_fid_ops;
 	queue->eq.ops = &eq_ops;
 	if (wait_set) { /* last: the set may try the EQ at once */
-		if ((ret = wait_set->add(&queue->eq.fid, queue->epoll_fd_)))
+		if ((ret = queue->wait_fd_.join(wait_set, &queue->eq.fid)))
 			return ret;
-		queue->wait_set_ = wait_set;
 	}
 	if (parent)
 		parent->acquire();
@@ -199,27 +190,13 @@ int EventQueue::init_wait()
 {
 	/* Even FI_WAIT_NONE EQs keep the eventfd: it costs one fd and keeps
 	 * trywait and the CM progress uniform. */
-	event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (event_fd_ < 0) {
-		int err = errno;
-		ND_WARN(FI_LOG_EQ, "fi_eq_open: eventfd: %s\n", std::strerror(err));
-		return fi_error_of_errno(err, -FI_ENOMEM);
-	}
-	epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-	if (epoll_fd_ < 0) {
-		int err = errno;
-		ND_WARN(FI_LOG_EQ, "fi_eq_open: epoll_create1: %s\n", std::strerror(err));
-		return fi_error_of_errno(err, -FI_ENOMEM);
-	}
-	epoll_event ev{};
-	ev.events = EPOLLIN;
-	ev.data.fd = event_fd_;
-	if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev) != 0) {
-		ND_WARN(FI_LOG_EQ, "fi_eq_open: epoll_ctl: %s\n", std::strerror(errno));
-		return -FI_ENOMEM;
+	if (int err = wait_fd_.open()) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_open: %s: %s\n", wait_fd_.failed_call(), std::strerror(err));
+		return wait_fd_.failed_call() == WaitFd::kEpollCtl ? -FI_ENOMEM
+								    : fi_error_of_errno(err, -FI_ENOMEM);
 	}
 	/* Verbs asynchronous events wake the EQ's waiters too. */
-	async::watch(epoll_fd_);
+	async::watch(wait_fd_.fd());
 	watching_async_ = true;
 	return 0;
 }
@@ -229,9 +206,7 @@ int EventQueue::init_wait()
  * has something to do. */
 void EventQueue::wake_locked()
 {
-	uint64_t one = 1;
-	ssize_t rc = ::write(event_fd_, &one, sizeof(one));
-	(void)rc;
+	wait_fd_.signal();
 }
 
 void EventQueue::signal_locked()
@@ -242,11 +217,8 @@ void EventQueue::signal_locked()
 
 void EventQueue::drain_signal_locked()
 {
-	if (entries_.empty()) {
-		uint64_t value;
-		ssize_t rc = ::read(event_fd_, &value, sizeof(value));
-		(void)rc;
-	}
+	if (entries_.empty())
+		wait_fd_.drain();
 }
 
 void EventQueue::push(EqEntry &&entry)
@@ -396,7 +368,7 @@ int EventQueue::wait(int timeout_ms)
 		sched_yield();
 		return 0;
 	}
-	pollfd pfd{epoll_fd_, POLLIN, 0};
+	pollfd pfd{wait_fd_.fd(), POLLIN, 0};
 	int rc = poll(&pfd, 1, timeout_ms);
 	if (rc < 0 && errno != EINTR)
 		return -errno;
@@ -428,7 +400,7 @@ ssize_t EventQueue::sread(uint32_t *event, void *buf, size_t len, int timeout, u
 
 int EventQueue::control(int command, void *arg)
 {
-	return control_wait(FI_LOG_EQ, "eq", command, arg, wait_obj_ == FI_WAIT_FD ? epoll_fd_ : -1,
+	return control_wait(FI_LOG_EQ, "eq", command, arg, wait_obj_ == FI_WAIT_FD ? wait_fd_.fd() : -1,
 			    wait_obj_);
 }
 

@@ -21,6 +21,7 @@
 #include "nd.h"
 #include "nd_cm.h"
 #include "nd_verbs.h"
+#include "nd_wait_fd.h"
 
 #include <rdma/fi_eq.h>
 
@@ -31,8 +32,6 @@
 #include <vector>
 
 namespace nd {
-
-struct WaitSet;
 
 struct EqEntry {
 	uint32_t event = 0;
@@ -111,10 +110,8 @@ struct EventQueue {
 	fi_wait_obj wait_obj_;
 	uint64_t open_flags_;
 	size_t capacity_;
-	int event_fd_;
-	int epoll_fd_;
-	WaitSet *wait_set_ = nullptr;		/* FI_WAIT_SET: joined with epoll_fd_ */
-	bool watching_async_ = false;		/* epoll_fd_ watches the async fds */
+	WaitFd wait_fd_;			/* eventfd, CM channel, async fds; FI_WAIT_SET joins it */
+	bool watching_async_ = false;		/* wait_fd_ watches the async fds */
 	std::mutex lock_;
 	std::mutex progress_lock_;
 	UniqueEventChannel cm_channel_;
