@@ -4,9 +4,6 @@
 #include "nd_unsupported.h"
 #include "nd_wait.h"
 
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,12 +15,8 @@ namespace nd {
 
 Counter::~Counter()
 {
-	if (wait_set)
-		wait_set->remove(&cntr.fid, epoll_fd);
-	if (epoll_fd >= 0)
-		::close(epoll_fd);
-	if (signal_fd >= 0)
-		::close(signal_fd);
+	wait_fd.leave();
+	/* wait_fd closes its fds. */
 }
 
 void Counter::attach(const void *user)
@@ -59,11 +52,7 @@ int Counter::watch(CompletionQueue *cq)
 		if (fd < 0) {
 			polled_sources++;
 		} else if (std::find(cqs.begin(), cqs.end(), cq) == cqs.end()) {
-			epoll_event ev{};
-			ev.events = EPOLLIN;
-			ev.data.fd = fd;
-			if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev)) {
-				int err = errno;
+			if (int err = wait_fd.add(fd)) {
 				ND_WARN(FI_LOG_CNTR, "fi_enable: counter epoll_ctl: %s\n", std::strerror(err));
 				return fi_error_of_errno(err);
 			}
@@ -86,7 +75,7 @@ void Counter::unwatch(CompletionQueue *cq) noexcept
 	if (fd < 0)
 		polled_sources--;
 	else if (std::find(cqs.begin(), cqs.end(), cq) == cqs.end())
-		epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+		wait_fd.remove(fd);
 }
 
 void Counter::progress()
@@ -113,8 +102,7 @@ void Counter::wake() noexcept
 {
 	if (!waitable)
 		return;
-	uint64_t one = 1;
-	(void)!::write(signal_fd, &one, sizeof(one));
+	wait_fd.signal();
 }
 
 /* Until the threshold, an error, or the timeout (milliseconds, -1 for
@@ -149,11 +137,9 @@ int Counter::wait(uint64_t threshold, int timeout)
 			std::this_thread::sleep_for(std::chrono::microseconds(50));
 			continue;
 		}
-		epoll_event events[8];
-		if (epoll_wait(epoll_fd, events, 8, left) < 0 && errno != EINTR)
+		if (wait_fd.wait(left) < 0 && errno != EINTR)
 			return fi_error_of_errno(errno);
-		uint64_t signals;
-		(void)!::read(signal_fd, &signals, sizeof(signals));
+		wait_fd.drain();
 	}
 }
 
@@ -171,8 +157,7 @@ int Counter::trywait()
 				     errors.load(std::memory_order_acquire);
 		return observed.exchange(now, std::memory_order_acq_rel) != now;
 	};
-	uint64_t signals;
-	const bool woken = ::read(signal_fd, &signals, sizeof(signals)) == sizeof(signals);
+	const bool woken = wait_fd.drain();
 	progress();
 	if (moved() || woken)
 		return -FI_EAGAIN;
@@ -258,7 +243,7 @@ int cntr_control(fid *fid, int command, void *arg) noexcept
 	Counter *counter = from_fid<Counter>(fid);
 	/* Only FI_WAIT_FD promises an fd; FI_WAIT_UNSPEC is for fi_cntr_wait. */
 	const bool fd = counter->wait_obj == FI_WAIT_FD;
-	return control_wait(FI_LOG_CNTR, "cntr", command, arg, fd ? counter->epoll_fd : -1,
+	return control_wait(FI_LOG_CNTR, "cntr", command, arg, fd ? counter->wait_fd.fd() : -1,
 			    fd ? FI_WAIT_FD : counter->wait_obj);
 }
 
@@ -319,22 +304,14 @@ int cntr_open(fid_domain *fdomain, fi_cntr_attr *attr, fid_cntr **out, void *con
 		if (counter->wait_obj == FI_WAIT_SET && !(set = wait_set_of(attr->wait_set, "fi_cntr_open")))
 			return -FI_EINVAL;
 		if (counter->waitable) {
-			counter->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-			counter->signal_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-			epoll_event ev{};
-			ev.events = EPOLLIN;
-			ev.data.fd = counter->signal_fd;
-			if (counter->epoll_fd < 0 || counter->signal_fd < 0 ||
-			    epoll_ctl(counter->epoll_fd, EPOLL_CTL_ADD, counter->signal_fd, &ev)) {
-				int err = errno;
+			if (int err = counter->wait_fd.open()) {
 				ND_WARN(FI_LOG_CNTR, "fi_cntr_open: wait fd: %s\n", std::strerror(err));
 				return fi_error_of_errno(err);
 			}
 		}
 		if (set) {
-			if (int rc = set->add(&counter->cntr.fid, counter->epoll_fd))
+			if (int rc = counter->wait_fd.join(set, &counter->cntr.fid))
 				return rc;
-			counter->wait_set = set;
 		}
 		counter->cntr.fid.fclass = FI_CLASS_CNTR;
 		counter->cntr.fid.context = context;

@@ -24,6 +24,7 @@
 #define ND_CNTR_H
 
 #include "nd.h"
+#include "nd_wait_fd.h"
 #include "nd_wq.h"
 
 #include <rdma/fi_domain.h>
@@ -36,7 +37,6 @@ namespace nd {
 
 struct CompletionQueue;
 struct Domain;
-struct WaitSet;
 
 struct Counter {
 	fid_cntr cntr;				/* first: from_fid<Counter> */
@@ -49,9 +49,7 @@ struct Counter {
 	ChildCount bound;
 	fi_wait_obj wait_obj = FI_WAIT_NONE;
 	bool waitable = false;			/* FD, SET or UNSPEC: the fds below */
-	int epoll_fd = -1;			/* the feeding CQs' channels, signal_fd */
-	int signal_fd = -1;			/* eventfd: fi_cntr_add/set woke it */
-	WaitSet *wait_set = nullptr;
+	WaitFd wait_fd;				/* the feeding CQs' channels; fi_cntr_add/set signal it */
 	int polled_sources = 0;			/* watched CQs with no channel */
 	std::atomic<uint64_t> observed{0};	/* value + errors at the last fi_trywait */
 

@@ -6,8 +6,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -258,8 +256,6 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 	cq->internal = internal;
 	cq->waitable = waitable;
 	cq->vector = vector;
-	cq->epoll_fd = -1;
-	cq->signal_fd = -1;
 	cq->reserved = 0;
 	cq->lock.enable(domain->threading == FI_THREAD_SAFE || domain->threading == FI_THREAD_ENDPOINT);
 	if (waitable) {
@@ -269,22 +265,20 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 			ND_WARN(FI_LOG_CQ, "fi_cq_open: ibv_create_comp_channel: %s\n", std::strerror(err));
 			return fi_error_of_errno(err);
 		}
-		cq->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-		cq->signal_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (cq->epoll_fd < 0 || cq->signal_fd < 0 || set_nonblocking(cq->channel->fd)) {
+		if (int err = cq->wait_fd.open()) {
+			ND_WARN(FI_LOG_CQ, "fi_cq_open: %s: %s\n",
+				cq->wait_fd.failed_call() == WaitFd::kEpollCtl ? "epoll_ctl" : "wait fd",
+				std::strerror(err));
+			return fi_error_of_errno(err);
+		}
+		if (set_nonblocking(cq->channel->fd)) {
 			int err = errno;
 			ND_WARN(FI_LOG_CQ, "fi_cq_open: wait fd: %s\n", std::strerror(err));
 			return fi_error_of_errno(err);
 		}
-		for (int fd : {cq->channel->fd, cq->signal_fd}) {
-			epoll_event ev{};
-			ev.events = EPOLLIN;
-			ev.data.fd = fd;
-			if (epoll_ctl(cq->epoll_fd, EPOLL_CTL_ADD, fd, &ev)) {
-				int err = errno;
-				ND_WARN(FI_LOG_CQ, "fi_cq_open: epoll_ctl: %s\n", std::strerror(err));
-				return fi_error_of_errno(err);
-			}
+		if (int err = cq->wait_fd.add(cq->channel->fd)) {
+			ND_WARN(FI_LOG_CQ, "fi_cq_open: epoll_ctl: %s\n", std::strerror(err));
+			return fi_error_of_errno(err);
 		}
 	}
 	VerbsCqSlot first;
@@ -310,9 +304,8 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 		     : format == FI_CQ_FORMAT_DATA  ? &cq_ops_data
 						    : &cq_ops_tagged;
 	if (wait_set) { /* last: the set may try the CQ at once */
-		if (int ret = wait_set->add(&cq->cq.fid, cq->epoll_fd))
+		if (int ret = cq->wait_fd.join(wait_set, &cq->cq.fid))
 			return ret;
-		cq->wait_set = wait_set;
 	}
 	domain->children.acquire();
 	*out = cq.release();
@@ -321,14 +314,10 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 
 CompletionQueue::~CompletionQueue()
 {
-	if (wait_set)
-		wait_set->remove(&cq.fid, epoll_fd);
-	if (epoll_fd >= 0)
-		::close(epoll_fd);
-	if (signal_fd >= 0)
-		::close(signal_fd);
-	/* The verbs CQs go before channel (declared after it): every
-	 * channel event was acknowledged when it was read. */
+	wait_fd.leave();
+	/* wait_fd closes its fds, then the verbs CQs go before channel
+	 * (declared after it): every channel event was acknowledged when it
+	 * was read. */
 }
 
 int CompletionQueue::close()
@@ -869,8 +858,7 @@ ssize_t CompletionQueue::sread(void *buf, size_t count, const void *, int timeou
 		 * a waiter wakes each second to read. */
 		if (stall_watch.count.load(std::memory_order_relaxed) && (wait_ms < 0 || wait_ms > 1000))
 			wait_ms = 1000;
-		epoll_event events[2];
-		int ready_fds = epoll_wait(epoll_fd, events, 2, wait_ms);
+		int ready_fds = wait_fd.wait(wait_ms);
 		if (ready_fds < 0 && errno != EINTR)
 			return fi_error_of_errno(errno);
 		if (ready_fds == 0 && stall_watch.count.load(std::memory_order_relaxed)) {
@@ -880,8 +868,7 @@ ssize_t CompletionQueue::sread(void *buf, size_t count, const void *, int timeou
 			look_for_stalls();
 		}
 		drain_channel(channel.get());
-		uint64_t signals;
-		if (::read(signal_fd, &signals, sizeof(signals)) == sizeof(signals))
+		if (wait_fd.drain())
 			return -FI_EAGAIN; /* fi_cq_signal: wake the waiter */
 	}
 }
@@ -900,13 +887,12 @@ int CompletionQueue::signal()
 		ND_WARN(FI_LOG_CQ, "fi_cq_signal: the CQ was opened with FI_WAIT_NONE\n");
 		return -FI_EINVAL;
 	}
-	uint64_t one = 1;
-	return ::write(signal_fd, &one, sizeof(one)) == sizeof(one) ? 0 : -FI_EIO;
+	return wait_fd.signal();
 }
 
 int CompletionQueue::control(int command, void *arg)
 {
-	return control_wait(FI_LOG_CQ, "cq", command, arg, waitable ? epoll_fd : -1,
+	return control_wait(FI_LOG_CQ, "cq", command, arg, waitable ? wait_fd.fd() : -1,
 			    waitable ? FI_WAIT_FD : FI_WAIT_NONE);
 }
 
@@ -921,8 +907,7 @@ int CompletionQueue::trywait()
 	if (!ready.empty() || !errors.empty())
 		return -FI_EAGAIN;
 	drain_channel(channel.get());
-	uint64_t signals;
-	(void)!::read(signal_fd, &signals, sizeof(signals));
+	wait_fd.drain();
 	if (int rc = arm_all())
 		return fi_error_of_errno(rc);
 	progress_locked();

@@ -21,7 +21,7 @@
  * Reads poll the verbs CQs in turn, starting where the last read stopped.
  *
  * Waiting (FI_WAIT_FD, FI_WAIT_UNSPEC, FI_WAIT_SET): a completion channel and an eventfd
- * (fi_cq_signal) inside one epoll set; FI_GETWAIT returns the epoll fd and
+ * (fi_cq_signal) inside one epoll set (a WaitFd); FI_GETWAIT returns the epoll fd and
  * fi_trywait arms the CQ.
  *
  * An endpoint with no CQ bound for a direction still needs a verbs CQ: it
@@ -32,6 +32,7 @@
 
 #include "nd.h"
 #include "nd_verbs.h"
+#include "nd_wait_fd.h"
 #include "nd_wq.h"
 
 #include <rdma/fi_eq.h>
@@ -45,7 +46,6 @@
 namespace nd {
 
 struct Domain;
-struct WaitSet;
 
 using UniqueCompChannel = VerbsHandle<ibv_comp_channel, ibv_destroy_comp_channel>;
 
@@ -164,9 +164,7 @@ struct CompletionQueue {
 	bool resizable = true;			/* false once ibv_resize_cq is refused (siw) */
 	int capacity;				/* entries all verbs CQs hold */
 	int reserved;				/* requests that may complete into them */
-	int epoll_fd;
-	WaitSet *wait_set = nullptr;		/* FI_WAIT_SET: joined with epoll_fd */
-	int signal_fd;
+	WaitFd wait_fd;				/* waitable: channel, fi_cq_signal; FI_WAIT_SET joins it */
 	/* The lock and the two rings are the CQ's alone: other objects queue
 	 * entries through the Sink below, complete_now and report_canceled
 	 * (layering.sh checks that no other file names them). */

@@ -1,4 +1,6 @@
-/* nd_eq.cpp: the event queue (fid_eq), see nd_eq.h. */
+/* nd_eq.cpp: the event queue (fid_eq), see nd_eq.h: its entries, reads,
+ * writes and wait fd. Reading the CM channel into it, the deferred work and
+ * the progress lock are nd_cm_progress.cpp's. */
 #include "nd_eq.h"
 #include "nd_async.h"
 #include "nd_unsupported.h"
@@ -6,13 +8,8 @@
 #include "nd_cm_data.h"
 #include "nd_wait.h"
 
-#include <fcntl.h>
-
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <poll.h>
 #include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -123,21 +120,16 @@ fi_ops_eq eq_ops = {
 
 EventQueue::EventQueue(uint32_t api_version, ChildCount *parent, const fi_eq_attr &attr)
 	: eq{}, api_version_(api_version), parent_(parent), wait_obj_(attr.wait_obj),
-	  open_flags_(attr.flags), capacity_(attr.size ? attr.size : kDefaultEqSize),
-	  event_fd_(-1), epoll_fd_(-1)
+	  open_flags_(attr.flags), capacity_(attr.size ? attr.size : kDefaultEqSize)
 {
 }
 
 EventQueue::~EventQueue()
 {
-	if (wait_set_)
-		wait_set_->remove(&eq.fid, epoll_fd_);
+	wait_fd_.leave();
 	if (watching_async_)
-		async::unwatch(epoll_fd_);
-	if (epoll_fd_ >= 0)
-		::close(epoll_fd_);
-	if (event_fd_ >= 0)
-		::close(event_fd_);
+		async::unwatch(wait_fd_.fd());
+	/* wait_fd_ closes its fds. */
 }
 
 int EventQueue::open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr, void *context,
@@ -185,9 +177,8 @@ int EventQueue::open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr,
 	queue->eq.fid.ops = &eq_fid_ops;
 	queue->eq.ops = &eq_ops;
 	if (wait_set) { /* last: the set may try the EQ at once */
-		if ((ret = wait_set->add(&queue->eq.fid, queue->epoll_fd_)))
+		if ((ret = queue->wait_fd_.join(wait_set, &queue->eq.fid)))
 			return ret;
-		queue->wait_set_ = wait_set;
 	}
 	if (parent)
 		parent->acquire();
@@ -199,27 +190,13 @@ int EventQueue::init_wait()
 {
 	/* Even FI_WAIT_NONE EQs keep the eventfd: it costs one fd and keeps
 	 * trywait and the CM progress uniform. */
-	event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (event_fd_ < 0) {
-		int err = errno;
-		ND_WARN(FI_LOG_EQ, "fi_eq_open: eventfd: %s\n", std::strerror(err));
-		return fi_error_of_errno(err, -FI_ENOMEM);
-	}
-	epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-	if (epoll_fd_ < 0) {
-		int err = errno;
-		ND_WARN(FI_LOG_EQ, "fi_eq_open: epoll_create1: %s\n", std::strerror(err));
-		return fi_error_of_errno(err, -FI_ENOMEM);
-	}
-	epoll_event ev{};
-	ev.events = EPOLLIN;
-	ev.data.fd = event_fd_;
-	if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev) != 0) {
-		ND_WARN(FI_LOG_EQ, "fi_eq_open: epoll_ctl: %s\n", std::strerror(errno));
-		return -FI_ENOMEM;
+	if (int err = wait_fd_.open()) {
+		ND_WARN(FI_LOG_EQ, "fi_eq_open: %s: %s\n", wait_fd_.failed_call(), std::strerror(err));
+		return wait_fd_.failed_call() == WaitFd::kEpollCtl ? -FI_ENOMEM
+								    : fi_error_of_errno(err, -FI_ENOMEM);
 	}
 	/* Verbs asynchronous events wake the EQ's waiters too. */
-	async::watch(epoll_fd_);
+	async::watch(wait_fd_.fd());
 	watching_async_ = true;
 	return 0;
 }
@@ -229,9 +206,7 @@ int EventQueue::init_wait()
  * has something to do. */
 void EventQueue::wake_locked()
 {
-	uint64_t one = 1;
-	ssize_t rc = ::write(event_fd_, &one, sizeof(one));
-	(void)rc;
+	wait_fd_.signal();
 }
 
 void EventQueue::signal_locked()
@@ -242,11 +217,8 @@ void EventQueue::signal_locked()
 
 void EventQueue::drain_signal_locked()
 {
-	if (entries_.empty()) {
-		uint64_t value;
-		ssize_t rc = ::read(event_fd_, &value, sizeof(value));
-		(void)rc;
-	}
+	if (entries_.empty())
+		wait_fd_.drain();
 }
 
 void EventQueue::push(EqEntry &&entry)
@@ -294,205 +266,6 @@ ssize_t EventQueue::check_read_args(uint32_t *event, void *buf, size_t len) cons
 		ND_WARN(FI_LOG_EQ, "fi_eq_read: buf is NULL with len %zu\n", len);
 		return -FI_EINVAL;
 	}
-	return 0;
-}
-
-int EventQueue::cm_channel(rdma_event_channel **out)
-{
-	std::lock_guard<std::mutex> guard(lock_);
-	if (!cm_channel_) {
-		UniqueEventChannel channel(rdma_create_event_channel());
-		if (!channel) {
-			int err = errno;
-			ND_WARN(FI_LOG_EQ, "rdma_create_event_channel: %s\n", std::strerror(err));
-			return fi_error_of_errno(err);
-		}
-		int flags = fcntl(channel->fd, F_GETFL);
-		if (flags < 0 || fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-			ND_WARN(FI_LOG_EQ, "cannot make the CM channel non-blocking: %s\n",
-				std::strerror(errno));
-			return -FI_EOTHER;
-		}
-		epoll_event ev{};
-		ev.events = EPOLLIN;
-		ev.data.fd = channel->fd;
-		if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, channel->fd, &ev) != 0) {
-			ND_WARN(FI_LOG_EQ, "epoll_ctl(CM channel): %s\n", std::strerror(errno));
-			return -FI_ENOMEM;
-		}
-		cm_channel_ = std::move(channel);
-	}
-	*out = cm_channel_.get();
-	return 0;
-}
-
-namespace {
-
-CmEventCopy copy_event(const rdma_cm_event &event)
-{
-	CmEventCopy copy;
-	copy.type = event.event;
-	copy.status = event.status;
-	copy.id = event.id;
-	copy.listen_id = event.listen_id;
-	copy.responder_resources = event.param.conn.responder_resources;
-	copy.initiator_depth = event.param.conn.initiator_depth;
-	copy.qp_num = event.param.conn.qp_num;
-	if (event.param.conn.private_data && event.param.conn.private_data_len) {
-		const uint8_t *data = static_cast<const uint8_t *>(event.param.conn.private_data);
-		copy.private_data.assign(data, data + event.param.conn.private_data_len);
-	}
-	return copy;
-}
-
-void dispatch(const CmEventCopy &event)
-{
-	/* A connection request belongs to the listener until someone takes it. */
-	rdma_cm_id *owner_id = event.type == RDMA_CM_EVENT_CONNECT_REQUEST ? event.listen_id
-									   : event.id;
-	auto *target = owner_id ? static_cast<CmTarget *>(owner_id->context) : nullptr;
-	if (!target) {
-		ND_INFO(FI_LOG_EQ, "CM event %s for an id nobody owns; absorbed\n",
-			cm::event_name(event.type));
-		return;
-	}
-	switch (target->kind) {
-	case CmTargetKind::passive_endpoint:
-		pep_cm_event(target->owner, event);
-		break;
-	case CmTargetKind::connection_request:
-		connreq_cm_event(target->owner, event);
-		break;
-	case CmTargetKind::endpoint:
-		ep_cm_event(target->owner, event);
-		break;
-	}
-}
-
-} // namespace
-
-void EventQueue::progress()
-{
-	/* A queue pair or device that failed: its owners' error entries. */
-	async::drain();
-	rdma_event_channel *channel;
-	bool deferred;
-	{
-		std::lock_guard<std::mutex> guard(lock_);
-		channel = cm_channel_.get();
-		deferred = !deferred_.empty();
-	}
-	if (!channel && !deferred)
-		return;
-	std::lock_guard<std::mutex> progress_guard(progress_lock_);
-	run_deferred();
-	if (!channel)
-		return;
-	for (;;) {
-		rdma_cm_event *raw = nullptr;
-		if (rdma_get_cm_event(channel, &raw)) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				ND_WARN(FI_LOG_EQ, "rdma_get_cm_event: %s\n", std::strerror(errno));
-			return;
-		}
-		CmEventCopy copy;
-		try {
-			copy = copy_event(*raw);
-		} catch (...) {
-			rdma_ack_cm_event(raw);
-			throw;
-		}
-		/* Acknowledge before acting: rdma_destroy_id waits for every
-		 * event of its id to be acknowledged. */
-		rdma_ack_cm_event(raw);
-		ND_TRACE(FI_LOG_EQ, "CM event %s status %d\n", cm::event_name(copy.type), copy.status);
-		dispatch(copy);
-	}
-}
-
-int EventQueue::defer(void (*run)(void *owner), void *owner) noexcept
-{
-	std::lock_guard<std::mutex> guard(lock_);
-	try {
-		deferred_.push_back({run, owner});
-	} catch (const std::bad_alloc &) {
-		ND_WARN(FI_LOG_EQ, "EQ %p: out of memory for the work of %p; not queued\n",
-			static_cast<void *>(this), owner);
-		return -FI_ENOMEM;
-	}
-	/* An empty EQ's waiter sleeps: wake it to progress. */
-	if (entries_.empty() && deferred_.size() == 1)
-		wake_locked();
-	return 0;
-}
-
-void EventQueue::cancel_deferred(void *owner) noexcept
-{
-	std::lock_guard<std::mutex> progress_guard(progress_lock_);
-	std::lock_guard<std::mutex> guard(lock_);
-	deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(),
-				       [owner](const Deferred &d) { return d.owner == owner; }),
-			deferred_.end());
-}
-
-void EventQueue::run_deferred()
-{
-	std::vector<Deferred> work;
-	{
-		std::lock_guard<std::mutex> guard(lock_);
-		if (deferred_.empty())
-			return;
-		work.swap(deferred_);
-	}
-	for (const Deferred &d : work)
-		d.run(d.owner);
-	/* The wake-up defer() sent is spent when nothing came of it. */
-	std::lock_guard<std::mutex> guard(lock_);
-	if (deferred_.empty())
-		drain_signal_locked();
-}
-
-void EventQueue::progress_if_idle()
-{
-	if (!depth())
-		progress();
-}
-
-int ensure_cm_id(EventQueue *eq, CmIdHolder &cm, CmTarget *target)
-{
-	rdma_event_channel *channel = nullptr;
-	if (eq) {
-		int ret = eq->cm_channel(&channel);
-		if (ret)
-			return ret;
-	}
-	return cm.ensure(channel, target);
-}
-
-int bind_cm_to_eq(EventQueue *eq, CmIdHolder &cm, EventQueue **slot, EventQueue *home,
-		  const std::function<void()> &moved)
-{
-	rdma_event_channel *channel;
-	int ret = eq->cm_channel(&channel);
-	if (ret)
-		return ret;
-	std::unique_lock<std::mutex> eq_guard(eq->progress_lock(), std::defer_lock);
-	std::unique_lock<std::mutex> home_guard;
-	if (home && home != eq) {
-		home_guard = std::unique_lock<std::mutex>(home->progress_lock(), std::defer_lock);
-		std::lock(eq_guard, home_guard);
-	} else {
-		eq_guard.lock();
-	}
-	ret = cm.migrate(channel);
-	if (ret)
-		return ret;
-	*slot = eq;
-	eq->bound.acquire();
-	if (home)
-		home->bound.release();
-	if (moved)
-		moved();
 	return 0;
 }
 
@@ -595,7 +368,7 @@ int EventQueue::wait(int timeout_ms)
 		sched_yield();
 		return 0;
 	}
-	pollfd pfd{epoll_fd_, POLLIN, 0};
+	pollfd pfd{wait_fd_.fd(), POLLIN, 0};
 	int rc = poll(&pfd, 1, timeout_ms);
 	if (rc < 0 && errno != EINTR)
 		return -errno;
@@ -627,7 +400,7 @@ ssize_t EventQueue::sread(uint32_t *event, void *buf, size_t len, int timeout, u
 
 int EventQueue::control(int command, void *arg)
 {
-	return control_wait(FI_LOG_EQ, "eq", command, arg, wait_obj_ == FI_WAIT_FD ? epoll_fd_ : -1,
+	return control_wait(FI_LOG_EQ, "eq", command, arg, wait_obj_ == FI_WAIT_FD ? wait_fd_.fd() : -1,
 			    wait_obj_);
 }
 

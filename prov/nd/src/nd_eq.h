@@ -5,6 +5,8 @@
  * while the queue holds an entry: an eventfd, inside an epoll set so that
  * connection-manager channels can be added to the same set later and one fd
  * still tells the application when to read. FI_GETWAIT returns the epoll fd.
+ * Reading those channels and dispatching their events (the CM progress
+ * engine) is nd_cm_progress.cpp.
  *
  * Entries are stored whole (event, payload, error entry with its error
  * data); a read into a buffer too small for the head entry fails with
@@ -19,6 +21,7 @@
 #include "nd.h"
 #include "nd_cm.h"
 #include "nd_verbs.h"
+#include "nd_wait_fd.h"
 
 #include <rdma/fi_eq.h>
 
@@ -29,8 +32,6 @@
 #include <vector>
 
 namespace nd {
-
-struct WaitSet;
 
 struct EqEntry {
 	uint32_t event = 0;
@@ -77,8 +78,9 @@ struct EventQueue {
 	int close();
 	int trywait();
 
-	/* The rdma_cm event channel of this EQ, created on first use and
-	 * added to the wait set. Objects bound to the EQ keep their ids on it. */
+	/* CM progress (nd_cm_progress.cpp). The rdma_cm event channel of
+	 * this EQ, created on first use and added to the wait set. Objects
+	 * bound to the EQ keep their ids on it. */
 	int cm_channel(rdma_event_channel **out);
 	/* Drains the CM channel and dispatches its events (see nd_cm.h). */
 	void progress();
@@ -101,17 +103,15 @@ struct EventQueue {
 
 	ChildCount bound;			/* endpoints and PEPs bound to this EQ */
 
-	/* Everything below is private to nd_eq.cpp; public only so the type
-	 * stays standard-layout for from_fid. */
+	/* Everything below is private to nd_eq.cpp and nd_cm_progress.cpp;
+	 * public only so the type stays standard-layout for from_fid. */
 	uint32_t api_version_;
 	ChildCount *parent_;
 	fi_wait_obj wait_obj_;
 	uint64_t open_flags_;
 	size_t capacity_;
-	int event_fd_;
-	int epoll_fd_;
-	WaitSet *wait_set_ = nullptr;		/* FI_WAIT_SET: joined with epoll_fd_ */
-	bool watching_async_ = false;		/* epoll_fd_ watches the async fds */
+	WaitFd wait_fd_;			/* eventfd, CM channel, async fds; FI_WAIT_SET joins it */
+	bool watching_async_ = false;		/* wait_fd_ watches the async fds */
 	std::mutex lock_;
 	std::mutex progress_lock_;
 	UniqueEventChannel cm_channel_;
@@ -133,6 +133,8 @@ struct EventQueue {
 	int wait(int timeout_ms);
 	ssize_t check_read_args(uint32_t *event, void *buf, size_t len) const;
 };
+
+/* CM progress of the objects bound to an EQ (nd_cm_progress.cpp). */
 
 /* Runs `fn` under the progress lock of `eq`, the EQ an object is bound to
  * (or directly when it has none yet): connection calls and CM event

@@ -1,14 +1,12 @@
 /*
- * nd_pep.h: the passive endpoint (fid_pep), ND's listener, and the
- * connection requests it hands out (FI_CLASS_CONNREQ handles).
+ * nd_pep.h: the passive endpoint (fid_pep), ND's listener, which hands out
+ * connection requests (FI_CLASS_CONNREQ handles, nd_conn_request.h).
  *
  * Every request arrives as one FI_CONNREQ whose info carries the requester's
  * address, the listener's local address, the exact private data the
- * requester sent, and a handle. The handle is a ConnRequest: it holds the
- * new rdma_cm id and the requester's offered read limits (readable with
- * fi_nd_peer_read_limits before accepting) until fi_endpoint takes it or
- * fi_reject refuses it. Requests never taken are rejected when the passive
- * endpoint closes.
+ * requester sent, and a handle, the ConnRequest, which the listener holds
+ * until fi_endpoint takes it or fi_reject refuses it. Requests never taken
+ * are rejected when the passive endpoint closes.
  */
 #ifndef ND_PEP_H
 #define ND_PEP_H
@@ -16,6 +14,7 @@
 #include "nd.h"
 #include "nd_cm.h"
 #include "nd_cm_data.h"
+#include "nd_conn_request.h"
 
 #include <rdma/fi_endpoint.h>
 
@@ -28,25 +27,6 @@ struct Fabric;
 struct EventQueue;
 struct PassiveEndpoint;
 
-struct ConnRequest {
-	fid handle;				/* first: FI_CLASS_CONNREQ */
-	CmTarget target;
-	PassiveEndpoint *pep;
-	rdma_cm_id *id;
-	/* The requester's values as rdma_cm reports them to us. */
-	uint8_t responder_resources;
-	uint8_t initiator_depth;
-	/* The requester gave up (rejected or timed out) before an answer. */
-	bool peer_gone;
-	/* iWARP: its receive-credit offer (nd_credits.h), if it made one. */
-	std::optional<cm::CreditOffer> credit_offer;
-
-	cm::ReadLimits offer() const noexcept
-	{
-		return cm::peer_offer(responder_resources, initiator_depth);
-	}
-};
-
 /* Takes a request out of its listener's hands for fi_endpoint: under the
  * listener EQ's progress lock the request leaves the listener and `adopt`
  * runs, so that no event handler of the request (nor of its new owner, once
@@ -55,7 +35,6 @@ struct ConnRequest {
  * `adopt` returns false to refuse the request (the caller then rejects it).
  * Returns nullptr (logged) for a handle that is not a live request. */
 ConnRequest *take_request(fid *handle, const std::function<bool(ConnRequest &)> &adopt);
-void release_request(ConnRequest *request) noexcept;
 
 /* fi_getinfo(3) with hints->handle a passive endpoint: the address it is
  * bound to, port included. -FI_ENOENT when the handle is not a live passive

@@ -2,9 +2,10 @@
  * nd_wait.h: wait sets (fi_wait_open): one fd, or one fi_wait call, that
  * sleeps until any of several CQs, EQs and counters has something to read.
  *
- * Each member keeps its own FI_WAIT_FD machinery (a CQ's completion channel
- * and eventfd, an EQ's eventfd and CM channels, each in the member's epoll
- * set); the wait set's epoll set holds the members' epoll fds, which Linux
+ * Each member keeps its own FI_WAIT_FD machinery, a WaitFd (nd_wait_fd.h: a
+ * CQ's completion channel and eventfd, an EQ's eventfd and CM channels, each
+ * in the member's epoll set), which joins and leaves the set; the wait set's
+ * epoll set holds the members' epoll fds, which Linux
  * nests. fi_wait first asks every member, as fi_trywait would (progress,
  * then arm), whether something is there already, and sleeps only when none
  * has; a wake-up with nothing to read (a channel event for a completion

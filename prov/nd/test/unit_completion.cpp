@@ -102,8 +102,6 @@ std::unique_ptr<CompletionQueue> make_cq(int capacity)
 	cq->internal = false;
 	cq->waitable = false;
 	cq->vector = 0;
-	cq->epoll_fd = -1;
-	cq->signal_fd = -1;
 	cq->capacity = capacity;
 	cq->reserved = capacity;
 	cq->ready.reserve(static_cast<size_t>(capacity));
