@@ -31,7 +31,7 @@ namespace nd {
 
 int Endpoint::bind_cq(CompletionQueue *cq, uint64_t flags)
 {
-	if (enabled) {
+	if (fsm.enabled()) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): bind before fi_enable\n");
 		return -FI_EOPBADSTATE;
 	}
@@ -45,19 +45,19 @@ int Endpoint::bind_cq(CompletionQueue *cq, uint64_t flags)
 			"optionally FI_SELECTIVE_COMPLETION\n", static_cast<unsigned long long>(flags));
 		return -FI_EBADFLAGS;
 	}
-	if (((flags & FI_TRANSMIT) && user_tx_cq) || ((flags & FI_RECV) && user_rx_cq)) {
+	if (((flags & FI_TRANSMIT) && bindings.user_tx_cq) || ((flags & FI_RECV) && bindings.user_rx_cq)) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): a CQ is already bound for that direction\n");
 		return -FI_EINVAL;
 	}
 	const bool selective = flags & FI_SELECTIVE_COMPLETION;
 	if (flags & FI_TRANSMIT) {
-		user_tx_cq = cq;
-		tx_selective = selective;
+		bindings.user_tx_cq = cq;
+		bindings.tx_selective = selective;
 		cq->bound.acquire();
 	}
 	if (flags & FI_RECV) {
-		user_rx_cq = cq;
-		rx_selective = selective;
+		bindings.user_rx_cq = cq;
+		bindings.rx_selective = selective;
 		cq->bound.acquire();
 	}
 	return 0;
@@ -65,7 +65,7 @@ int Endpoint::bind_cq(CompletionQueue *cq, uint64_t flags)
 
 int Endpoint::bind_cntr(Counter *cntr, uint64_t flags)
 {
-	if (enabled) {
+	if (fsm.enabled()) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): bind before fi_enable\n");
 		return -FI_EOPBADSTATE;
 	}
@@ -85,11 +85,11 @@ int Endpoint::bind_cntr(Counter *cntr, uint64_t flags)
 			static_cast<unsigned long long>(flags));
 		return -FI_EBADFLAGS;
 	}
-	if ((flags & FI_RECV) && srx) {
+	if ((flags & FI_RECV) && bindings.srx) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): receive counters with a shared receive context are not supported\n");
 		return -FI_ENOSYS;
 	}
-	Counter **slots[] = {&send_cntr, &recv_cntr, &read_cntr, &write_cntr};
+	Counter **slots[] = {&bindings.send_cntr, &bindings.recv_cntr, &bindings.read_cntr, &bindings.write_cntr};
 	const uint64_t bits[] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE};
 	for (int i = 0; i < 4; i++) {
 		if ((flags & bits[i]) && *slots[i]) {
@@ -126,32 +126,32 @@ int check_context_bind(const char *call, bool enabled, bool has_one, bool same_d
 
 int Endpoint::bind_srx(SharedRx *rx)
 {
-	if (framed) {
+	if (options.framed) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): an endpoint with FI_TAGGED matches its messages in nd "
 			"and takes no shared receive context\n");
 		return -FI_EOPNOTSUPP;
 	}
-	if (int ret = check_context_bind("fi_ep_bind(srx)", enabled, srx, rx->domain == domain))
+	if (int ret = check_context_bind("fi_ep_bind(srx)", fsm.enabled(), bindings.srx, rx->domain == domain))
 		return ret;
-	if (recv_cntr) {
+	if (bindings.recv_cntr) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): receive counters with a shared receive context are not supported\n");
 		return -FI_ENOSYS;
 	}
-	srx = rx;
+	bindings.srx = rx;
 	rx->bound.acquire();
 	return 0;
 }
 
 int Endpoint::bind_stx(SharedTx *tx)
 {
-	if (int ret = check_context_bind("fi_ep_bind(stx)", enabled, stx, tx->domain == domain))
+	if (int ret = check_context_bind("fi_ep_bind(stx)", fsm.enabled(), bindings.stx, tx->domain == domain))
 		return ret;
 	if (info->ep_attr->tx_ctx_cnt != FI_SHARED_CONTEXT) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(stx): the endpoint was opened with its own transmit "
 			"context; ask for ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT\n");
 		return -FI_EINVAL;
 	}
-	stx = tx;
+	bindings.stx = tx;
 	tx->bound.acquire();
 	return 0;
 }
@@ -161,61 +161,61 @@ int Endpoint::bind_stx(SharedTx *tx)
 int Endpoint::setup_data_path()
 {
 	/* A shared transmit context's attributes stand for the endpoint's own. */
-	const fi_tx_attr &tx_attr = stx ? stx->attr : *info->tx_attr;
+	const fi_tx_attr &tx_attr = bindings.stx ? bindings.stx->attr : *info->tx_attr;
 	const uint32_t tx = static_cast<uint32_t>(tx_attr.size ? tx_attr.size : 1);
 	const uint32_t rx = static_cast<uint32_t>(info->rx_attr->size ? info->rx_attr->size : 1);
-	tx_iov_limit = static_cast<uint32_t>(tx_attr.iov_limit ? tx_attr.iov_limit : 1);
-	rx_iov_limit = static_cast<uint32_t>(info->rx_attr->iov_limit ? info->rx_attr->iov_limit : 1);
-	if (tx_iov_limit > kMaxSge || rx_iov_limit > kMaxSge) {
-		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: iov_limit %u/%u > %zu\n", tx_iov_limit, rx_iov_limit,
+	data.tx_iov_limit = static_cast<uint32_t>(tx_attr.iov_limit ? tx_attr.iov_limit : 1);
+	data.rx_iov_limit = static_cast<uint32_t>(info->rx_attr->iov_limit ? info->rx_attr->iov_limit : 1);
+	if (data.tx_iov_limit > kMaxSge || data.rx_iov_limit > kMaxSge) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: iov_limit %u/%u > %zu\n", data.tx_iov_limit, data.rx_iov_limit,
 			kMaxSge);
 		return -FI_EINVAL;
 	}
-	const uint32_t rx_completions = srx ? srx->queue.depth : rx;
+	const uint32_t rx_completions = bindings.srx ? bindings.srx->queue.depth : rx;
 	/* iWARP: receive credits, whose writes take send-ring slots of their
 	 * own and complete into the send CQ (nd_credits.h). */
 	const uint32_t credit_slots = wants_credits() ? ReceiveCredits::kWriteSlots : 0;
-	if (credit_slots && !(credits = ReceiveCredits::open(domain->pd.get())))
+	if (credit_slots && !(data.credits = ReceiveCredits::open(domain->pd.get())))
 		return -FI_ENOMEM;
 	const uint32_t tx_completions = tx + 1 + credit_slots; /* + the close marker */
-	if (!user_tx_cq || !user_rx_cq) {
+	if (!bindings.user_tx_cq || !bindings.user_rx_cq) {
 		/* Sized for the reservations below (the send queue's includes the
 		 * close marker), so that they never resize it. */
 		fi_cq_attr attr{};
-		attr.size = (user_tx_cq ? 0 : tx_completions) + (user_rx_cq ? 0 : rx_completions);
+		attr.size = (bindings.user_tx_cq ? 0 : tx_completions) + (bindings.user_rx_cq ? 0 : rx_completions);
 		attr.format = FI_CQ_FORMAT_CONTEXT;
 		/* A counter with a wait object sleeps on its CQs' channels. */
 		bool counter_waits = false;
-		for_each_counter([&](Counter *c) { counter_waits |= c->waitable; });
+		bindings.for_each_counter([&](Counter *c) { counter_waits |= c->waitable; });
 		attr.wait_obj = counter_waits ? FI_WAIT_FD : FI_WAIT_NONE;
-		int ret = CompletionQueue::open(domain, &attr, nullptr, true, &own_cq);
+		int ret = CompletionQueue::open(domain, &attr, nullptr, true, &bindings.own_cq);
 		if (ret)
 			return ret;
 	}
-	tx_cq = user_tx_cq ? user_tx_cq : own_cq;
-	rx_cq = user_rx_cq ? user_rx_cq : own_cq;
+	bindings.tx_cq = bindings.user_tx_cq ? bindings.user_tx_cq : bindings.own_cq;
+	bindings.rx_cq = bindings.user_rx_cq ? bindings.user_rx_cq : bindings.own_cq;
 	/* Both sides on one CQ reserve in one step, so that a CQ that has to
 	 * grow grows once (on Soft-RoCE each resize is a system call and a new
 	 * mapping of the queue, and connection setup paid for two). */
-	const bool one_cq = tx_cq == rx_cq;
-	int ret = tx_cq->reserve(static_cast<int>(tx_completions + (one_cq ? rx_completions : 0)), &tx_verbs_cq);
+	const bool one_cq = bindings.tx_cq == bindings.rx_cq;
+	int ret = bindings.tx_cq->reserve(static_cast<int>(tx_completions + (one_cq ? rx_completions : 0)), &data.tx_verbs_cq);
 	if (ret)
 		return ret;
 	/* One step on one CQ: both directions complete into the same verbs
 	 * CQ, and the receive side's share goes back with the send side's. */
-	tx_reserved = tx_completions + (one_cq ? rx_completions : 0);
-	rx_verbs_cq = tx_verbs_cq;
+	data.tx_reserved = tx_completions + (one_cq ? rx_completions : 0);
+	data.rx_verbs_cq = data.tx_verbs_cq;
 	if (!one_cq) {
-		if ((ret = rx_cq->reserve(static_cast<int>(rx_completions), &rx_verbs_cq)))
+		if ((ret = bindings.rx_cq->reserve(static_cast<int>(rx_completions), &data.rx_verbs_cq)))
 			return ret;
-		rx_reserved = rx_completions;
+		data.rx_reserved = rx_completions;
 	}
 
 	/* What retiring a request touches (nd_wq.h): the counters bound for its
 	 * kind (bound before fi_enable), and this endpoint's link. */
 	auto cells = [](Counter *c) { return c ? c->cells() : CounterCells{}; };
 	RetireTargets send_targets;
-	send_targets.link = &link;
+	send_targets.link = &data.link;
 	send_targets.peer_lost = ep_peer_lost;
 	send_targets.owner = this;
 	send_targets.flush_breaks_link = domain->iwarp;
@@ -224,46 +224,46 @@ int Endpoint::setup_data_path()
 	 * verbs call, no lock of nd's), whether or not the EQ is read. */
 	send_targets.stall = [](void *owner) noexcept {
 		auto *ep = static_cast<Endpoint *>(owner);
-		if (!ep->qp)
+		if (!ep->data.qp)
 			return;
 		ibv_qp_attr attr{};
 		attr.qp_state = IBV_QPS_ERR;
-		if (int rc = ibv_modify_qp(ep->qp.get(), &attr, IBV_QP_STATE))
+		if (int rc = ibv_modify_qp(ep->data.qp.get(), &attr, IBV_QP_STATE))
 			ND_WARN(FI_LOG_EP_DATA, "endpoint %p: ibv_modify_qp(ERR): %s\n", owner, std::strerror(rc));
 	};
-	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(send_cntr);
-	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(read_cntr);
-	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(write_cntr);
+	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(bindings.send_cntr);
+	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(bindings.read_cntr);
+	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(bindings.write_cntr);
 	/* A credit write that found the ring full goes when room is made, even
 	 * if this side never posts again (its peer may be waiting for it). */
-	if (credits)
+	if (data.credits)
 		send_targets.room = [](void *owner) noexcept {
 			auto *ep = static_cast<Endpoint *>(owner);
-			if (ep->credits->pending.load(std::memory_order_acquire))
+			if (ep->data.credits->pending.load(std::memory_order_acquire))
 				ep->advertise_credits(true);
 		};
-	sq = std::make_unique<WorkQueue>(QueueKind::send, tx, credit_slots);
-	sq->set_targets(send_targets);
+	data.sq = std::make_unique<WorkQueue>(QueueKind::send, tx, credit_slots);
+	data.sq->set_targets(send_targets);
 	if (watches_stalls())
-		tx_cq->watch_stalls(sq.get(), domain->stall_timeout_s);
-	if (stx)
-		sq->set_budget(stx->budget);
-	if (!srx) {
+		bindings.tx_cq->watch_stalls(data.sq.get(), domain->stall_timeout_s);
+	if (bindings.stx)
+		data.sq->set_budget(bindings.stx->budget);
+	if (!bindings.srx) {
 		RetireTargets recv_targets;
-		recv_targets.link = &link;
+		recv_targets.link = &data.link;
 		recv_targets.flush_breaks_link = domain->iwarp;
-		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(recv_cntr);
-		rq = std::make_unique<WorkQueue>(QueueKind::recv, rx);
-		rq->set_targets(recv_targets);
+		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(bindings.recv_cntr);
+		data.rq = std::make_unique<WorkQueue>(QueueKind::recv, rx);
+		data.rq->set_targets(recv_targets);
 	}
 	/* Reading a bound counter progresses the CQs its completions reach. */
-	counters_watch = true;
+	bindings.counters_watch = true;
 	int watch_error = 0;
-	for_each_counter([&](Counter *c) {
+	bindings.for_each_counter([&](Counter *c) {
 		if (!watch_error)
-			watch_error = c->watch(tx_cq);
-		if (!watch_error && rx_cq != tx_cq)
-			watch_error = c->watch(rx_cq);
+			watch_error = c->watch(bindings.tx_cq);
+		if (!watch_error && bindings.rx_cq != bindings.tx_cq)
+			watch_error = c->watch(bindings.rx_cq);
 	});
 	if (watch_error)
 		return watch_error;
@@ -271,28 +271,28 @@ int Endpoint::setup_data_path()
 	 * queue completes; under a shared budget, requests that completed but
 	 * wait for that could hold the budget that the signaled one needs. So
 	 * every request on a shared transmit context is signaled. */
-	signal_interval = stx ? 1 : std::max<uint32_t>(sq->depth / 2, 1);
-	send_signal_interval = send_cntr ? 1 : signal_interval;
-	write_signal_interval = write_cntr ? 1 : signal_interval;
-	max_inline = static_cast<uint32_t>(tx_attr.inject_size);
-	read_fence = ((tx_attr.msg_order | info->rx_attr->msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
-	max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
-	if (framed) {
+	data.signal_interval = bindings.stx ? 1 : std::max<uint32_t>(data.sq->depth / 2, 1);
+	data.send_signal_interval = bindings.send_cntr ? 1 : data.signal_interval;
+	data.write_signal_interval = bindings.write_cntr ? 1 : data.signal_interval;
+	data.max_inline = static_cast<uint32_t>(tx_attr.inject_size);
+	data.read_fence = ((tx_attr.msg_order | info->rx_attr->msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
+	data.max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
+	if (options.framed) {
 		/* The header rides inline too; a message fits a receive buffer. */
-		max_inline += static_cast<uint32_t>(kFrameHeaderSize);
-		max_msg = std::min(max_msg, read_params().tagged_msg_size);
+		data.max_inline += static_cast<uint32_t>(kFrameHeaderSize);
+		data.max_msg = std::min(data.max_msg, read_params().tagged_msg_size);
 		if (int ret = setup_framing(rx))
 			return ret;
 	}
 	/* FI_MORE is a promise about the next call, so it is taken from a
 	 * call's own flags only, never as a default for every call. */
-	tx_op_flags = tx_attr.op_flags & ~FI_MORE;
-	rx_op_flags = info->rx_attr->op_flags;
+	data.tx_op_flags = tx_attr.op_flags & ~FI_MORE;
+	data.rx_op_flags = info->rx_attr->op_flags;
 	const bool locked = domain->threading == FI_THREAD_SAFE;
-	tx_lock.enable(locked);
-	rx_lock.enable(locked);
+	data.tx_lock.enable(locked);
+	data.rx_lock.enable(locked);
 	/* Sends on an endpoint with receive credits look at them first. */
-	slow_tx = locked || stx || credits;
+	data.slow_tx = locked || bindings.stx || data.credits;
 	return 0;
 }
 
@@ -306,20 +306,20 @@ void Endpoint::release_queues() noexcept
 		std::unique_ptr<WorkQueue> &queue;
 		CompletionQueue *cq;
 	};
-	if (sq && watches_stalls())
-		tx_cq->unwatch_stalls(sq.get());
-	if (rq && rq->framing) {
+	if (data.sq && watches_stalls())
+		bindings.tx_cq->unwatch_stalls(data.sq.get());
+	if (data.rq && data.rq->framing) {
 		/* Receives waiting in nd complete now; nd's own buffers are
 		 * flushed with the queue pair and not reposted. */
-		Framing *framing = static_cast<Framing *>(rq->framing.get());
+		Framing *framing = static_cast<Framing *>(data.rq->framing.get());
 		framing->qp.store(nullptr, std::memory_order_release);
-		framing->cancel_all(*rx_cq);
+		framing->cancel_all(*bindings.rx_cq);
 	}
 	post_drain_marker();
-	for (Direction d : {Direction{sq, tx_cq}, Direction{rq, rx_cq}}) {
+	for (Direction d : {Direction{data.sq, bindings.tx_cq}, Direction{data.rq, bindings.rx_cq}}) {
 		if (!d.queue || !d.cq)
 			continue;
-		if (!d.cq->drain(*d.queue, kDrainMs) && d.cq != own_cq) {
+		if (!d.cq->drain(*d.queue, kDrainMs) && d.cq != bindings.own_cq) {
 			if (d.queue->multi) {
 				/* The queue pair goes below: nothing more reaches it. */
 				std::lock_guard<std::mutex> hold(d.queue->multi->lock);
@@ -330,47 +330,47 @@ void Endpoint::release_queues() noexcept
 			d.cq->adopt_orphan(std::move(d.queue));
 		}
 	}
-	if (counters_watch) {
-		for_each_counter([&](Counter *c) {
-			c->unwatch(tx_cq);
-			if (rx_cq != tx_cq)
-				c->unwatch(rx_cq);
+	if (bindings.counters_watch) {
+		bindings.for_each_counter([&](Counter *c) {
+			c->unwatch(bindings.tx_cq);
+			if (bindings.rx_cq != bindings.tx_cq)
+				c->unwatch(bindings.rx_cq);
 		});
-		counters_watch = false;
+		bindings.counters_watch = false;
 	}
-	if (qp)
-		async::remove_qp(qp.get());
-	qp.reset();
-	if (tx_cq && tx_reserved)
-		tx_cq->unreserve(static_cast<int>(tx_reserved), tx_verbs_cq);
-	if (rx_cq && rx_reserved)
-		rx_cq->unreserve(static_cast<int>(rx_reserved), rx_verbs_cq);
-	tx_reserved = rx_reserved = 0;
-	sq.reset();
-	rq.reset();
-	if (own_cq)
-		own_cq->close();
-	own_cq = tx_cq = rx_cq = nullptr;
+	if (data.qp)
+		async::remove_qp(data.qp.get());
+	data.qp.reset();
+	if (bindings.tx_cq && data.tx_reserved)
+		bindings.tx_cq->unreserve(static_cast<int>(data.tx_reserved), data.tx_verbs_cq);
+	if (bindings.rx_cq && data.rx_reserved)
+		bindings.rx_cq->unreserve(static_cast<int>(data.rx_reserved), data.rx_verbs_cq);
+	data.tx_reserved = data.rx_reserved = 0;
+	data.sq.reset();
+	data.rq.reset();
+	if (bindings.own_cq)
+		bindings.own_cq->close();
+	bindings.own_cq = bindings.tx_cq = bindings.rx_cq = nullptr;
 }
 
 /* At close: the CQs, counters and shared contexts let go. */
 void Endpoint::unbind_all() noexcept
 {
-	for (Counter *c : {send_cntr, recv_cntr, read_cntr, write_cntr})
+	for (Counter *c : {bindings.send_cntr, bindings.recv_cntr, bindings.read_cntr, bindings.write_cntr})
 		if (c)
 			c->detach(this);
-	send_cntr = recv_cntr = read_cntr = write_cntr = nullptr;
-	if (user_tx_cq)
-		user_tx_cq->bound.release();
-	if (user_rx_cq)
-		user_rx_cq->bound.release();
-	if (srx)
-		srx->bound.release();
-	if (stx)
-		stx->bound.release();
-	user_tx_cq = user_rx_cq = nullptr;
-	srx = nullptr;
-	stx = nullptr;
+	bindings.send_cntr = bindings.recv_cntr = bindings.read_cntr = bindings.write_cntr = nullptr;
+	if (bindings.user_tx_cq)
+		bindings.user_tx_cq->bound.release();
+	if (bindings.user_rx_cq)
+		bindings.user_rx_cq->bound.release();
+	if (bindings.srx)
+		bindings.srx->bound.release();
+	if (bindings.stx)
+		bindings.stx->bound.release();
+	bindings.user_tx_cq = bindings.user_rx_cq = nullptr;
+	bindings.srx = nullptr;
+	bindings.stx = nullptr;
 }
 
 /*
@@ -381,31 +381,31 @@ void Endpoint::unbind_all() noexcept
  */
 void Endpoint::post_drain_marker() noexcept
 {
-	if (!sq || !qp || sq->outstanding() == 0)
+	if (!data.sq || !data.qp || data.sq->outstanding() == 0)
 		return;
-	std::lock_guard<OptionalLock> guard(tx_lock);
-	OpRecord &record = sq->next(); /* the ring keeps one slot for this */
+	std::lock_guard<OptionalLock> guard(data.tx_lock);
+	OpRecord &record = data.sq->next(); /* the ring keeps one slot for this */
 	record.context = nullptr;
 	record.flags = 0;
 	record.len = 0;
-	record.read_mark = sq->reads_posted;
+	record.read_mark = data.sq->reads_posted;
 	record.report = false;
 	ibv_send_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.opcode = IBV_WR_SEND;
 	wr.send_flags = IBV_SEND_SIGNALED;
-	sq->count_budget();
-	sq->commit();
+	data.sq->count_budget();
+	data.sq->commit();
 	ibv_send_wr *bad = nullptr;
-	if (int rc = ibv_post_send(qp.get(), &wr, &bad)) {
-		sq->uncommit();
+	if (int rc = ibv_post_send(data.qp.get(), &wr, &bad)) {
+		data.sq->uncommit();
 		ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): drain marker: %s\n", std::strerror(rc));
 	}
 }
 
 ssize_t Endpoint::link_error(const char *call) const
 {
-	switch (link.state(std::memory_order_relaxed)) {
+	switch (data.link.state(std::memory_order_relaxed)) {
 	case LinkState::broken:
 		ND_INFO(FI_LOG_EP_DATA, "%s: a transfer on this connection failed; it carries no more data\n", call);
 		return -FI_ECONNABORTED;
@@ -421,12 +421,12 @@ ssize_t Endpoint::link_error(const char *call) const
 
 bool Endpoint::watches_stalls() const noexcept
 {
-	return domain->stall_timeout_s && tx_cq && !tx_cq->internal;
+	return domain->stall_timeout_s && bindings.tx_cq && !bindings.tx_cq->internal;
 }
 
 ssize_t Endpoint::post_tx(const TxRequest &r)
 {
-	if (link.state(std::memory_order_relaxed) != LinkState::up)
+	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
 		return link_error(r.call);
 	if ((r.opcode == IBV_WR_SEND_WITH_IMM || r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
 	    domain->iwarp)
@@ -439,47 +439,47 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	uint64_t total = 0;
 	for (size_t i = 0; i < r.count && r.iov; i++)
 		total += r.iov[i].iov_len;
-	const bool inline_data = !is_read && total + header_bytes <= max_inline;
+	const bool inline_data = !is_read && total + header_bytes <= data.max_inline;
 	if ((r.flags & FI_INJECT) && !inline_data) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: %llu bytes to inject; inject_size is %u\n", r.call,
-			static_cast<unsigned long long>(total), max_inline - header_bytes);
+			static_cast<unsigned long long>(total), data.max_inline - header_bytes);
 		return -FI_EMSGSIZE;
 	}
 	ibv_sge sge[kMaxSge + 1];
-	ssize_t ret = gather_sges(r.call, r.iov, r.desc, r.count, tx_iov_limit, !inline_data, false,
+	ssize_t ret = gather_sges(r.call, r.iov, r.desc, r.count, data.tx_iov_limit, !inline_data, false,
 				  sge + (r.header ? 1 : 0), &total);
 	if (ret < 0)
 		return ret;
 	const int num_sge = static_cast<int>(ret) + (r.header ? 1 : 0);
-	if (total > max_msg) {
+	if (total > data.max_msg) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: %llu bytes; max_msg_size is %zu\n", r.call,
-			static_cast<unsigned long long>(total), max_msg);
+			static_cast<unsigned long long>(total), data.max_msg);
 		return -FI_EMSGSIZE;
 	}
-	if (is_read && effective.outbound == 0) {
+	if (is_read && conn.effective.outbound == 0) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: the connection allows no RDMA reads (negotiated outbound read limit 0)\n",
 			r.call);
 		return -FI_EACCES;
 	}
-	Counter *counter = r.opcode == IBV_WR_RDMA_READ ? read_cntr
-			   : (r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM) ? send_cntr
-											     : write_cntr;
-	if (r.report && tx_cq == own_cq) {
+	Counter *counter = r.opcode == IBV_WR_RDMA_READ ? bindings.read_cntr
+			   : (r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM) ? bindings.send_cntr
+											     : bindings.write_cntr;
+	if (r.report && bindings.tx_cq == bindings.own_cq) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: a completion is wanted but no CQ is bound with FI_TRANSMIT\n", r.call);
 		return -FI_ENOCQ;
 	}
 
 	CreditsAfterUnlock credits_after_unlock{this};
-	std::lock_guard<OptionalLock> guard(tx_lock);
+	std::lock_guard<OptionalLock> guard(data.tx_lock);
 	const bool takes_receive = r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM;
-	if (credits && takes_receive && !credits->can_send())
+	if (data.credits && takes_receive && !data.credits->can_send())
 		return no_credit(r.call);
-	if (sq->no_room() || (is_read && sq->reads_in_flight() >= effective.outbound)) {
+	if (data.sq->no_room() || (is_read && data.sq->reads_in_flight() >= conn.effective.outbound)) {
 		/* Post what FI_MORE held back, retire what has completed, then
 		 * look again. */
 		if ((ret = make_room(r.call)))
 			return ret;
-		if (is_read && sq->reads_in_flight() >= effective.outbound)
+		if (is_read && data.sq->reads_in_flight() >= conn.effective.outbound)
 			return -FI_EAGAIN; /* never more reads in flight than negotiated */
 	}
 	/* An unsignaled request retires when a later signaled one completes
@@ -488,25 +488,25 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	 * every (outbound limit / 2)-th read: whenever the limit is reached, a
 	 * signaled request is then among those in flight, and the first half
 	 * retiring still leaves the pipe half full. */
-	bool signaled = r.report || counter || ++sq->unsignaled_run >= signal_interval ||
-			(is_read && ++sq->unsignaled_reads >= std::max<uint32_t>(effective.outbound / 2, 1));
+	bool signaled = r.report || counter || ++data.sq->unsignaled_run >= data.signal_interval ||
+			(is_read && ++data.sq->unsignaled_reads >= std::max<uint32_t>(conn.effective.outbound / 2, 1));
 	if (signaled) {
-		sq->unsignaled_run = 0;
-		sq->unsignaled_reads = 0;
+		data.sq->unsignaled_run = 0;
+		data.sq->unsignaled_reads = 0;
 	}
-	OpRecord &record = sq->next();
+	OpRecord &record = data.sq->next();
 	record.context = r.context;
 	record.flags = static_cast<uint32_t>(r.cq_flags);
 	record.len = static_cast<uint32_t>(total);
-	record.read_mark = sq->reads_posted + is_read;
+	record.read_mark = data.sq->reads_posted + is_read;
 	record.report = r.report;
 	if (r.header) {
 		/* The slot's header lives as long as the request does. */
-		uint8_t *header = tx_headers.get() + static_cast<size_t>(&record - sq->records.get()) * kFrameHeaderSize;
+		uint8_t *header = data.tx_headers.get() + static_cast<size_t>(&record - data.sq->records.get()) * kFrameHeaderSize;
 		std::memcpy(header, r.header, kFrameHeaderSize);
 		sge[0].addr = reinterpret_cast<uintptr_t>(header);
 		sge[0].length = static_cast<uint32_t>(kFrameHeaderSize);
-		sge[0].lkey = tx_headers_mr->lkey;
+		sge[0].lkey = data.tx_headers_mr->lkey;
 	}
 
 	ibv_send_wr wr;
@@ -517,25 +517,25 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	wr.opcode = r.opcode;
 	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) |
 			(inline_data && total + header_bytes ? IBV_SEND_INLINE : 0) |
-			(is_read ? 0 : sq->fence_after_reads(read_fence));
+			(is_read ? 0 : data.sq->fence_after_reads(data.read_fence));
 	wr.imm_data = r.imm_data;
 	wr.wr.rdma.remote_addr = r.remote_addr;
 	wr.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
 	const bool more = (r.flags & FI_MORE) && start_batch();
-	sq->reads_posted += is_read;
+	data.sq->reads_posted += is_read;
 	/* Published before posting: the completion may be reaped at once. */
-	sq->count_budget();
-	sq->commit(signaled);
+	data.sq->count_budget();
+	data.sq->commit(signaled);
 	if (more) {
 		ret = defer(wr, inline_data && total + header_bytes, r.call);
-	} else if (batch && batch->count) {
+	} else if (data.batch && data.batch->count) {
 		ret = post_batch(&wr, r.call);
 	} else {
 		ret = post_committed(wr, r.call);
 		if (ret)
-			sq->reads_posted -= is_read;
+			data.sq->reads_posted -= is_read;
 	}
-	if (credits)
+	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
 	return ret;
 }
@@ -544,8 +544,8 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
  * receives, and a count that could not be written before goes now. */
 void Endpoint::credits_after_post(bool took_receive) noexcept
 {
-	credits->sent += took_receive;
-	if (credits->pending.load(std::memory_order_acquire))
+	data.credits->sent += took_receive;
+	if (data.credits->pending.load(std::memory_order_acquire))
 		write_credits();
 }
 
@@ -553,23 +553,23 @@ void Endpoint::credits_after_post(bool took_receive) noexcept
  * be allocated. */
 bool Endpoint::start_batch() noexcept
 {
-	if (batch)
+	if (data.batch)
 		return true;
 	auto b = std::unique_ptr<SendBatch>(new (std::nothrow) SendBatch);
 	if (!b)
 		return false;
-	b->inline_capacity = SendBatch::kMaxRequests * max_inline;
+	b->inline_capacity = SendBatch::kMaxRequests * data.max_inline;
 	b->inline_bytes.reset(new (std::nothrow) uint8_t[std::max<uint32_t>(b->inline_capacity, 1)]);
 	if (!b->inline_bytes)
 		return false;
-	batch = std::move(b);
+	data.batch = std::move(b);
 	return true;
 }
 
 /* Holds a committed request back for the next doorbell (SendBatch). */
 ssize_t Endpoint::defer(const ibv_send_wr &wr, bool copy_inline, const char *call)
 {
-	SendBatch &b = *batch;
+	SendBatch &b = *data.batch;
 	ibv_send_wr &held = b.wr[b.count];
 	held = wr;
 	held.next = nullptr;
@@ -594,13 +594,13 @@ ssize_t Endpoint::defer(const ibv_send_wr &wr, bool copy_inline, const char *cal
 	if (b.count)
 		b.wr[b.count - 1].next = &held;
 	++b.count;
-	return b.has_room(max_inline) ? 0 : post_batch(nullptr, call);
+	return b.has_room(data.max_inline) ? 0 : post_batch(nullptr, call);
 }
 
 /* Posts what FI_MORE held back, if anything. */
 ssize_t Endpoint::post_deferred(const char *call)
 {
-	return batch && batch->count ? post_batch(nullptr, call) : 0;
+	return data.batch && data.batch->count ? post_batch(nullptr, call) : 0;
 }
 
 /* Posts the held-back requests, followed by `last` (committed, or null),
@@ -610,7 +610,7 @@ ssize_t Endpoint::post_deferred(const char *call)
  * this takes a device failure). */
 ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
 {
-	SendBatch &b = *batch;
+	SendBatch &b = *data.batch;
 	ibv_send_wr *first = b.count ? &b.wr[0] : last;
 	if (b.count)
 		b.wr[b.count - 1].next = last;
@@ -618,7 +618,7 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
 	if (!first)
 		return 0;
 	ibv_send_wr *bad = nullptr;
-	int rc = ibv_post_send(qp.get(), first, &bad);
+	int rc = ibv_post_send(data.qp.get(), first, &bad);
 	if (!rc)
 		return 0;
 	if (!bad)
@@ -626,8 +626,8 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
 	uint64_t unposted = 0;
 	for (ibv_send_wr *w = bad; w; w = w->next)
 		++unposted;
-	sq->reads_posted = record_of(bad->wr_id)->read_mark - (bad->opcode == IBV_WR_RDMA_READ);
-	sq->uncommit(unposted);
+	data.sq->reads_posted = record_of(bad->wr_id)->read_mark - (bad->opcode == IBV_WR_RDMA_READ);
+	data.sq->uncommit(unposted);
 	const uint64_t held_lost = unposted - (last ? 1 : 0);
 	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s%s\n", call, std::strerror(rc),
 		held_lost ? " (requests posted earlier with FI_MORE are lost with it)" : "");
@@ -638,7 +638,7 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
  * (post_committed): the slot goes back. */
 ssize_t Endpoint::post_failed(int rc, const char *call)
 {
-	sq->uncommit();
+	data.sq->uncommit();
 	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", call, std::strerror(rc));
 	return fi_error_of_post(rc);
 }
@@ -656,11 +656,11 @@ ssize_t Endpoint::no_immediate_data(const char *call) const
 /* Why fi_inject and its kin refuse a call (nd_ep_inject.h). */
 ssize_t Endpoint::inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const
 {
-	if (link.state(std::memory_order_relaxed) != LinkState::up)
+	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
 		return link_error(call);
-	if (len > max_inline) {
+	if (len > data.max_inline) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: %zu bytes to inject; inject_size is %u\n", call, len,
-			max_inline);
+			data.max_inline);
 		return -FI_EMSGSIZE;
 	}
 	if (!buf && len) {
@@ -678,25 +678,25 @@ ssize_t Endpoint::make_room(const char *call)
 {
 	if (ssize_t ret = post_deferred(call))
 		return ret;
-	tx_cq->progress();
-	return sq->no_room() ? -FI_EAGAIN : 0;
+	bindings.tx_cq->progress();
+	return data.sq->no_room() ? -FI_EAGAIN : 0;
 }
 
 ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
 {
-	if (srx) {
+	if (bindings.srx) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: the endpoint takes its receives from its shared receive context\n");
 		return -FI_EOPNOTSUPP;
 	}
-	if (!rq) {
+	if (!data.rq) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: call fi_enable first\n");
 		return -FI_EOPBADSTATE;
 	}
-	const LinkState state = link.state(std::memory_order_relaxed);
+	const LinkState state = data.link.state(std::memory_order_relaxed);
 	if (state == LinkState::down || state == LinkState::broken)
 		return link_error("fi_recv");
-	const bool report = !rx_selective || (flags & FI_COMPLETION);
-	if (report && rx_cq == own_cq) {
+	const bool report = !bindings.rx_selective || (flags & FI_COMPLETION);
+	if (report && bindings.rx_cq == bindings.own_cq) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: no CQ is bound with FI_RECV\n");
 		return -FI_ENOCQ;
 	}
@@ -711,14 +711,14 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 	ibv_sge sge[kMaxSge];
 	uint64_t total = 0;
-	ssize_t built = gather_sges("fi_recv", iov, desc, count, rx_iov_limit, true, true, sge, &total);
+	ssize_t built = gather_sges("fi_recv", iov, desc, count, data.rx_iov_limit, true, true, sge, &total);
 	if (built < 0)
 		return built;
 	if (domain->iwarp)
 		built = receive_sges_for_iwarp(built, sge);
-	if (total > (multi ? UINT32_MAX : max_msg)) {
+	if (total > (multi ? UINT32_MAX : data.max_msg)) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: %llu bytes; the most is %zu\n",
-			static_cast<unsigned long long>(total), multi ? size_t{UINT32_MAX} : max_msg);
+			static_cast<unsigned long long>(total), multi ? size_t{UINT32_MAX} : data.max_msg);
 		return -FI_EMSGSIZE;
 	}
 	if (multi && total == 0) {
@@ -726,40 +726,40 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		return -FI_EINVAL;
 	}
 
-	std::lock_guard<OptionalLock> guard(rx_lock);
-	if (rq->full()) {
-		rx_cq->progress();
-		if (rq->full())
+	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	if (data.rq->full()) {
+		bindings.rx_cq->progress();
+		if (data.rq->full())
 			return -FI_EAGAIN;
 	}
-	if (multi && !rq->multi) {
+	if (multi && !data.rq->multi) {
 		try {
-			auto made = std::make_unique<MultiRecv>(min_multi_recv);
-			made->qp = qp.get();
-			made->ready = recv_ready;
-			rq->set_multi(std::move(made));
+			auto made = std::make_unique<MultiRecv>(options.min_multi_recv);
+			made->qp = data.qp.get();
+			made->ready = data.recv_ready;
+			data.rq->set_multi(std::move(made));
 		} catch (const std::bad_alloc &) {
 			return -FI_ENOMEM;
 		}
 	}
-	OpRecord &record = rq->next();
+	OpRecord &record = data.rq->next();
 	record.context = context;
 	record.flags = FI_RECV | FI_MSG | (multi ? FI_MULTI_RECV : 0);
 	record.len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
 	record.read_mark = 0;
 	record.report = report;
-	if (rq->multi) {
+	if (data.rq->multi) {
 		/* Behind a multi-receive buffer (or to become one), in order. */
-		rq->commit();
-		std::lock_guard<std::mutex> hold(rq->multi->lock);
+		data.rq->commit();
+		std::lock_guard<std::mutex> hold(data.rq->multi->lock);
 		int rc;
 		try {
-			rc = rq->multi->submit(&record, sge, static_cast<size_t>(built), multi);
+			rc = data.rq->multi->submit(&record, sge, static_cast<size_t>(built), multi);
 		} catch (const std::bad_alloc &) {
 			rc = ENOMEM;
 		}
 		if (rc) {
-			rq->uncommit();
+			data.rq->uncommit();
 			ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
 			return fi_error_of_post(rc);
 		}
@@ -770,27 +770,27 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	wr.next = nullptr;
 	wr.sg_list = sge;
 	wr.num_sge = static_cast<int>(built);
-	if (!recv_ready) {
+	if (!data.recv_ready) {
 		/* Before INIT the queue pair takes no receives: keep it for then. */
 		try {
 			PendingRecv pending{wr, std::vector<ibv_sge>(sge, sge + built)};
-			pending_recvs.push_back(std::move(pending));
+			data.pending_recvs.push_back(std::move(pending));
 		} catch (const std::bad_alloc &) {
 			return -FI_ENOMEM;
 		}
-		rq->commit();
+		data.rq->commit();
 		return 0;
 	}
-	rq->commit();
+	data.rq->commit();
 	ibv_recv_wr *bad = nullptr;
-	int rc = ibv_post_recv(qp.get(), &wr, &bad);
+	int rc = ibv_post_recv(data.qp.get(), &wr, &bad);
 	if (rc) {
-		rq->uncommit();
+		data.rq->uncommit();
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);
 	}
 	/* FI_MORE: the next receive call tells the peer of both. */
-	if (credits && !(flags & FI_MORE))
+	if (data.credits && !(flags & FI_MORE))
 		advertise_credits(false);
 	return 0;
 }
@@ -799,21 +799,21 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
  * receives that waited for it, in order. */
 void Endpoint::post_pending_receives() noexcept
 {
-	std::lock_guard<OptionalLock> guard(rx_lock);
-	recv_ready = true;
-	for (PendingRecv &pending : pending_recvs) {
+	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	data.recv_ready = true;
+	for (PendingRecv &pending : data.pending_recvs) {
 		pending.wr.sg_list = pending.sge.data();
 		ibv_recv_wr *bad = nullptr;
-		int rc = ibv_post_recv(qp.get(), &pending.wr, &bad);
+		int rc = ibv_post_recv(data.qp.get(), &pending.wr, &bad);
 		if (rc)
 			ND_WARN(FI_LOG_EP_DATA, "posting a receive made before the connection: %s\n",
 				std::strerror(rc));
 	}
-	pending_recvs.clear();
-	if (rq && rq->multi) {
-		std::lock_guard<std::mutex> hold(rq->multi->lock);
-		rq->multi->ready = true;
-		rq->multi->pump();
+	data.pending_recvs.clear();
+	if (data.rq && data.rq->multi) {
+		std::lock_guard<std::mutex> hold(data.rq->multi->lock);
+		data.rq->multi->ready = true;
+		data.rq->multi->pump();
 	}
 }
 
@@ -832,26 +832,26 @@ ssize_t Endpoint::cancel(void *context)
 		ND_WARN(FI_LOG_EP_DATA, "fi_cancel: a NULL context names no request\n");
 		return -FI_EINVAL;
 	}
-	std::lock_guard<OptionalLock> guard(rx_lock);
-	if (!rq) {
+	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	if (!data.rq) {
 		ND_INFO(FI_LOG_EP_DATA, "fi_cancel: no receive is posted before fi_enable\n");
 		return -FI_ENOENT;
 	}
-	if (rq->framing)
-		return static_cast<Framing *>(rq->framing.get())->cancel(context, *rx_cq);
+	if (data.rq->framing)
+		return static_cast<Framing *>(data.rq->framing.get())->cancel(context, *bindings.rx_cq);
 	/* The unposted receives, in ring order: those made before the
 	 * connection, then those waiting behind a multi-receive buffer. */
 	std::vector<OpRecord **> unposted;
 	std::vector<OpRecord *> pending_records;
-	pending_records.reserve(pending_recvs.size());
-	for (PendingRecv &p : pending_recvs)
+	pending_records.reserve(data.pending_recvs.size());
+	for (PendingRecv &p : data.pending_recvs)
 		pending_records.push_back(record_of(p.wr.wr_id));
 	for (OpRecord *&r : pending_records)
 		unposted.push_back(&r);
 	std::unique_lock<std::mutex> hold;
-	if (rq->multi) {
-		hold = std::unique_lock<std::mutex>(rq->multi->lock);
-		for (MultiRecv::Held &h : rq->multi->held)
+	if (data.rq->multi) {
+		hold = std::unique_lock<std::mutex>(data.rq->multi->lock);
+		for (MultiRecv::Held &h : data.rq->multi->held)
 			unposted.push_back(&h.record);
 	}
 	size_t found = unposted.size();
@@ -868,37 +868,37 @@ ssize_t Endpoint::cancel(void *context)
 	/* Later unposted receives take the slot before theirs. */
 	for (size_t i = found + 1; i < unposted.size(); i++) {
 		OpRecord *from = *unposted[i];
-		const uint64_t slot = static_cast<uint64_t>(from - rq->records.get());
-		OpRecord *to = &rq->records[(slot - 1) & rq->mask];
+		const uint64_t slot = static_cast<uint64_t>(from - data.rq->records.get());
+		OpRecord *to = &data.rq->records[(slot - 1) & data.rq->mask];
 		*to = *from;
 		*unposted[i] = to;
 	}
 	if (found < pending_records.size()) {
-		pending_recvs.erase(pending_recvs.begin() + static_cast<std::ptrdiff_t>(found));
+		data.pending_recvs.erase(data.pending_recvs.begin() + static_cast<std::ptrdiff_t>(found));
 		pending_records.erase(pending_records.begin() + static_cast<std::ptrdiff_t>(found));
-		for (size_t i = found; i < pending_recvs.size(); i++)
-			pending_recvs[i].wr.wr_id = reinterpret_cast<uintptr_t>(pending_records[i]);
+		for (size_t i = found; i < data.pending_recvs.size(); i++)
+			data.pending_recvs[i].wr.wr_id = reinterpret_cast<uintptr_t>(pending_records[i]);
 	} else {
-		auto &held = rq->multi->held;
+		auto &held = data.rq->multi->held;
 		held.erase(held.begin() + static_cast<std::ptrdiff_t>(found - pending_records.size()));
 	}
-	rq->uncommit();
+	data.rq->uncommit();
 	if (hold.owns_lock())
 		hold.unlock(); /* the CQ takes its own lock, then this one, when it retires */
-	if (const CounterCells &cells = rq->targets.counters[static_cast<size_t>(CounterKind::recv)])
+	if (const CounterCells &cells = data.rq->targets.counters[static_cast<size_t>(CounterKind::recv)])
 		cells.count(false);
-	if (!rx_cq->report_canceled(canceled.context, canceled.flags))
+	if (!bindings.rx_cq->report_canceled(canceled.context, canceled.flags))
 		ND_WARN(FI_LOG_EP_DATA, "fi_cancel: out of memory for the cancelled receive's error entry\n");
 	return 0;
 }
 
 void Endpoint::set_min_multi_recv(size_t bytes)
 {
-	min_multi_recv = bytes;
-	std::lock_guard<OptionalLock> guard(rx_lock);
-	if (rq && rq->multi) {
-		std::lock_guard<std::mutex> hold(rq->multi->lock);
-		rq->multi->min_free = bytes;
+	options.min_multi_recv = bytes;
+	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	if (data.rq && data.rq->multi) {
+		std::lock_guard<std::mutex> hold(data.rq->multi->lock);
+		data.rq->multi->min_free = bytes;
 	}
 }
 
@@ -912,7 +912,7 @@ uint32_t imm_of(uint64_t data) { return htonl(static_cast<uint32_t>(data)); }
 
 bool wants_completion(const Endpoint *ep, uint64_t flags)
 {
-	return !ep->tx_selective || (flags & FI_COMPLETION);
+	return !ep->bindings.tx_selective || (flags & FI_COMPLETION);
 }
 
 ssize_t send_common(Endpoint *ep, const iovec *iov, void **desc, size_t count, void *context,
@@ -938,14 +938,14 @@ ssize_t ep_recv(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, void 
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{buf, len};
-	return ep->post_rx(&iov, &desc, 1, context, ep->rx_op_flags);
+	return ep->post_rx(&iov, &desc, 1, context, ep->data.rx_op_flags);
 }
 
 ssize_t ep_recvv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
 		 void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return ep->post_rx(iov, desc, count, context, ep->rx_op_flags);
+	return ep->post_rx(iov, desc, count, context, ep->data.rx_op_flags);
 }
 
 ssize_t ep_recvmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
@@ -962,16 +962,16 @@ ssize_t ep_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t,
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_common(ep, &iov, &desc, 1, context, ep->tx_op_flags, false, 0,
-			   wants_completion(ep, ep->tx_op_flags), "fi_send");
+	return send_common(ep, &iov, &desc, 1, context, ep->data.tx_op_flags, false, 0,
+			   wants_completion(ep, ep->data.tx_op_flags), "fi_send");
 }
 
 ssize_t ep_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
 		 void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return send_common(ep, iov, desc, count, context, ep->tx_op_flags, false, 0,
-			   wants_completion(ep, ep->tx_op_flags), "fi_sendv");
+	return send_common(ep, iov, desc, count, context, ep->data.tx_op_flags, false, 0,
+			   wants_completion(ep, ep->data.tx_op_flags), "fi_sendv");
 }
 
 ssize_t ep_sendmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
@@ -996,8 +996,8 @@ ssize_t ep_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_common(ep, &iov, &desc, 1, context, ep->tx_op_flags, true, data,
-			   wants_completion(ep, ep->tx_op_flags), "fi_senddata");
+	return send_common(ep, &iov, &desc, 1, context, ep->data.tx_op_flags, true, data,
+			   wants_completion(ep, ep->data.tx_op_flags), "fi_senddata");
 }
 
 ssize_t ep_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t data, fi_addr_t) noexcept
