@@ -232,17 +232,23 @@ struct Endpoint {
 	int ready_queue_pair();
 	void flush_queue_pair() noexcept;
 
-	/* Data path (nd_ep_data.cpp). */
+	/* Binding (nd_ep_bind.cpp). */
 	int bind_cq(CompletionQueue *cq, uint64_t flags);
 	int bind_cntr(Counter *cntr, uint64_t flags);
 	int bind_srx(SharedRx *rx);
 	int bind_stx(SharedTx *tx);
+	void unbind_all() noexcept;
+
+	/* The data path's queues, set up at fi_enable, released at close
+	 * (nd_ep_queues.cpp). */
 	int setup_data_path();
 	void release_queues() noexcept;
-	void unbind_all() noexcept;
-	ssize_t post_tx(const TxRequest &request);
+	void post_drain_marker() noexcept;
 	/* Its send queue is in its CQ's StallWatch (nd_cq.h). */
 	bool watches_stalls() const noexcept;
+
+	/* Sending (nd_ep_send.cpp). */
+	ssize_t post_tx(const TxRequest &request);
 	ssize_t post_committed(ibv_send_wr &wr, const char *call)
 	{
 		ibv_send_wr *bad = nullptr;
@@ -254,6 +260,9 @@ struct Endpoint {
 	ssize_t defer(const ibv_send_wr &wr, bool copy_inline, const char *call);
 	ssize_t post_batch(ibv_send_wr *last, const char *call);
 	ssize_t post_deferred(const char *call);
+	ssize_t make_room(const char *call);
+	void credits_after_post(bool took_receive) noexcept;
+	ssize_t link_error(const char *call) const;
 	/* fi_inject and its kin (nd_ep_inject.h), and their slow paths. */
 	template <ibv_wr_opcode Op>
 	ssize_t post_inline(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
@@ -266,6 +275,13 @@ struct Endpoint {
 				     uint64_t remote_addr, uint64_t remote_key);
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	ssize_t no_immediate_data(const char *call) const;
+
+	/* Receiving, and fi_cancel (nd_ep_recv.cpp). */
+	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
+	void post_pending_receives() noexcept;
+	ssize_t cancel(void *context);
+	void set_min_multi_recv(size_t bytes);
+
 	/* Receive credits on iWARP (nd_ep_credits.cpp). */
 	bool wants_credits() const noexcept;
 	void add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limits);
@@ -273,19 +289,12 @@ struct Endpoint {
 	void advertise_credits(bool from_progress) noexcept;
 	void write_credits() noexcept;
 	void flush_pending_credits() noexcept;
-	void credits_after_post(bool took_receive) noexcept;
 	ssize_t no_credit(const char *call) const noexcept;
-	ssize_t make_room(const char *call);
-	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
+
 	/* Framed endpoints (nd_ep_tagged.cpp). */
 	int setup_framing(uint32_t rx);
 	ssize_t post_framed_rx(const iovec *iov, size_t count, void *context, uint64_t flags, bool tagged,
 			       uint64_t tag, uint64_t ignore, const char *call);
-	void set_min_multi_recv(size_t bytes);
-	ssize_t cancel(void *context);
-	void post_pending_receives() noexcept;
-	void post_drain_marker() noexcept;
-	ssize_t link_error(const char *call) const;
 };
 
 /* Declared before a send-lock guard, so that it runs after the unlock: a
@@ -309,7 +318,7 @@ void ep_peer_lost(void *owner);
  * unframed), from the poller: the same, with its own reason. */
 void ep_peer_broke_framing(void *owner) noexcept;
 
-/* Data transfer tables of a connected endpoint (nd_ep_data.cpp, nd_ep_rma.cpp). */
+/* Data transfer tables of a connected endpoint (nd_ep_msg.cpp, nd_ep_rma.cpp). */
 extern fi_ops_msg ep_msg_ops;
 extern fi_ops_rma ep_rma_ops;
 /* A framed endpoint's (nd_ep_tagged.cpp). */
