@@ -200,6 +200,8 @@ struct Endpoint {
 	EpStateMachine fsm;
 	SockAddr bound_address;			/* as bound, port assigned: kept for a retry */
 
+	/* Its parts, held by value: a field of a part costs what a field of
+	 * the endpoint costs. */
 	EndpointOptions options;
 	EndpointBindings bindings;
 	DataPath data;

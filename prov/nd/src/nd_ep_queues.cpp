@@ -60,7 +60,8 @@ int Endpoint::setup_data_path()
 	 * grow grows once (on Soft-RoCE each resize is a system call and a new
 	 * mapping of the queue, and connection setup paid for two). */
 	const bool one_cq = bindings.tx_cq == bindings.rx_cq;
-	int ret = bindings.tx_cq->reserve(static_cast<int>(tx_completions + (one_cq ? rx_completions : 0)), &data.tx_verbs_cq);
+	int ret = bindings.tx_cq->reserve(static_cast<int>(tx_completions + (one_cq ? rx_completions : 0)),
+					  &data.tx_verbs_cq);
 	if (ret)
 		return ret;
 	/* One step on one CQ: both directions complete into the same verbs
