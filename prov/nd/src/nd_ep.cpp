@@ -21,14 +21,14 @@ namespace nd {
 
 Endpoint::Endpoint(Domain *d, fi_info *i, cm::Side side)
 	: ep{}, domain(d), info(i), target{CmTargetKind::endpoint, this}, cm{}, fsm(side, false),
-	  wanted(d->adapter_read_limits)
+	  options{.wanted = d->adapter_read_limits}
 {
 	fsm.set_iwarp(d->iwarp);
 }
 
 cm::ReadLimits Endpoint::offered() const noexcept
 {
-	return cm::cap(wanted, domain->adapter_read_limits);
+	return cm::cap(options.wanted, domain->adapter_read_limits);
 }
 
 namespace {
@@ -100,9 +100,9 @@ int enable(Endpoint *ep)
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: bind an EQ first\n");
 		return -FI_ENOEQ;
 	}
-	if (ep->enabled)
+	if (ep->fsm.enabled())
 		return 0;
-	if (ep->info->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT && !ep->stx) {
+	if (ep->info->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT && !ep->bindings.stx) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: the endpoint was opened with a shared transmit "
 			"context (tx_ctx_cnt FI_SHARED_CONTEXT); bind one (fi_stx_context) first\n");
 		return -FI_ENOENT;
@@ -110,7 +110,7 @@ int enable(Endpoint *ep)
 	int ret = ep->create_queue_pair();
 	if (ret)
 		return ret;
-	ep->enabled = true;
+	ep->fsm.mark_enabled();
 	return 0;
 }
 
@@ -118,11 +118,11 @@ int peer_read_limits(Endpoint *ep, void *arg)
 {
 	if (!arg)
 		return -FI_EINVAL;
-	if (!ep->negotiated && !ep->has_request) {
+	if (!ep->conn.negotiated && !ep->conn.has_request) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_peer_read_limits: the peer has not answered yet\n");
 		return -FI_ENOTCONN;
 	}
-	*static_cast<fi_nd_read_limits *>(arg) = {ep->peer_offer.inbound, ep->peer_offer.outbound};
+	*static_cast<fi_nd_read_limits *>(arg) = {ep->conn.peer_offer.inbound, ep->conn.peer_offer.outbound};
 	return 0;
 }
 
@@ -130,13 +130,13 @@ int qp_read_limits(Endpoint *ep, void *arg)
 {
 	if (!arg)
 		return -FI_EINVAL;
-	if (!ep->qp) {
+	if (!ep->data.qp) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_qp_read_limits: no queue pair before fi_enable\n");
 		return -FI_EOPBADSTATE;
 	}
 	ibv_qp_attr attr{};
 	ibv_qp_init_attr init{};
-	int rc = ibv_query_qp(ep->qp.get(), &attr, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC,
+	int rc = ibv_query_qp(ep->data.qp.get(), &attr, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC,
 			      &init);
 	if (rc) {
 		ND_WARN(FI_LOG_EP_CTRL, "ibv_query_qp: %s\n", std::strerror(rc));
@@ -215,7 +215,7 @@ int ep_getopt(struct fid *fid, int level, int optname, void *optval, size_t *opt
 	return guarded("fi_getopt(ep)", [&] {
 		return under_progress_lock(ep->progress_eq(), [&]() -> int {
 			const CmDataLimits &limits = ep->domain->cm_limits;
-			const cm::ReadLimits limits_now = ep->negotiated ? ep->effective : ep->offered();
+			const cm::ReadLimits limits_now = ep->conn.negotiated ? ep->conn.effective : ep->offered();
 			switch (optname) {
 			case FI_OPT_CM_DATA_SIZE:
 				return put_option<size_t>(limits.connect, optval, optlen);
@@ -228,11 +228,11 @@ int ep_getopt(struct fid *fid, int level, int optname, void *optval, size_t *opt
 			case FI_OPT_ND_OUTBOUND_READ_LIMIT:
 				return put_option<uint32_t>(limits_now.outbound, optval, optlen);
 			case FI_OPT_ND_MANUAL_COMPLETE:
-				return put_option<int>(ep->manual_complete ? 1 : 0, optval, optlen);
+				return put_option<int>(ep->options.manual_complete ? 1 : 0, optval, optlen);
 			case FI_OPT_ND_SHARED_ADDR:
-				return put_option<int>(ep->shared_addr ? 1 : 0, optval, optlen);
+				return put_option<int>(ep->options.shared_addr ? 1 : 0, optval, optlen);
 			case FI_OPT_MIN_MULTI_RECV:
-				return put_option<size_t>(ep->min_multi_recv, optval, optlen);
+				return put_option<size_t>(ep->options.min_multi_recv, optval, optlen);
 			default:
 				return -FI_ENOPROTOOPT;
 			}
@@ -259,8 +259,8 @@ int ep_setopt(struct fid *fid, int level, int optname, const void *optval, size_
 					ND_WARN(FI_LOG_EP_CTRL, "read limits are set before fi_connect/fi_accept\n");
 					return -FI_EOPBADSTATE;
 				}
-				(optname == FI_OPT_ND_INBOUND_READ_LIMIT ? ep->wanted.inbound
-									 : ep->wanted.outbound) = value;
+				(optname == FI_OPT_ND_INBOUND_READ_LIMIT ? ep->options.wanted.inbound
+									 : ep->options.wanted.outbound) = value;
 				return 0;
 			}
 			case FI_OPT_ND_MANUAL_COMPLETE: {
@@ -273,19 +273,19 @@ int ep_setopt(struct fid *fid, int level, int optname, const void *optval, size_
 					ND_WARN(FI_LOG_EP_CTRL, "manual completion is for the connecting side\n");
 					return -FI_EINVAL;
 				}
-				ep->manual_complete = value != 0;
-				ep->fsm.set_manual(ep->manual_complete);
+				ep->options.manual_complete = value != 0;
+				ep->fsm.set_manual(ep->options.manual_complete);
 				return 0;
 			}
 			case FI_OPT_ND_SHARED_ADDR: {
 				int value = 0;
 				if ((ret = take_option(optval, optlen, &value)))
 					return ret;
-				if (ep->bound || !before_connecting) {
+				if (ep->fsm.bound() || !before_connecting) {
 					ND_WARN(FI_LOG_EP_CTRL, "share the address before fi_setname\n");
 					return -FI_EOPBADSTATE;
 				}
-				ep->shared_addr = value != 0;
+				ep->options.shared_addr = value != 0;
 				return 0;
 			}
 			case FI_OPT_MIN_MULTI_RECV: {
@@ -309,7 +309,7 @@ int ep_setopt(struct fid *fid, int level, int optname, const void *optval, size_
  * the endpoint asked for it. Under the progress lock. */
 int bind_id(Endpoint *ep, const SockAddr &address, const char *call)
 {
-	if (ep->shared_addr) {
+	if (ep->options.shared_addr) {
 		int one = 1;
 		if (rdma_set_option(ep->cm.id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one,
 				    sizeof(one))) {
@@ -341,7 +341,7 @@ int bind_id(Endpoint *ep, const SockAddr &address, const char *call)
  * from a passive endpoint at fi_endpoint). Under the progress lock. */
 int bind_endpoint(Endpoint *ep, const SockAddr &address, const char *call)
 {
-	if (ep->bound || ep->fsm.state() != EpState::idle || ep->has_request) {
+	if (ep->fsm.bound() || ep->fsm.state() != EpState::idle || ep->conn.has_request) {
 		ND_WARN(FI_LOG_EP_CTRL, "%s: the endpoint already has an address\n", call);
 		return -FI_EOPBADSTATE;
 	}
@@ -350,7 +350,7 @@ int bind_endpoint(Endpoint *ep, const SockAddr &address, const char *call)
 		return ret;
 	if ((ret = bind_id(ep, address, call)))
 		return ret;
-	ep->bound = true;
+	ep->fsm.mark_bound();
 	ep->bound_address = local_address(ep->cm.id);
 	return 0;
 }
@@ -387,7 +387,7 @@ int ep_getpeer(fid_ep *fep, void *addr, size_t *addrlen) noexcept
 	return guarded("fi_getpeer", [&] {
 		return under_progress_lock(ep->progress_eq(), [&] {
 			EpState s = ep->fsm.state();
-			if (s == EpState::idle && !ep->has_request) {
+			if (s == EpState::idle && !ep->conn.has_request) {
 				ND_INFO(FI_LOG_EP_CTRL, "fi_getpeer: not connected\n");
 				return -FI_ENOTCONN;
 			}
@@ -395,7 +395,7 @@ int ep_getpeer(fid_ep *fep, void *addr, size_t *addrlen) noexcept
 				ND_INFO(FI_LOG_EP_CTRL, "fi_getpeer: the connection is %s\n", to_string(s));
 				return -FI_ENOTCONN;
 			}
-			return copy_out_address(ep->peer, addr, addrlen);
+			return copy_out_address(ep->conn.peer, addr, addrlen);
 		});
 	});
 }
@@ -508,13 +508,13 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 			ep->cm.adopt(r.id, &ep->target);
 			ep->cm_home = r.pep->eq;
 			ep->cm_home->bound.acquire();
-			ep->has_request = true;
-			ep->request_peer_gone = r.peer_gone;
-			ep->peer_offer = r.offer();
-			ep->request_credit_offer = r.credit_offer;
+			ep->conn.has_request = true;
+			ep->conn.request_peer_gone = r.peer_gone;
+			ep->conn.peer_offer = r.offer();
+			ep->conn.request_credit_offer = r.credit_offer;
 			if (domain->iwarp && r.credit_offer)
-				ep->peer_offer = cm::peer_offer(r.credit_offer->outbound, r.credit_offer->inbound);
-			ep->peer = peer_address(r.id);
+				ep->conn.peer_offer = cm::peer_offer(r.credit_offer->outbound, r.credit_offer->inbound);
+			ep->conn.peer = peer_address(r.id);
 			return true;
 		});
 		if (!request)
@@ -536,10 +536,10 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 	ep->ep.cm = &ep_cm_ops;
 	/* FI_TAGGED frames every message (nd_framing.h); without it, messages
 	 * go to the adapter as they are. */
-	ep->framed = ep->info->caps & FI_TAGGED;
-	ep->ep.msg = ep->framed ? &ep_framed_msg_ops : &ep_msg_ops;
+	ep->options.framed = ep->info->caps & FI_TAGGED;
+	ep->ep.msg = ep->options.framed ? &ep_framed_msg_ops : &ep_msg_ops;
 	ep->ep.rma = &ep_rma_ops;
-	ep->ep.tagged = ep->framed ? &ep_tagged_ops : &unsupported::tagged_ops;
+	ep->ep.tagged = ep->options.framed ? &ep_tagged_ops : &unsupported::tagged_ops;
 	ep->ep.atomic = &unsupported::atomic_ops;
 	if (takes_address) {
 		int ret = bind_endpoint(ep.get(), taken_address, "fi_endpoint");
@@ -559,32 +559,32 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 int Endpoint::renew_cm_id()
 {
 	cm.reset();
-	negotiated = false;
-	effective = {};
-	peer_offer = {};
-	response_data.clear();
-	connect_wire.clear();
+	conn.negotiated = false;
+	conn.effective = {};
+	conn.peer_offer = {};
+	conn.response_data.clear();
+	conn.connect_wire.clear();
 	int ret = ensure_cm_id(eq, cm, &target);
 	if (ret)
 		return ret;
 	/* The application's address (port included) stays the endpoint's. */
-	return bound ? bind_id(this, bound_address, "fi_connect retry") : 0;
+	return fsm.bound() ? bind_id(this, bound_address, "fi_connect retry") : 0;
 }
 
 int Endpoint::close()
 {
 	/* First: no asynchronous event reaches the endpoint (or queues an
 	 * entry naming it) from here on. */
-	if (qp)
-		async::remove_qp(qp.get());
+	if (data.qp)
+		async::remove_qp(data.qp.get());
 	auto teardown = [&] {
-		closing = true;
+		fsm.mark_closing();
 		EpState s = fsm.state();
 		if (cm.id && (s == EpState::connected || s == EpState::shutting_down ||
 			      s == EpState::accepting || s == EpState::response_pending))
 			rdma_disconnect(cm.id); /* the peer learns at once, not at a timeout */
-		if (tuple_claimed)
-			release_tuple(tuple_local, peer);
+		if (conn.tuple_claimed)
+			release_tuple(conn.tuple_local, conn.peer);
 		/* Everything outstanding completes with FI_ECANCELED. */
 		flush_queue_pair();
 		/* Events of this id not yet read die with it: no FI_SHUTDOWN

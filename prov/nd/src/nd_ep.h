@@ -67,36 +67,20 @@ struct TxRequest {
 	const void *header = nullptr;	/* kFrameHeaderSize bytes */
 };
 
-/* Every member starts from the default given here; the constructor sets
- * only what comes from its arguments. */
-struct Endpoint {
-	fid_ep ep;				/* first: from_fid<Endpoint> */
-	Domain *domain;
-	fi_info *info;
-	EventQueue *eq = nullptr;
-	/* A passive-side endpoint not yet bound to an EQ: the listener's EQ,
-	 * whose channel carries its id and whose progress lock its handlers
-	 * run under; the events they report are held until fi_ep_bind. */
-	EventQueue *cm_home = nullptr;
-	std::vector<EqEntry> held_events;
-	CmTarget target;
-	CmIdHolder cm;
-	EpStateMachine fsm;
-
-	/* Options (fi_ext_nd.h). */
+/* An endpoint's options (fi_setopt, fi_ext_nd.h), and what it was opened
+ * with that decides how it works. */
+struct EndpointOptions {
 	cm::ReadLimits wanted;			/* as set; capped when offered */
 	bool manual_complete = false;
 	bool shared_addr = false;
 	size_t min_multi_recv = kDefaultMinMultiRecv;	/* FI_OPT_MIN_MULTI_RECV */
 	/* Opened with FI_TAGGED: every message is framed (nd_framing.h). */
 	bool framed = false;
+};
 
-	/* Progress of the object itself. */
-	bool bound = false;				/* fi_setname done */
-	SockAddr bound_address;			/* as bound, port assigned: kept for a retry */
-	bool enabled = false;
-
-	/* Completion: what the application bound, else internal CQs. */
+/* What fi_ep_bind attached (before fi_enable), and the CQs the endpoint
+ * completes into: what the application bound, else internal CQs. */
+struct EndpointBindings {
 	CompletionQueue *tx_cq = nullptr;
 	CompletionQueue *rx_cq = nullptr;
 	CompletionQueue *user_tx_cq = nullptr;
@@ -110,8 +94,27 @@ struct Endpoint {
 	Counter *write_cntr = nullptr;
 	SharedRx *srx = nullptr;
 	SharedTx *stx = nullptr;			/* its attributes replace tx_attr's */
+	bool counters_watch = false;		/* the bound counters watch tx_cq/rx_cq */
 
-	/* Data path, fixed at fi_enable. */
+	/* Each distinct counter bound to the endpoint, once. */
+	template <typename Fn>
+	void for_each_counter(Fn &&fn) const
+	{
+		Counter *const all[] = {send_cntr, recv_cntr, read_cntr, write_cntr};
+		for (size_t i = 0; i < 4; i++) {
+			bool seen = !all[i];
+			for (size_t j = 0; j < i && !seen; j++)
+				seen = all[j] == all[i];
+			if (!seen)
+				fn(all[i]);
+		}
+	}
+};
+
+/* The data path, fixed at fi_enable (setup_data_path). The fields every
+ * post reads come first, together; the queue pair comes last, so that it
+ * is destroyed first. */
+struct DataPath {
 	std::unique_ptr<WorkQueue> sq;
 	std::unique_ptr<WorkQueue> rq;
 	std::unique_ptr<SendBatch> batch;	/* FI_MORE requests not yet posted */
@@ -119,15 +122,6 @@ struct Endpoint {
 	bool slow_tx = false;			/* locked, or a shared budget: fi_inject goes out of line */
 	OptionalLock rx_lock;
 	Link link;
-	/* A verbs asynchronous event ended the queue pair (reported once). */
-	std::atomic<bool> async_failed{false};
-	/* A request failed because the peer stopped answering, or a framed
-	 * message came without its frame: the EQ's progress was asked to end
-	 * the connection (once). */
-	std::atomic<bool> peer_lost_noted{false};
-	/* fi_close has begun: deferred work finds nothing to do (set under
-	 * the progress lock). */
-	bool closing = false;
 	bool recv_ready = false;			/* the QP takes receives (INIT or later) */
 	std::vector<PendingRecv> pending_recvs;	/* under rx_lock */
 	uint32_t signal_interval = 1;
@@ -156,12 +150,15 @@ struct Endpoint {
 	 * into (a CQ may chain several: nd_cq.h). */
 	ibv_cq *tx_verbs_cq = nullptr;
 	ibv_cq *rx_verbs_cq = nullptr;
-	bool counters_watch = false;		/* the bound counters watch tx_cq/rx_cq */
+	/* iWARP (nd_credits.h): this side's receive credits, from fi_enable. */
+	std::unique_ptr<ReceiveCredits> credits;
 
-	/* Resources: created at fi_enable; the QP is destroyed first. */
+	/* Created at fi_enable (create_queue_pair); last, so destroyed first. */
 	UniqueQp qp;
+};
 
-	/* The connection. */
+/* The connection: the peer, what was negotiated with it, and how it ended. */
+struct Connection {
 	SockAddr peer;
 	SockAddr tuple_local;			/* claimed (shared endpoints) */
 	bool tuple_claimed = false;
@@ -170,13 +167,45 @@ struct Endpoint {
 	bool negotiated = false;
 	cm::ReadLimits effective;
 	cm::ReadLimits peer_offer;
-	/* iWARP (nd_credits.h): this side's receive credits, from fi_enable,
-	 * and the requester's offer, from its connection request. */
-	std::unique_ptr<ReceiveCredits> credits;
+	/* iWARP (nd_credits.h): the requester's credit offer, from its
+	 * connection request. */
 	std::optional<cm::CreditOffer> request_credit_offer;
 	/* Passive side: a connection request was taken from a listener. */
 	bool has_request = false;
 	bool request_peer_gone = false;
+	/* A verbs asynchronous event ended the queue pair (reported once). */
+	std::atomic<bool> async_failed{false};
+	/* A request failed because the peer stopped answering, or a framed
+	 * message came without its frame: the EQ's progress was asked to end
+	 * the connection (once). */
+	std::atomic<bool> peer_lost_noted{false};
+};
+
+/* Every member starts from the default given here; the constructor sets
+ * only what comes from its arguments. */
+struct Endpoint {
+	fid_ep ep;				/* first: from_fid<Endpoint> */
+	Domain *domain;
+	fi_info *info;
+	EventQueue *eq = nullptr;
+	/* A passive-side endpoint not yet bound to an EQ: the listener's EQ,
+	 * whose channel carries its id and whose progress lock its handlers
+	 * run under; the events they report are held until fi_ep_bind. */
+	EventQueue *cm_home = nullptr;
+	std::vector<EqEntry> held_events;
+	CmTarget target;
+	CmIdHolder cm;
+	/* The connection's state, and the object's own lifecycle (fi_setname,
+	 * fi_enable, fi_close). */
+	EpStateMachine fsm;
+	SockAddr bound_address;			/* as bound, port assigned: kept for a retry */
+
+	/* Its parts, held by value: a field of a part costs what a field of
+	 * the endpoint costs. */
+	EndpointOptions options;
+	EndpointBindings bindings;
+	DataPath data;
+	Connection conn;
 
 	Endpoint(Domain *domain, fi_info *info, cm::Side side);
 	int close();
@@ -205,34 +234,27 @@ struct Endpoint {
 	int ready_queue_pair();
 	void flush_queue_pair() noexcept;
 
-	/* Data path (nd_ep_data.cpp). */
+	/* Binding (nd_ep_bind.cpp). */
 	int bind_cq(CompletionQueue *cq, uint64_t flags);
 	int bind_cntr(Counter *cntr, uint64_t flags);
 	int bind_srx(SharedRx *rx);
 	int bind_stx(SharedTx *tx);
+	void unbind_all() noexcept;
+
+	/* The data path's queues, set up at fi_enable, released at close
+	 * (nd_ep_queues.cpp). */
 	int setup_data_path();
 	void release_queues() noexcept;
-	/* Each distinct counter bound to the endpoint, once. */
-	template <typename Fn>
-	void for_each_counter(Fn &&fn) const
-	{
-		Counter *const all[] = {send_cntr, recv_cntr, read_cntr, write_cntr};
-		for (size_t i = 0; i < 4; i++) {
-			bool seen = !all[i];
-			for (size_t j = 0; j < i && !seen; j++)
-				seen = all[j] == all[i];
-			if (!seen)
-				fn(all[i]);
-		}
-	}
-	void unbind_all() noexcept;
-	ssize_t post_tx(const TxRequest &request);
+	void post_drain_marker() noexcept;
 	/* Its send queue is in its CQ's StallWatch (nd_cq.h). */
 	bool watches_stalls() const noexcept;
+
+	/* Sending (nd_ep_send.cpp). */
+	ssize_t post_tx(const TxRequest &request);
 	ssize_t post_committed(ibv_send_wr &wr, const char *call)
 	{
 		ibv_send_wr *bad = nullptr;
-		const int rc = ibv_post_send(qp.get(), &wr, &bad);
+		const int rc = ibv_post_send(data.qp.get(), &wr, &bad);
 		return rc ? post_failed(rc, call) : 0;
 	}
 	ssize_t post_failed(int rc, const char *call);
@@ -240,6 +262,9 @@ struct Endpoint {
 	ssize_t defer(const ibv_send_wr &wr, bool copy_inline, const char *call);
 	ssize_t post_batch(ibv_send_wr *last, const char *call);
 	ssize_t post_deferred(const char *call);
+	ssize_t make_room(const char *call);
+	void credits_after_post(bool took_receive) noexcept;
+	ssize_t link_error(const char *call) const;
 	/* fi_inject and its kin (nd_ep_inject.h), and their slow paths. */
 	template <ibv_wr_opcode Op>
 	ssize_t post_inline(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
@@ -252,6 +277,13 @@ struct Endpoint {
 				     uint64_t remote_addr, uint64_t remote_key);
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	ssize_t no_immediate_data(const char *call) const;
+
+	/* Receiving, and fi_cancel (nd_ep_recv.cpp). */
+	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
+	void post_pending_receives() noexcept;
+	ssize_t cancel(void *context);
+	void set_min_multi_recv(size_t bytes);
+
 	/* Receive credits on iWARP (nd_ep_credits.cpp). */
 	bool wants_credits() const noexcept;
 	void add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limits);
@@ -259,19 +291,12 @@ struct Endpoint {
 	void advertise_credits(bool from_progress) noexcept;
 	void write_credits() noexcept;
 	void flush_pending_credits() noexcept;
-	void credits_after_post(bool took_receive) noexcept;
 	ssize_t no_credit(const char *call) const noexcept;
-	ssize_t make_room(const char *call);
-	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
+
 	/* Framed endpoints (nd_ep_tagged.cpp). */
 	int setup_framing(uint32_t rx);
 	ssize_t post_framed_rx(const iovec *iov, size_t count, void *context, uint64_t flags, bool tagged,
 			       uint64_t tag, uint64_t ignore, const char *call);
-	void set_min_multi_recv(size_t bytes);
-	ssize_t cancel(void *context);
-	void post_pending_receives() noexcept;
-	void post_drain_marker() noexcept;
-	ssize_t link_error(const char *call) const;
 };
 
 /* Declared before a send-lock guard, so that it runs after the unlock: a
@@ -281,7 +306,7 @@ struct CreditsAfterUnlock {
 	Endpoint *ep;
 	~CreditsAfterUnlock()
 	{
-		if (ep->credits && ep->credits->pending.load(std::memory_order_acquire))
+		if (ep->data.credits && ep->data.credits->pending.load(std::memory_order_acquire))
 			ep->flush_pending_credits();
 	}
 };
@@ -295,7 +320,7 @@ void ep_peer_lost(void *owner);
  * unframed), from the poller: the same, with its own reason. */
 void ep_peer_broke_framing(void *owner) noexcept;
 
-/* Data transfer tables of a connected endpoint (nd_ep_data.cpp, nd_ep_rma.cpp). */
+/* Data transfer tables of a connected endpoint (nd_ep_msg.cpp, nd_ep_rma.cpp). */
 extern fi_ops_msg ep_msg_ops;
 extern fi_ops_rma ep_rma_ops;
 /* A framed endpoint's (nd_ep_tagged.cpp). */

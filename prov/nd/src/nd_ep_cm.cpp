@@ -62,9 +62,9 @@ void report_error(Endpoint *ep, int err, int prov_errno, const uint8_t *data = n
 void attempt_over(Endpoint *ep, const EpStep &step, int prov_errno, const uint8_t *data = nullptr,
 		  size_t len = 0)
 {
-	if (ep->tuple_claimed) {
-		release_tuple(ep->tuple_local, ep->peer);
-		ep->tuple_claimed = false;
+	if (ep->conn.tuple_claimed) {
+		release_tuple(ep->conn.tuple_local, ep->conn.peer);
+		ep->conn.tuple_claimed = false;
 	}
 	bool retry = step.next == EpState::idle;
 	if (retry) {
@@ -109,14 +109,14 @@ std::vector<uint8_t> unframed_copy(const CmEventCopy &event, const char *what)
 void ep_async_event(void *owner, ibv_event_type type, int error)
 {
 	auto *ep = static_cast<Endpoint *>(owner);
-	if (ep->async_failed.exchange(true))
+	if (ep->conn.async_failed.exchange(true))
 		return; /* reported once (a device failure names every QP) */
 	ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: %s: the connection is lost (%s)\n", owner,
 		ibv_event_type_str(type), fi_strerror(error));
 	ep->flush_queue_pair();
 	/* Transfers now fail as after a failed transfer, not as after a
 	 * shutdown. */
-	ep->link.on(Link::Event::failed);
+	ep->data.link.on(Link::Event::failed);
 	/* Without an EQ yet there is nobody to tell, and held events belong
 	 * to the progress lock this call does not hold. */
 	if (ep->eq)
@@ -131,7 +131,7 @@ namespace {
 void end_connection_of(Endpoint *ep, const char *why)
 {
 	const EpState state = ep->fsm.state();
-	if (ep->closing || (state != EpState::connected && state != EpState::shutting_down))
+	if (ep->fsm.closing() || (state != EpState::connected && state != EpState::shutting_down))
 		return; /* already over, or going */
 	ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: %s; the connection is over\n", static_cast<void *>(ep), why);
 	CmEventCopy lost;
@@ -156,12 +156,12 @@ void end_connection_of_unframed_peer(void *owner)
 /* Asks the EQ to end the connection, once whatever the reason. */
 void defer_end_of_connection(Endpoint *ep, void (*end)(void *owner)) noexcept
 {
-	if (ep->peer_lost_noted.exchange(true))
+	if (ep->conn.peer_lost_noted.exchange(true))
 		return; /* every outstanding request fails the same way */
 	/* Not queued (out of memory): the next request that fails this way
 	 * tries again. */
 	if (ep->eq && ep->eq->defer(end, ep))
-		ep->peer_lost_noted.store(false);
+		ep->conn.peer_lost_noted.store(false);
 }
 
 } // namespace
@@ -184,27 +184,27 @@ int Endpoint::create_queue_pair()
 		return ret;
 	}
 	ibv_qp_init_attr attr{};
-	attr.send_cq = tx_verbs_cq;
-	attr.recv_cq = rx_verbs_cq;
-	attr.srq = srx ? srx->srq.get() : nullptr;
+	attr.send_cq = data.tx_verbs_cq;
+	attr.recv_cq = data.rx_verbs_cq;
+	attr.srq = bindings.srx ? bindings.srx->srq.get() : nullptr;
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 0;
-	attr.cap.max_send_wr = sq->depth + 1 + sq->internal_slots; /* + the close marker */
-	attr.cap.max_recv_wr = rq ? rq->depth : 0;
-	attr.cap.max_send_sge = tx_iov_limit + (framed ? 1 : 0); /* + the header */
-	attr.cap.max_recv_sge = rq ? rx_iov_limit : 0;
-	attr.cap.max_inline_data = max_inline;
-	qp.reset(ibv_create_qp(domain->pd.get(), &attr));
-	if (!qp) {
+	attr.cap.max_send_wr = data.sq->depth + 1 + data.sq->internal_slots; /* + the close marker */
+	attr.cap.max_recv_wr = data.rq ? data.rq->depth : 0;
+	attr.cap.max_send_sge = data.tx_iov_limit + (options.framed ? 1 : 0); /* + the header */
+	attr.cap.max_recv_sge = data.rq ? data.rx_iov_limit : 0;
+	attr.cap.max_inline_data = data.max_inline;
+	data.qp.reset(ibv_create_qp(domain->pd.get(), &attr));
+	if (!data.qp) {
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: ibv_create_qp (tx %u, rx %u, inline %u): %s\n",
-			sq->depth, rq ? rq->depth : 0, max_inline, std::strerror(err));
+			data.sq->depth, data.rq ? data.rq->depth : 0, data.max_inline, std::strerror(err));
 		release_queues();
 		return fi_error_of_errno(err);
 	}
-	if (rq && rq->framing)
-		static_cast<Framing *>(rq->framing.get())->qp.store(qp.get(), std::memory_order_release);
-	async::add_qp(domain->context, qp.get(), ep_async_event, this);
+	if (data.rq && data.rq->framing)
+		static_cast<Framing *>(data.rq->framing.get())->qp.store(data.qp.get(), std::memory_order_release);
+	async::add_qp(domain->context, data.qp.get(), ep_async_event, this);
 	return 0;
 }
 
@@ -230,13 +230,13 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 	}
 	/* The queue pair gets exactly the negotiated read limits. */
 	if (state == IBV_QPS_RTR) {
-		attr.max_dest_rd_atomic = static_cast<uint8_t>(effective.inbound);
+		attr.max_dest_rd_atomic = static_cast<uint8_t>(conn.effective.inbound);
 		mask |= IBV_QP_MAX_DEST_RD_ATOMIC;
 		/* rdma_cm leaves the kernel CM's 0 (655 ms): see Params. */
 		attr.min_rnr_timer = domain->min_rnr_timer;
 		mask |= IBV_QP_MIN_RNR_TIMER;
 	} else if (state == IBV_QPS_RTS) {
-		attr.max_rd_atomic = static_cast<uint8_t>(effective.outbound);
+		attr.max_rd_atomic = static_cast<uint8_t>(conn.effective.outbound);
 		mask |= IBV_QP_MAX_QP_RD_ATOMIC;
 		/* rdma_cm fills the counts from the CM messages: the active
 		 * side's RNR count is the one the accepter sent, so each side's
@@ -251,7 +251,7 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 			mask |= IBV_QP_TIMEOUT;
 		}
 	}
-	int rc = ibv_modify_qp(qp.get(), &attr, mask);
+	int rc = ibv_modify_qp(data.qp.get(), &attr, mask);
 	if (rc) {
 		ND_WARN(FI_LOG_EP_CTRL, "ibv_modify_qp(state %d): %s\n", state, std::strerror(rc));
 		return fi_error_of_errno(rc);
@@ -260,8 +260,8 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 		post_pending_receives();
 	else if (state == IBV_QPS_RTS) {
 		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: queue pair %u ready to send; RDMA reads: %u inbound, %u outbound\n",
-			static_cast<void *>(this), qp->qp_num, effective.inbound, effective.outbound);
-		link.on(Link::Event::ready);
+			static_cast<void *>(this), data.qp->qp_num, conn.effective.inbound, conn.effective.outbound);
+		data.link.on(Link::Event::ready);
 	}
 	return 0;
 }
@@ -275,7 +275,7 @@ int Endpoint::ready_queue_pair()
 {
 	if (domain->iwarp) {
 		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: queue pair %u in RTS by the iWARP CM; RDMA reads: %u inbound, %u outbound\n",
-			static_cast<void *>(this), qp->qp_num, effective.inbound, effective.outbound);
+			static_cast<void *>(this), data.qp->qp_num, conn.effective.inbound, conn.effective.outbound);
 		return 0;
 	}
 	int ret = move_queue_pair(IBV_QPS_RTR);
@@ -286,19 +286,19 @@ int Endpoint::ready_queue_pair()
  * is outstanding with a flush status. */
 void Endpoint::flush_queue_pair() noexcept
 {
-	if (!qp)
+	if (!data.qp)
 		return;
-	link.on(Link::Event::flushed);
+	data.link.on(Link::Event::flushed);
 	/* Requests held back by FI_MORE go first, to be flushed with the rest. */
-	if (batch) {
-		std::lock_guard<OptionalLock> guard(tx_lock);
+	if (data.batch) {
+		std::lock_guard<OptionalLock> guard(data.tx_lock);
 		post_deferred("flushing the queue pair");
 	}
 	ibv_qp_attr attr{};
 	attr.qp_state = IBV_QPS_ERR;
-	ibv_modify_qp(qp.get(), &attr, IBV_QP_STATE);
+	ibv_modify_qp(data.qp.get(), &attr, IBV_QP_STATE);
 	/* Receives still waiting for INIT go to the error state's flush. */
-	if (!recv_ready && rq)
+	if (!data.recv_ready && data.rq)
 		post_pending_receives();
 }
 
@@ -328,7 +328,7 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 		return -FI_ENOEQ;
 	}
 	std::lock_guard<std::mutex> guard(eq->progress_lock());
-	if (!enabled && fsm.state() == EpState::idle) {
+	if (!fsm.enabled() && fsm.state() == EpState::idle) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_connect: call fi_enable first\n");
 		return -FI_EOPBADSTATE;
 	}
@@ -337,15 +337,15 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 		ret = ensure_cm_id(eq, cm, &target);
 		if (ret)
 			return ret;
-		if (shared_addr && bound) {
+		if (options.shared_addr && fsm.bound()) {
 			SockAddr local = local_address(cm.id);
 			if (!claim_tuple(local, dest)) {
 				ND_WARN(FI_LOG_EP_CTRL, "fi_connect: %s to %s is already connected\n",
 					local.to_string().c_str(), dest.to_string().c_str());
 				return -FI_EADDRINUSE;
 			}
-			tuple_claimed = true;
-			tuple_local = local;
+			conn.tuple_claimed = true;
+			conn.tuple_local = local;
 		}
 	}
 	ret = fsm.begin_connect();
@@ -358,13 +358,13 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 	 * device (an unbound id would take whatever the route says). */
 	SockAddr source;
 	sockaddr *source_arg = nullptr;
-	if (!bound && info->src_addr &&
+	if (!fsm.bound() && info->src_addr &&
 	    sockaddr_copy(info->src_addr, info->src_addrlen, &source) == 0) {
 		source.set_port(0);
 		source_arg = &source.sa;
 	}
-	peer = dest;
-	connect_wire = std::move(wire);
+	conn.peer = dest;
+	conn.connect_wire = std::move(wire);
 	if (rdma_resolve_addr(cm.id, source_arg, &dest.sa, read_params().resolve_timeout_ms)) {
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_connect to %s: %s\n", dest.to_string().c_str(),
@@ -374,9 +374,9 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 		 * try again follows ND's rule as for a reported failure. */
 		if (fsm.attempt_failed(-ret).next == EpState::idle && renew_cm_id())
 			fsm.fail();
-		if (tuple_claimed) {
-			release_tuple(tuple_local, peer);
-			tuple_claimed = false;
+		if (conn.tuple_claimed) {
+			release_tuple(conn.tuple_local, conn.peer);
+			conn.tuple_claimed = false;
 		}
 		return ret;
 	}
@@ -396,25 +396,25 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		return -FI_ENOEQ;
 	}
 	std::lock_guard<std::mutex> guard(eq->progress_lock());
-	if (!enabled && fsm.state() == EpState::idle && has_request) {
+	if (!fsm.enabled() && fsm.state() == EpState::idle && conn.has_request) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: call fi_enable first\n");
 		return -FI_EOPBADSTATE;
 	}
-	int ret = fsm.begin_accept(has_request);
+	int ret = fsm.begin_accept(conn.has_request);
 	if (ret) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: %s\n",
-			has_request ? "the endpoint is past accepting" : "no connection request to accept");
+			conn.has_request ? "the endpoint is past accepting" : "no connection request to accept");
 		return ret;
 	}
-	if (request_peer_gone) {
+	if (conn.request_peer_gone) {
 		ND_INFO(FI_LOG_EP_CTRL, "fi_accept: the requester already gave up\n");
 		fsm.fail();
 		return -FI_ECONNABORTED;
 	}
 	/* ND Accept: our limits capped by the adapter and by the offer (on
 	 * iWARP the requester's own, from its offer: see fi_endpoint). */
-	effective = cm::negotiate(offered(), peer_offer.inbound, peer_offer.outbound);
-	negotiated = true;
+	conn.effective = cm::negotiate(offered(), conn.peer_offer.inbound, conn.peer_offer.outbound);
+	conn.negotiated = true;
 	if ((ret = move_queue_pair(IBV_QPS_INIT)) || (!domain->iwarp && (ret = ready_queue_pair()))) {
 		fsm.fail();
 		flush_queue_pair();
@@ -424,22 +424,22 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		 * rdma_init_qp_attr refuses with EINVAL. ND: aborted. */
 		if (ret == -FI_EINVAL) {
 			ND_INFO(FI_LOG_EP_CTRL, "fi_accept: the requester from %s is gone\n",
-				peer.to_string().c_str());
+				conn.peer.to_string().c_str());
 			return -FI_ECONNABORTED;
 		}
 		return ret;
 	}
-	take_credit_offer(request_credit_offer);
-	add_credit_offer(&wire, effective);
+	take_credit_offer(conn.request_credit_offer);
+	add_credit_offer(&wire, conn.effective);
 	rdma_conn_param param_out{};
 	param_out.private_data = wire.data();
 	param_out.private_data_len = static_cast<uint8_t>(wire.size());
-	param_out.responder_resources = static_cast<uint8_t>(effective.inbound);
-	param_out.initiator_depth = static_cast<uint8_t>(effective.outbound);
+	param_out.responder_resources = static_cast<uint8_t>(conn.effective.inbound);
+	param_out.initiator_depth = static_cast<uint8_t>(conn.effective.outbound);
 	param_out.flow_control = 1;
 	param_out.retry_count = domain->retry_count;
 	param_out.rnr_retry_count = domain->rnr_retry;
-	param_out.qp_num = qp->qp_num;
+	param_out.qp_num = data.qp->qp_num;
 	if (rdma_accept(cm.id, &param_out)) {
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: rdma_accept: %s\n", std::strerror(err));
@@ -485,7 +485,7 @@ int complete(Endpoint *ep)
 	if ((ret = ep->ready_queue_pair()))
 		return ret;
 	if (ep->domain->iwarp) {
-		ep->link.on(Link::Event::ready);
+		ep->data.link.on(Link::Event::ready);
 		ep->fsm.completed();
 		ep->advertise_credits(false); /* receives posted since the offer */
 		return 0;
@@ -579,10 +579,10 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 	const EpState before = fsm.state();
 	/* A request taken by fi_endpoint and not yet answered: a requester
 	 * that gives up now is the endpoint's to learn (fi_accept says so). */
-	if (has_request && before == EpState::idle && cm::peer_gave_up(event.type)) {
+	if (conn.has_request && before == EpState::idle && cm::peer_gave_up(event.type)) {
 		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: %s before fi_accept; the requester gave up\n",
 			static_cast<void *>(this), cm::event_name(event.type));
-		request_peer_gone = true;
+		conn.request_peer_gone = true;
 	}
 	EpStep step = fsm.on_event(event.type, event.status);
 	switch (step.action) {
@@ -595,13 +595,13 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 	case EpAction::resolve_route:
 		if (cm.id->verbs != domain->context) {
 			ND_WARN(FI_LOG_EP_CTRL, "fi_connect: %s is reached through another device than this domain's\n",
-				peer.to_string().c_str());
+				conn.peer.to_string().c_str());
 			attempt_over(this, fsm.attempt_failed(FI_EHOSTUNREACH), EHOSTUNREACH);
 			return;
 		}
 		if (rdma_resolve_route(cm.id, read_params().resolve_timeout_ms)) {
 			int err = errno;
-			ND_WARN(FI_LOG_EP_CTRL, "rdma_resolve_route to %s: %s\n", peer.to_string().c_str(),
+			ND_WARN(FI_LOG_EP_CTRL, "rdma_resolve_route to %s: %s\n", conn.peer.to_string().c_str(),
 				std::strerror(err));
 			attempt_over(this, fsm.attempt_failed(-fi_error_of_errno(err)), err);
 		}
@@ -614,23 +614,23 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			return;
 		}
 		const cm::ReadLimits offer = offered();
-		add_credit_offer(&connect_wire, offer);
+		add_credit_offer(&conn.connect_wire, offer);
 		rdma_conn_param param{};
-		param.private_data = connect_wire.data();
-		param.private_data_len = static_cast<uint8_t>(connect_wire.size());
+		param.private_data = conn.connect_wire.data();
+		param.private_data_len = static_cast<uint8_t>(conn.connect_wire.size());
 		param.responder_resources = static_cast<uint8_t>(offer.inbound);
 		param.initiator_depth = static_cast<uint8_t>(offer.outbound);
 		param.flow_control = 1;
 		param.retry_count = domain->retry_count;
 		param.rnr_retry_count = domain->rnr_retry;
-		param.qp_num = qp->qp_num;
+		param.qp_num = data.qp->qp_num;
 		if (rdma_connect(cm.id, &param)) {
 			int err = errno;
-			ND_WARN(FI_LOG_EP_CTRL, "rdma_connect to %s: %s\n", peer.to_string().c_str(),
+			ND_WARN(FI_LOG_EP_CTRL, "rdma_connect to %s: %s\n", conn.peer.to_string().c_str(),
 				std::strerror(err));
 			attempt_over(this, fsm.attempt_failed(-fi_error_of_errno(err)), err);
 		}
-		connect_wire.clear();
+		conn.connect_wire.clear();
 		return;
 	}
 	case EpAction::report_response:
@@ -643,13 +643,13 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			granted_in = offer->outbound;
 			granted_out = offer->inbound;
 		}
-		peer_offer = cm::peer_offer(granted_in, granted_out);
-		effective = cm::negotiate(offered(), granted_in, granted_out);
-		negotiated = true;
-		response_data = unframed_copy(event, "connect response");
+		conn.peer_offer = cm::peer_offer(granted_in, granted_out);
+		conn.effective = cm::negotiate(offered(), granted_in, granted_out);
+		conn.negotiated = true;
+		conn.response_data = unframed_copy(event, "connect response");
 		take_credit_offer(offer);
 		if (step.action == EpAction::report_response) {
-			post_event(cm_entry(this, FI_ND_CONNRESP, response_data));
+			post_event(cm_entry(this, FI_ND_CONNRESP, conn.response_data));
 			return;
 		}
 		int ret = complete(this);
@@ -658,13 +658,13 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			attempt_over(this, {EpState::failed, EpAction::report_error, FI_ECONNABORTED}, -ret);
 			return;
 		}
-		post_event(cm_entry(this, FI_CONNECTED, response_data));
+		post_event(cm_entry(this, FI_CONNECTED, conn.response_data));
 		return;
 	}
 	case EpAction::report_connected:
 		/* iWARP: the CM took the queue pair to RTS just now. */
 		if (domain->iwarp) {
-			link.on(Link::Event::ready);
+			data.link.on(Link::Event::ready);
 			advertise_credits(false); /* receives posted since the offer */
 		}
 		post_event(cm_entry(this, FI_CONNECTED, {}));

@@ -35,7 +35,7 @@ std::unique_ptr<ReceiveCredits> ReceiveCredits::open(ibv_pd *pd) noexcept
  * receive ring of its own without multi-receive buffers (nd_credits.h). */
 bool Endpoint::wants_credits() const noexcept
 {
-	return domain->iwarp && api::enum_value(info->domain_attr->resource_mgmt) == FI_RM_ENABLED && !srx &&
+	return domain->iwarp && api::enum_value(info->domain_attr->resource_mgmt) == FI_RM_ENABLED && !bindings.srx &&
 	       !(info->caps & FI_MULTI_RECV);
 }
 
@@ -49,9 +49,9 @@ void Endpoint::add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limit
 	cm::CreditOffer offer;
 	offer.inbound = static_cast<uint8_t>(limits.inbound);
 	offer.outbound = static_cast<uint8_t>(limits.outbound);
-	if (credits) {
-		credits->advertised = rq->head.load(std::memory_order_acquire);
-		credits->fill_offer(credits->advertised, &offer);
+	if (data.credits) {
+		data.credits->advertised = data.rq->head.load(std::memory_order_acquire);
+		data.credits->fill_offer(data.credits->advertised, &offer);
 	}
 	cm::append_credit_offer(offer, wire);
 }
@@ -60,16 +60,16 @@ void Endpoint::add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limit
  * nd, or an nd without credits) leaves this side sending without them. */
 void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
 {
-	if (!credits)
+	if (!data.credits)
 		return;
 	if (!peer || !peer->rkey) {
 		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: the peer offered no receive credits; sending without them (FI_RM_ENABLED is not kept on this connection)\n",
 			static_cast<void *>(this));
 		/* Kept (other threads may be posting): it counts nothing now. */
-		credits->unlimited = true;
+		data.credits->unlimited = true;
 		return;
 	}
-	credits->take_offer(*peer);
+	data.credits->take_offer(*peer);
 	ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: receive credits: the peer has %u receives posted\n",
 		static_cast<void *>(this), peer->posted);
 }
@@ -87,18 +87,18 @@ void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
  * here would be receives the sender never learns of. */
 void Endpoint::advertise_credits(bool from_progress) noexcept
 {
-	ReceiveCredits *c = credits.get();
-	if (!c || !c->peer_known || link.state(std::memory_order_acquire) != LinkState::up)
+	ReceiveCredits *c = data.credits.get();
+	if (!c || !c->peer_known || data.link.state(std::memory_order_acquire) != LinkState::up)
 		return;
 	if (!c->pending.load(std::memory_order_relaxed) &&
-	    !c->worth_writing(rq->head.load(std::memory_order_acquire)))
+	    !c->worth_writing(data.rq->head.load(std::memory_order_acquire)))
 		return;
 	if (from_progress) {
 		c->pending.store(true, std::memory_order_release);
 		flush_pending_credits();
 		return;
 	}
-	std::lock_guard<OptionalLock> guard(tx_lock);
+	std::lock_guard<OptionalLock> guard(data.tx_lock);
 	write_credits();
 	if (!c->pending.load(std::memory_order_acquire))
 		return;
@@ -109,7 +109,7 @@ void Endpoint::advertise_credits(bool from_progress) noexcept
 		if (!c->pending.load(std::memory_order_acquire))
 			return;
 		std::this_thread::yield(); /* the adapter's thread, on a software device */
-	} while (link.state(std::memory_order_acquire) == LinkState::up &&
+	} while (data.link.state(std::memory_order_acquire) == LinkState::up &&
 		 std::chrono::steady_clock::now() < give_up);
 	ND_INFO(FI_LOG_EP_DATA, "endpoint %p: receive credits: the send ring stayed full; the count goes with the next post or completion\n",
 		static_cast<void *>(this));
@@ -122,13 +122,13 @@ void Endpoint::advertise_credits(bool from_progress) noexcept
  * calls back here when a request retires. */
 void Endpoint::flush_pending_credits() noexcept
 {
-	ReceiveCredits *c = credits.get();
+	ReceiveCredits *c = data.credits.get();
 	while (c->pending.load(std::memory_order_acquire) &&
-	       link.state(std::memory_order_acquire) == LinkState::up) {
-		if (!tx_lock.try_lock())
+	       data.link.state(std::memory_order_acquire) == LinkState::up) {
+		if (!data.tx_lock.try_lock())
 			return;
 		{
-			std::lock_guard<OptionalLock> guard(tx_lock, std::adopt_lock);
+			std::lock_guard<OptionalLock> guard(data.tx_lock, std::adopt_lock);
 			write_credits();
 		}
 		if (c->pending.load(std::memory_order_acquire))
@@ -142,28 +142,28 @@ void Endpoint::flush_pending_credits() noexcept
  * nothing (no context, no flags, no counter). */
 void Endpoint::write_credits() noexcept
 {
-	ReceiveCredits *c = credits.get();
-	const uint64_t posted = rq->head.load(std::memory_order_acquire);
+	ReceiveCredits *c = data.credits.get();
+	const uint64_t posted = data.rq->head.load(std::memory_order_acquire);
 	if (posted <= c->advertised) {
 		c->pending.store(false, std::memory_order_relaxed);
 		return;
 	}
-	if (sq->outstanding() >= sq->depth + sq->internal_slots) {
+	if (data.sq->outstanding() >= data.sq->depth + data.sq->internal_slots) {
 		c->pending.store(true, std::memory_order_release);
 		return;
 	}
 	c->pending.store(false, std::memory_order_relaxed);
 	c->words->outgoing = posted;
-	const bool signaled = ++sq->unsignaled_run >= signal_interval;
+	const bool signaled = ++data.sq->unsignaled_run >= data.signal_interval;
 	if (signaled) {
-		sq->unsignaled_run = 0;
-		sq->unsignaled_reads = 0;
+		data.sq->unsignaled_run = 0;
+		data.sq->unsignaled_reads = 0;
 	}
-	OpRecord &record = sq->next();
+	OpRecord &record = data.sq->next();
 	record.context = nullptr;
 	record.flags = 0;
 	record.len = sizeof(uint64_t);
-	record.read_mark = sq->reads_posted;
+	record.read_mark = data.sq->reads_posted;
 	record.report = false;
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(&c->words->outgoing);
@@ -177,18 +177,18 @@ void Endpoint::write_credits() noexcept
 	wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
 	wr.wr.rdma.remote_addr = c->peer_addr;
 	wr.wr.rdma.rkey = c->peer_rkey;
-	sq->count_budget();
-	sq->commit(signaled);
+	data.sq->count_budget();
+	data.sq->commit(signaled);
 	/* Requests held back by FI_MORE have earlier slots: they go first. */
-	if (batch && batch->count) {
+	if (data.batch && data.batch->count) {
 		if (post_batch(&wr, "receive credits")) {
 			c->pending.store(true, std::memory_order_release);
 			return;
 		}
 	} else {
 		ibv_send_wr *bad = nullptr;
-		if (int rc = ibv_post_send(qp.get(), &wr, &bad)) {
-			sq->uncommit();
+		if (int rc = ibv_post_send(data.qp.get(), &wr, &bad)) {
+			data.sq->uncommit();
 			c->pending.store(true, std::memory_order_release);
 			ND_INFO(FI_LOG_EP_DATA, "endpoint %p: receive credits: ibv_post_send: %s\n",
 				static_cast<void *>(this), std::strerror(rc));
@@ -203,8 +203,8 @@ void Endpoint::write_credits() noexcept
 ssize_t Endpoint::no_credit(const char *call) const noexcept
 {
 	ND_INFO(FI_LOG_EP_DATA, "%s: the peer has no receive posted for it yet (%llu sent, %llu granted)\n",
-		call, static_cast<unsigned long long>(credits->sent),
-		static_cast<unsigned long long>(credits->granted()));
+		call, static_cast<unsigned long long>(data.credits->sent),
+		static_cast<unsigned long long>(data.credits->granted()));
 	return -FI_EAGAIN;
 }
 

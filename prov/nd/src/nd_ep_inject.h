@@ -41,14 +41,14 @@ template <ibv_wr_opcode Op>
 {
 	static_assert(Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE ||
 		      Op == IBV_WR_RDMA_WRITE_WITH_IMM);
-	if (__builtin_expect(link.state(std::memory_order_relaxed) != LinkState::up || len > max_inline ||
+	if (__builtin_expect(data.link.state(std::memory_order_relaxed) != LinkState::up || len > data.max_inline ||
 			     (!buf && len) || remote_key > UINT32_MAX, 0))
 		return inject_refused(buf, len, remote_key, inject_call_name(Op));
 	if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
 		if (__builtin_expect(domain->iwarp, 0))
 			return no_immediate_data(inject_call_name(Op));
-	WorkQueue &queue = *sq;
-	if (__builtin_expect(slow_tx || queue.full(), 0))
+	WorkQueue &queue = *data.sq;
+	if (__builtin_expect(data.slow_tx || queue.full(), 0))
 		return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
 	return post_inline_unlocked<Op>(queue, buf, len, imm_data, remote_addr, remote_key);
 }
@@ -61,15 +61,15 @@ template <ibv_wr_opcode Op>
 {
 	constexpr bool takes_receive = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
 	CreditsAfterUnlock credits_after_unlock{this};
-	std::lock_guard<OptionalLock> guard(tx_lock);
-	if (takes_receive && credits && !credits->can_send())
+	std::lock_guard<OptionalLock> guard(data.tx_lock);
+	if (takes_receive && data.credits && !data.credits->can_send())
 		return no_credit(inject_call_name(Op));
-	if (sq->no_room())
+	if (data.sq->no_room())
 		if (ssize_t ret = make_room(inject_call_name(Op)))
 			return ret;
-	sq->count_budget(); /* given back if posting fails (uncommit) */
-	const ssize_t ret = post_inline_unlocked<Op>(*sq, buf, len, imm_data, remote_addr, remote_key);
-	if (credits)
+	data.sq->count_budget(); /* given back if posting fails (uncommit) */
+	const ssize_t ret = post_inline_unlocked<Op>(*data.sq, buf, len, imm_data, remote_addr, remote_key);
+	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
 	return ret;
 }
@@ -85,7 +85,7 @@ template <ibv_wr_opcode Op>
 	constexpr bool is_send = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
 	constexpr const char *call = inject_call_name(Op);
 	/* 1 where a counter needs every completion (set at fi_enable). */
-	const uint32_t interval = is_send ? send_signal_interval : write_signal_interval;
+	const uint32_t interval = is_send ? data.send_signal_interval : data.write_signal_interval;
 	const bool signaled = ++queue.unsignaled_run >= interval;
 	if (signaled)
 		queue.unsignaled_run = 0;
@@ -106,14 +106,14 @@ template <ibv_wr_opcode Op>
 	wr.num_sge = len ? 1 : 0;
 	wr.opcode = Op;
 	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (len ? IBV_SEND_INLINE : 0) |
-			queue.fence_after_reads(read_fence);
+			queue.fence_after_reads(data.read_fence);
 	wr.imm_data = imm_data;
 	if constexpr (!is_send) {
 		wr.wr.rdma.remote_addr = remote_addr;
 		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
 	}
 	queue.commit(signaled);
-	if (__builtin_expect(batch && batch->count, 0))
+	if (__builtin_expect(data.batch && data.batch->count, 0))
 		return post_batch(&wr, call);
 	return post_committed(wr, call);
 }

@@ -58,7 +58,7 @@ ssize_t rma(Endpoint *ep, ibv_wr_opcode opcode, const iovec *iov, void **desc, s
 
 bool wants_completion(const Endpoint *ep, uint64_t flags)
 {
-	return !ep->tx_selective || (flags & FI_COMPLETION);
+	return !ep->bindings.tx_selective || (flags & FI_COMPLETION);
 }
 
 /* The single remote range of an fi_msg_rma (rma_iov_limit is 1). */
@@ -90,16 +90,16 @@ ssize_t ep_read(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, uint6
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{buf, len};
-	return rma(ep, IBV_WR_RDMA_READ, &iov, &desc, 1, {addr, key}, 0, context, ep->tx_op_flags,
-		   wants_completion(ep, ep->tx_op_flags), "fi_read");
+	return rma(ep, IBV_WR_RDMA_READ, &iov, &desc, 1, {addr, key}, 0, context, ep->data.tx_op_flags,
+		   wants_completion(ep, ep->data.tx_op_flags), "fi_read");
 }
 
 ssize_t ep_readv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
 		 uint64_t addr, uint64_t key, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return rma(ep, IBV_WR_RDMA_READ, iov, desc, count, {addr, key}, 0, context, ep->tx_op_flags,
-		   wants_completion(ep, ep->tx_op_flags), "fi_readv");
+	return rma(ep, IBV_WR_RDMA_READ, iov, desc, count, {addr, key}, 0, context, ep->data.tx_op_flags,
+		   wants_completion(ep, ep->data.tx_op_flags), "fi_readv");
 }
 
 ssize_t ep_readmsg(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags) noexcept
@@ -117,16 +117,16 @@ ssize_t ep_write(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return rma(ep, IBV_WR_RDMA_WRITE, &iov, &desc, 1, {addr, key}, 0, context, ep->tx_op_flags,
-		   wants_completion(ep, ep->tx_op_flags), "fi_write");
+	return rma(ep, IBV_WR_RDMA_WRITE, &iov, &desc, 1, {addr, key}, 0, context, ep->data.tx_op_flags,
+		   wants_completion(ep, ep->data.tx_op_flags), "fi_write");
 }
 
 ssize_t ep_writev(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
 		  uint64_t addr, uint64_t key, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return rma(ep, IBV_WR_RDMA_WRITE, iov, desc, count, {addr, key}, 0, context, ep->tx_op_flags,
-		   wants_completion(ep, ep->tx_op_flags), "fi_writev");
+	return rma(ep, IBV_WR_RDMA_WRITE, iov, desc, count, {addr, key}, 0, context, ep->data.tx_op_flags,
+		   wants_completion(ep, ep->data.tx_op_flags), "fi_writev");
 }
 
 ssize_t ep_writemsg(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags) noexcept
@@ -153,7 +153,7 @@ ssize_t ep_writedata(fid_ep *fep, const void *buf, size_t len, void *desc, uint6
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
 	return rma(ep, IBV_WR_RDMA_WRITE_WITH_IMM, &iov, &desc, 1, {addr, key}, data, context,
-		   ep->tx_op_flags, wants_completion(ep, ep->tx_op_flags), "fi_writedata");
+		   ep->data.tx_op_flags, wants_completion(ep, ep->data.tx_op_flags), "fi_writedata");
 }
 
 ssize_t ep_inject_writedata(fid_ep *fep, const void *buf, size_t len, uint64_t data, fi_addr_t,

@@ -2,6 +2,8 @@
  * nd_ep_state.h: the connection state machine of an endpoint, with one
  * handler per rdma_cm event and one check per application call.
  *
+ * It also keeps the endpoint object's lifecycle (bound, enabled, closing).
+ *
  * Pure: a handler takes the event's facts and returns the step the endpoint
  * must carry out (the next state and one action); the endpoint (nd_ep.cpp)
  * performs the action with rdma_cm and verbs. Events that do not belong to
@@ -105,6 +107,17 @@ public:
 	/* complete() succeeded. */
 	void completed() noexcept { state_ = EpState::connected; }
 
+	/* The endpoint object's own lifecycle, beside the connection's: each
+	 * step is taken once and never undone. */
+	bool bound() const noexcept { return bound_; }		/* fi_setname done */
+	void mark_bound() noexcept { bound_ = true; }
+	bool enabled() const noexcept { return enabled_; }	/* fi_enable done */
+	void mark_enabled() noexcept { enabled_ = true; }
+	/* fi_close has begun: deferred work finds nothing to do (set under
+	 * the progress lock). */
+	bool closing() const noexcept { return closing_; }
+	void mark_closing() noexcept { closing_ = true; }
+
 private:
 	EpStep go(EpState next, EpAction action, int error = 0) noexcept;
 	EpStep absorb() noexcept { return {state_, EpAction::absorb}; }
@@ -117,6 +130,9 @@ private:
 	/* Manual mode: the accepter gave up while the application decided;
 	 * fi_nd_complete_connect then says so (ND_CONNECTION_ABORTED). */
 	bool peer_aborted_ = false;
+	bool bound_ = false;
+	bool enabled_ = false;
+	bool closing_ = false;
 };
 
 } // namespace nd

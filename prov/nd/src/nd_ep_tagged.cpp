@@ -31,53 +31,53 @@ constexpr uint32_t kMaxBounceBuffers = 64;
 
 int Endpoint::setup_framing(uint32_t rx)
 {
-	const size_t ring = size_t{sq->mask} + 1;
-	tx_headers = std::make_unique<uint8_t[]>(ring * kFrameHeaderSize);
-	tx_headers_mr.reset(ibv_reg_mr(domain->pd.get(), tx_headers.get(), ring * kFrameHeaderSize, 0));
-	if (!tx_headers_mr) {
+	const size_t ring = size_t{data.sq->mask} + 1;
+	data.tx_headers = std::make_unique<uint8_t[]>(ring * kFrameHeaderSize);
+	data.tx_headers_mr.reset(ibv_reg_mr(domain->pd.get(), data.tx_headers.get(), ring * kFrameHeaderSize, 0));
+	if (!data.tx_headers_mr) {
 		const int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: registering the message headers: %s\n", std::strerror(err));
 		return fi_error_of_errno(err);
 	}
-	const uint32_t count = std::min(rq->depth, kMaxBounceBuffers);
+	const uint32_t count = std::min(data.rq->depth, kMaxBounceBuffers);
 	int err = 0;
-	std::unique_ptr<Framing> framing = Framing::make(domain->pd.get(), count, max_msg, &err);
+	std::unique_ptr<Framing> framing = Framing::make(domain->pd.get(), count, data.max_msg, &err);
 	if (!framing) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: registering %u receive buffers of %zu bytes: %s\n", count,
-			max_msg, std::strerror(err));
+			data.max_msg, std::strerror(err));
 		return fi_error_of_errno(err);
 	}
-	framing->queue = rq.get();
+	framing->queue = data.rq.get();
 	framing->owner = this;
-	if (credits)
+	if (data.credits)
 		framing->reposted = [](void *owner) noexcept {
 			static_cast<Endpoint *>(owner)->advertise_credits(true);
 		};
 	framing->unframed = ep_peer_broke_framing;
 	framing->posted_limit = rx;
-	framing->recv_counter = rq->targets.counters[static_cast<size_t>(CounterKind::recv)];
+	framing->recv_counter = data.rq->targets.counters[static_cast<size_t>(CounterKind::recv)];
 	/* Every buffer waits for the queue pair's INIT, with the receives
 	 * made before the connection (post_pending_receives). */
 	for (uint32_t i = 0; i < count; i++) {
-		OpRecord &record = rq->next();
+		OpRecord &record = data.rq->next();
 		ibv_recv_wr wr;
 		ibv_sge sge;
 		framing->fill_bounce(record, framing->slot(i), wr, sge);
-		pending_recvs.push_back(PendingRecv{wr, std::vector<ibv_sge>(1, sge)});
-		rq->commit();
+		data.pending_recvs.push_back(PendingRecv{wr, std::vector<ibv_sge>(1, sge)});
+		data.rq->commit();
 	}
-	rq->set_framing(std::move(framing));
+	data.rq->set_framing(std::move(framing));
 	return 0;
 }
 
 ssize_t Endpoint::post_framed_rx(const iovec *iov, size_t count, void *context, uint64_t flags, bool tagged,
 				 uint64_t tag, uint64_t ignore, const char *call)
 {
-	if (!rq) {
+	if (!data.rq) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: call fi_enable first\n", call);
 		return -FI_EOPBADSTATE;
 	}
-	const LinkState state = link.state(std::memory_order_relaxed);
+	const LinkState state = data.link.state(std::memory_order_relaxed);
 	if (state == LinkState::down || state == LinkState::broken)
 		return link_error(call);
 	if (flags & FI_MULTI_RECV) {
@@ -88,16 +88,16 @@ ssize_t Endpoint::post_framed_rx(const iovec *iov, size_t count, void *context, 
 		ND_WARN(FI_LOG_EP_DATA, "%s: FI_PEEK, FI_CLAIM and FI_DISCARD are not implemented\n", call);
 		return -FI_ENOSYS;
 	}
-	if (count > rx_iov_limit) {
-		ND_WARN(FI_LOG_EP_DATA, "%s: %zu iovs; the limit is %u\n", call, count, rx_iov_limit);
+	if (count > data.rx_iov_limit) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: %zu iovs; the limit is %u\n", call, count, data.rx_iov_limit);
 		return -FI_EINVAL;
 	}
 	if (count && !iov) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: iov is NULL\n", call);
 		return -FI_EINVAL;
 	}
-	const bool report = !rx_selective || (flags & FI_COMPLETION);
-	if (report && rx_cq == own_cq) {
+	const bool report = !bindings.rx_selective || (flags & FI_COMPLETION);
+	if (report && bindings.rx_cq == bindings.own_cq) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: no CQ is bound with FI_RECV\n", call);
 		return -FI_ENOCQ;
 	}
@@ -115,7 +115,7 @@ ssize_t Endpoint::post_framed_rx(const iovec *iov, size_t count, void *context, 
 	recv.tag = tag;
 	recv.ignore = ignore;
 	recv.report = report;
-	return framing_of(*rq)->post(recv, *rx_cq);
+	return framing_of(*data.rq)->post(recv, *bindings.rx_cq);
 }
 
 namespace {
@@ -124,7 +124,7 @@ Endpoint *ep_of(fid_ep *ep) { return reinterpret_cast<Endpoint *>(ep); }
 
 bool wants_completion(const Endpoint *ep, uint64_t flags)
 {
-	return !ep->tx_selective || (flags & FI_COMPLETION);
+	return !ep->bindings.tx_selective || (flags & FI_COMPLETION);
 }
 
 ssize_t send_framed(Endpoint *ep, frame::Kind kind, const iovec *iov, void **desc, size_t count, void *context,
@@ -154,7 +154,7 @@ ssize_t inject_framed(Endpoint *ep, frame::Kind kind, const void *buf, size_t le
 		      uint64_t data, const char *call)
 {
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, kind, &iov, nullptr, 1, nullptr, (ep->tx_op_flags & ~FI_COMPLETION) | FI_INJECT,
+	return send_framed(ep, kind, &iov, nullptr, 1, nullptr, (ep->data.tx_op_flags & ~FI_COMPLETION) | FI_INJECT,
 			   tag, with_data, data, call);
 }
 
@@ -164,13 +164,13 @@ ssize_t framed_recv(fid_ep *fep, void *buf, size_t len, void *, fi_addr_t, void 
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{buf, len};
-	return ep->post_framed_rx(&iov, 1, context, ep->rx_op_flags, false, 0, 0, "fi_recv");
+	return ep->post_framed_rx(&iov, 1, context, ep->data.rx_op_flags, false, 0, 0, "fi_recv");
 }
 
 ssize_t framed_recvv(fid_ep *fep, const iovec *iov, void **, size_t count, fi_addr_t, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return ep->post_framed_rx(iov, count, context, ep->rx_op_flags, false, 0, 0, "fi_recvv");
+	return ep->post_framed_rx(iov, count, context, ep->data.rx_op_flags, false, 0, 0, "fi_recvv");
 }
 
 ssize_t framed_recvmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
@@ -187,14 +187,14 @@ ssize_t framed_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_add
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::message, &iov, &desc, 1, context, ep->tx_op_flags, 0, false, 0,
+	return send_framed(ep, frame::Kind::message, &iov, &desc, 1, context, ep->data.tx_op_flags, 0, false, 0,
 			   "fi_send");
 }
 
 ssize_t framed_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return send_framed(ep, frame::Kind::message, iov, desc, count, context, ep->tx_op_flags, 0, false, 0,
+	return send_framed(ep, frame::Kind::message, iov, desc, count, context, ep->data.tx_op_flags, 0, false, 0,
 			   "fi_sendv");
 }
 
@@ -218,7 +218,7 @@ ssize_t framed_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, ui
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::message, &iov, &desc, 1, context, ep->tx_op_flags, 0, true, data,
+	return send_framed(ep, frame::Kind::message, &iov, &desc, 1, context, ep->data.tx_op_flags, 0, true, data,
 			   "fi_senddata");
 }
 
@@ -234,14 +234,14 @@ ssize_t tagged_recv(fid_ep *fep, void *buf, size_t len, void *, fi_addr_t, uint6
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{buf, len};
-	return ep->post_framed_rx(&iov, 1, context, ep->rx_op_flags, true, tag, ignore, "fi_trecv");
+	return ep->post_framed_rx(&iov, 1, context, ep->data.rx_op_flags, true, tag, ignore, "fi_trecv");
 }
 
 ssize_t tagged_recvv(fid_ep *fep, const iovec *iov, void **, size_t count, fi_addr_t, uint64_t tag,
 		     uint64_t ignore, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return ep->post_framed_rx(iov, count, context, ep->rx_op_flags, true, tag, ignore, "fi_trecvv");
+	return ep->post_framed_rx(iov, count, context, ep->data.rx_op_flags, true, tag, ignore, "fi_trecvv");
 }
 
 ssize_t tagged_recvmsg(fid_ep *fep, const fi_msg_tagged *msg, uint64_t flags) noexcept
@@ -259,7 +259,7 @@ ssize_t tagged_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_add
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::tagged, &iov, &desc, 1, context, ep->tx_op_flags, tag, false, 0,
+	return send_framed(ep, frame::Kind::tagged, &iov, &desc, 1, context, ep->data.tx_op_flags, tag, false, 0,
 			   "fi_tsend");
 }
 
@@ -267,7 +267,7 @@ ssize_t tagged_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, f
 		     void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return send_framed(ep, frame::Kind::tagged, iov, desc, count, context, ep->tx_op_flags, tag, false, 0,
+	return send_framed(ep, frame::Kind::tagged, iov, desc, count, context, ep->data.tx_op_flags, tag, false, 0,
 			   "fi_tsendv");
 }
 
@@ -291,7 +291,7 @@ ssize_t tagged_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, ui
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::tagged, &iov, &desc, 1, context, ep->tx_op_flags, tag, true, data,
+	return send_framed(ep, frame::Kind::tagged, &iov, &desc, 1, context, ep->data.tx_op_flags, tag, true, data,
 			   "fi_tsenddata");
 }
 

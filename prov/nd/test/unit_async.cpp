@@ -159,6 +159,6 @@ Test(async, the_endpoint_handler_reports_once_on_its_eq)
 			 ibv_event_type_str(IBV_EVENT_QP_FATAL));
 	cr_assert_eq(fi_eq_read(eq, &event, buf, sizeof(buf), 0), -FI_EAGAIN,
 		     "the device failure that followed is not reported twice");
-	cr_assert_eq(ep.link.state(), LinkState::broken, "transfers fail with -FI_ECONNABORTED");
+	cr_assert_eq(ep.data.link.state(), LinkState::broken, "transfers fail with -FI_ECONNABORTED");
 	cr_assert_eq(fi_close(&eq->fid), 0);
 }

@@ -1,0 +1,254 @@
+/*
+ * nd_ep_queues.cpp: an endpoint's data path set up at fi_enable (the send
+ * and receive queues, the CQ reservations, what retiring a request touches,
+ * the limits every post reads: DataPath in nd_ep.h) and released at close,
+ * the send ring drained with a marker.
+ */
+#include "nd_async.h"
+#include "nd_cntr.h"
+#include "nd_cq.h"
+#include "nd_domain.h"
+#include "nd_ep.h"
+#include "nd_framing.h"
+#include "nd_info.h"
+#include "nd_multi_recv.h"
+#include "nd_params.h"
+#include "nd_srx.h"
+#include "nd_stx.h"
+
+#include <cstring>
+
+namespace nd {
+
+int Endpoint::setup_data_path()
+{
+	/* A shared transmit context's attributes stand for the endpoint's own. */
+	const fi_tx_attr &tx_attr = bindings.stx ? bindings.stx->attr : *info->tx_attr;
+	const uint32_t tx = static_cast<uint32_t>(tx_attr.size ? tx_attr.size : 1);
+	const uint32_t rx = static_cast<uint32_t>(info->rx_attr->size ? info->rx_attr->size : 1);
+	data.tx_iov_limit = static_cast<uint32_t>(tx_attr.iov_limit ? tx_attr.iov_limit : 1);
+	data.rx_iov_limit = static_cast<uint32_t>(info->rx_attr->iov_limit ? info->rx_attr->iov_limit : 1);
+	if (data.tx_iov_limit > kMaxSge || data.rx_iov_limit > kMaxSge) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: iov_limit %u/%u > %zu\n", data.tx_iov_limit, data.rx_iov_limit,
+			kMaxSge);
+		return -FI_EINVAL;
+	}
+	const uint32_t rx_completions = bindings.srx ? bindings.srx->queue.depth : rx;
+	/* iWARP: receive credits, whose writes take send-ring slots of their
+	 * own and complete into the send CQ (nd_credits.h). */
+	const uint32_t credit_slots = wants_credits() ? ReceiveCredits::kWriteSlots : 0;
+	if (credit_slots && !(data.credits = ReceiveCredits::open(domain->pd.get())))
+		return -FI_ENOMEM;
+	const uint32_t tx_completions = tx + 1 + credit_slots; /* + the close marker */
+	if (!bindings.user_tx_cq || !bindings.user_rx_cq) {
+		/* Sized for the reservations below (the send queue's includes the
+		 * close marker), so that they never resize it. */
+		fi_cq_attr attr{};
+		attr.size = (bindings.user_tx_cq ? 0 : tx_completions) + (bindings.user_rx_cq ? 0 : rx_completions);
+		attr.format = FI_CQ_FORMAT_CONTEXT;
+		/* A counter with a wait object sleeps on its CQs' channels. */
+		bool counter_waits = false;
+		bindings.for_each_counter([&](Counter *c) { counter_waits |= c->waitable; });
+		attr.wait_obj = counter_waits ? FI_WAIT_FD : FI_WAIT_NONE;
+		int ret = CompletionQueue::open(domain, &attr, nullptr, true, &bindings.own_cq);
+		if (ret)
+			return ret;
+	}
+	bindings.tx_cq = bindings.user_tx_cq ? bindings.user_tx_cq : bindings.own_cq;
+	bindings.rx_cq = bindings.user_rx_cq ? bindings.user_rx_cq : bindings.own_cq;
+	/* Both sides on one CQ reserve in one step, so that a CQ that has to
+	 * grow grows once (on Soft-RoCE each resize is a system call and a new
+	 * mapping of the queue, and connection setup paid for two). */
+	const bool one_cq = bindings.tx_cq == bindings.rx_cq;
+	int ret = bindings.tx_cq->reserve(static_cast<int>(tx_completions + (one_cq ? rx_completions : 0)),
+					  &data.tx_verbs_cq);
+	if (ret)
+		return ret;
+	/* One step on one CQ: both directions complete into the same verbs
+	 * CQ, and the receive side's share goes back with the send side's. */
+	data.tx_reserved = tx_completions + (one_cq ? rx_completions : 0);
+	data.rx_verbs_cq = data.tx_verbs_cq;
+	if (!one_cq) {
+		if ((ret = bindings.rx_cq->reserve(static_cast<int>(rx_completions), &data.rx_verbs_cq)))
+			return ret;
+		data.rx_reserved = rx_completions;
+	}
+
+	/* What retiring a request touches (nd_wq.h): the counters bound for its
+	 * kind (bound before fi_enable), and this endpoint's link. */
+	auto cells = [](Counter *c) { return c ? c->cells() : CounterCells{}; };
+	RetireTargets send_targets;
+	send_targets.link = &data.link;
+	send_targets.peer_lost = ep_peer_lost;
+	send_targets.owner = this;
+	send_targets.flush_breaks_link = domain->iwarp;
+	/* The CQ's StallWatch (nd_cq.h) found nothing moving: the queue
+	 * pair goes to the error state at once (under the CQ's lock: a
+	 * verbs call, no lock of nd's), whether or not the EQ is read. */
+	send_targets.stall = [](void *owner) noexcept {
+		auto *ep = static_cast<Endpoint *>(owner);
+		if (!ep->data.qp)
+			return;
+		ibv_qp_attr attr{};
+		attr.qp_state = IBV_QPS_ERR;
+		if (int rc = ibv_modify_qp(ep->data.qp.get(), &attr, IBV_QP_STATE))
+			ND_WARN(FI_LOG_EP_DATA, "endpoint %p: ibv_modify_qp(ERR): %s\n", owner, std::strerror(rc));
+	};
+	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(bindings.send_cntr);
+	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(bindings.read_cntr);
+	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(bindings.write_cntr);
+	/* A credit write that found the ring full goes when room is made, even
+	 * if this side never posts again (its peer may be waiting for it). */
+	if (data.credits)
+		send_targets.room = [](void *owner) noexcept {
+			auto *ep = static_cast<Endpoint *>(owner);
+			if (ep->data.credits->pending.load(std::memory_order_acquire))
+				ep->advertise_credits(true);
+		};
+	data.sq = std::make_unique<WorkQueue>(QueueKind::send, tx, credit_slots);
+	data.sq->set_targets(send_targets);
+	if (watches_stalls())
+		bindings.tx_cq->watch_stalls(data.sq.get(), domain->stall_timeout_s);
+	if (bindings.stx)
+		data.sq->set_budget(bindings.stx->budget);
+	if (!bindings.srx) {
+		RetireTargets recv_targets;
+		recv_targets.link = &data.link;
+		recv_targets.flush_breaks_link = domain->iwarp;
+		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(bindings.recv_cntr);
+		data.rq = std::make_unique<WorkQueue>(QueueKind::recv, rx);
+		data.rq->set_targets(recv_targets);
+	}
+	/* Reading a bound counter progresses the CQs its completions reach. */
+	bindings.counters_watch = true;
+	int watch_error = 0;
+	bindings.for_each_counter([&](Counter *c) {
+		if (!watch_error)
+			watch_error = c->watch(bindings.tx_cq);
+		if (!watch_error && bindings.rx_cq != bindings.tx_cq)
+			watch_error = c->watch(bindings.rx_cq);
+	});
+	if (watch_error)
+		return watch_error;
+	/* An unsignaled request retires only when a later one of its own
+	 * queue completes; under a shared budget, requests that completed but
+	 * wait for that could hold the budget that the signaled one needs. So
+	 * every request on a shared transmit context is signaled. */
+	data.signal_interval = bindings.stx ? 1 : std::max<uint32_t>(data.sq->depth / 2, 1);
+	data.send_signal_interval = bindings.send_cntr ? 1 : data.signal_interval;
+	data.write_signal_interval = bindings.write_cntr ? 1 : data.signal_interval;
+	data.max_inline = static_cast<uint32_t>(tx_attr.inject_size);
+	data.read_fence = ((tx_attr.msg_order | info->rx_attr->msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
+	data.max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
+	if (options.framed) {
+		/* The header rides inline too; a message fits a receive buffer. */
+		data.max_inline += static_cast<uint32_t>(kFrameHeaderSize);
+		data.max_msg = std::min(data.max_msg, read_params().tagged_msg_size);
+		if (int ret = setup_framing(rx))
+			return ret;
+	}
+	/* FI_MORE is a promise about the next call, so it is taken from a
+	 * call's own flags only, never as a default for every call. */
+	data.tx_op_flags = tx_attr.op_flags & ~FI_MORE;
+	data.rx_op_flags = info->rx_attr->op_flags;
+	const bool locked = domain->threading == FI_THREAD_SAFE;
+	data.tx_lock.enable(locked);
+	data.rx_lock.enable(locked);
+	/* Sends on an endpoint with receive credits look at them first. */
+	data.slow_tx = locked || bindings.stx || data.credits;
+	return 0;
+}
+
+/* At close (or when fi_enable fails), after the queue pair was flushed:
+ * every request still outstanding completes (FI_ECANCELED) into its CQ
+ * before the records go. The bindings stay (see unbind_all). */
+void Endpoint::release_queues() noexcept
+{
+	constexpr int kDrainMs = 2000;
+	struct Direction {
+		std::unique_ptr<WorkQueue> &queue;
+		CompletionQueue *cq;
+	};
+	if (data.sq && watches_stalls())
+		bindings.tx_cq->unwatch_stalls(data.sq.get());
+	if (data.rq && data.rq->framing) {
+		/* Receives waiting in nd complete now; nd's own buffers are
+		 * flushed with the queue pair and not reposted. */
+		Framing *framing = static_cast<Framing *>(data.rq->framing.get());
+		framing->qp.store(nullptr, std::memory_order_release);
+		framing->cancel_all(*bindings.rx_cq);
+	}
+	post_drain_marker();
+	for (Direction d : {Direction{data.sq, bindings.tx_cq}, Direction{data.rq, bindings.rx_cq}}) {
+		if (!d.queue || !d.cq)
+			continue;
+		if (!d.cq->drain(*d.queue, kDrainMs) && d.cq != bindings.own_cq) {
+			if (d.queue->multi) {
+				/* The queue pair goes below: nothing more reaches it. */
+				std::lock_guard<std::mutex> hold(d.queue->multi->lock);
+				d.queue->multi->qp = nullptr;
+			}
+			ND_WARN(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) not flushed yet; the CQ keeps their records\n",
+				static_cast<unsigned long long>(d.queue->outstanding()));
+			d.cq->adopt_orphan(std::move(d.queue));
+		}
+	}
+	if (bindings.counters_watch) {
+		bindings.for_each_counter([&](Counter *c) {
+			c->unwatch(bindings.tx_cq);
+			if (bindings.rx_cq != bindings.tx_cq)
+				c->unwatch(bindings.rx_cq);
+		});
+		bindings.counters_watch = false;
+	}
+	if (data.qp)
+		async::remove_qp(data.qp.get());
+	data.qp.reset();
+	if (bindings.tx_cq && data.tx_reserved)
+		bindings.tx_cq->unreserve(static_cast<int>(data.tx_reserved), data.tx_verbs_cq);
+	if (bindings.rx_cq && data.rx_reserved)
+		bindings.rx_cq->unreserve(static_cast<int>(data.rx_reserved), data.rx_verbs_cq);
+	data.tx_reserved = data.rx_reserved = 0;
+	data.sq.reset();
+	data.rq.reset();
+	if (bindings.own_cq)
+		bindings.own_cq->close();
+	bindings.own_cq = bindings.tx_cq = bindings.rx_cq = nullptr;
+}
+
+/*
+ * Unsignaled sends that succeeded never complete, so after the flush the
+ * send ring may still count them. A signaled request posted to the queue
+ * pair in the error state completes (flushed) after all of them, and its
+ * completion retires the whole ring: the way the kernel drains a QP.
+ */
+void Endpoint::post_drain_marker() noexcept
+{
+	if (!data.sq || !data.qp || data.sq->outstanding() == 0)
+		return;
+	std::lock_guard<OptionalLock> guard(data.tx_lock);
+	OpRecord &record = data.sq->next(); /* the ring keeps one slot for this */
+	record.context = nullptr;
+	record.flags = 0;
+	record.len = 0;
+	record.read_mark = data.sq->reads_posted;
+	record.report = false;
+	ibv_send_wr wr{};
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	data.sq->count_budget();
+	data.sq->commit();
+	ibv_send_wr *bad = nullptr;
+	if (int rc = ibv_post_send(data.qp.get(), &wr, &bad)) {
+		data.sq->uncommit();
+		ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): drain marker: %s\n", std::strerror(rc));
+	}
+}
+
+bool Endpoint::watches_stalls() const noexcept
+{
+	return domain->stall_timeout_s && bindings.tx_cq && !bindings.tx_cq->internal;
+}
+
+} // namespace nd

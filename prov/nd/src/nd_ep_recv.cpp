@@ -1,0 +1,241 @@
+/*
+ * nd_ep_recv.cpp: an endpoint's receives: posting them (post_rx, multi-
+ * receive buffers included), the ones posted before the queue pair could
+ * take them, and fi_cancel of a receive nd still holds. A framed endpoint's
+ * receives are in nd_ep_tagged.cpp.
+ */
+#include "nd_cntr.h"
+#include "nd_cq.h"
+#include "nd_domain.h"
+#include "nd_ep.h"
+#include "nd_framing.h"
+#include "nd_mr.h"
+#include "nd_multi_recv.h"
+
+#include <cstring>
+
+namespace nd {
+
+ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
+{
+	if (bindings.srx) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: the endpoint takes its receives from its shared receive context\n");
+		return -FI_EOPNOTSUPP;
+	}
+	if (!data.rq) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: call fi_enable first\n");
+		return -FI_EOPBADSTATE;
+	}
+	const LinkState state = data.link.state(std::memory_order_relaxed);
+	if (state == LinkState::down || state == LinkState::broken)
+		return link_error("fi_recv");
+	const bool report = !bindings.rx_selective || (flags & FI_COMPLETION);
+	if (report && bindings.rx_cq == bindings.own_cq) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: no CQ is bound with FI_RECV\n");
+		return -FI_ENOCQ;
+	}
+	const bool multi = flags & FI_MULTI_RECV;
+	if (multi && !(info->caps & FI_MULTI_RECV)) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: FI_MULTI_RECV on an endpoint opened without the capability\n");
+		return -FI_EBADFLAGS;
+	}
+	if (multi && count != 1) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: a multi-receive buffer is one iov; %zu given\n", count);
+		return -FI_EINVAL;
+	}
+	ibv_sge sge[kMaxSge];
+	uint64_t total = 0;
+	ssize_t built = gather_sges("fi_recv", iov, desc, count, data.rx_iov_limit, true, true, sge, &total);
+	if (built < 0)
+		return built;
+	if (domain->iwarp)
+		built = receive_sges_for_iwarp(built, sge);
+	if (total > (multi ? UINT32_MAX : data.max_msg)) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: %llu bytes; the most is %zu\n",
+			static_cast<unsigned long long>(total), multi ? size_t{UINT32_MAX} : data.max_msg);
+		return -FI_EMSGSIZE;
+	}
+	if (multi && total == 0) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: a multi-receive buffer of 0 bytes\n");
+		return -FI_EINVAL;
+	}
+
+	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	if (data.rq->full()) {
+		bindings.rx_cq->progress();
+		if (data.rq->full())
+			return -FI_EAGAIN;
+	}
+	if (multi && !data.rq->multi) {
+		try {
+			auto made = std::make_unique<MultiRecv>(options.min_multi_recv);
+			made->qp = data.qp.get();
+			made->ready = data.recv_ready;
+			data.rq->set_multi(std::move(made));
+		} catch (const std::bad_alloc &) {
+			return -FI_ENOMEM;
+		}
+	}
+	OpRecord &record = data.rq->next();
+	record.context = context;
+	record.flags = FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0);
+	record.len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
+	record.read_mark = 0;
+	record.report = report;
+	if (data.rq->multi) {
+		/* Behind a multi-receive buffer (or to become one), in order. */
+		data.rq->commit();
+		std::lock_guard<std::mutex> hold(data.rq->multi->lock);
+		int rc;
+		try {
+			rc = data.rq->multi->submit(&record, sge, static_cast<size_t>(built), multi);
+		} catch (const std::bad_alloc &) {
+			rc = ENOMEM;
+		}
+		if (rc) {
+			data.rq->uncommit();
+			ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
+			return fi_error_of_post(rc);
+		}
+		return 0;
+	}
+	ibv_recv_wr wr;
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.next = nullptr;
+	wr.sg_list = sge;
+	wr.num_sge = static_cast<int>(built);
+	if (!data.recv_ready) {
+		/* Before INIT the queue pair takes no receives: keep it for then. */
+		try {
+			PendingRecv pending{wr, std::vector<ibv_sge>(sge, sge + built)};
+			data.pending_recvs.push_back(std::move(pending));
+		} catch (const std::bad_alloc &) {
+			return -FI_ENOMEM;
+		}
+		data.rq->commit();
+		return 0;
+	}
+	data.rq->commit();
+	ibv_recv_wr *bad = nullptr;
+	int rc = ibv_post_recv(data.qp.get(), &wr, &bad);
+	if (rc) {
+		data.rq->uncommit();
+		ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
+		return fi_error_of_post(rc);
+	}
+	/* FI_MORE: the next receive call tells the peer of both. */
+	if (data.credits && !(flags & FI_MORE))
+		advertise_credits(false);
+	return 0;
+}
+
+/* The queue pair reached INIT (or ERR, where verbs flushes them): post the
+ * receives that waited for it, in order. */
+void Endpoint::post_pending_receives() noexcept
+{
+	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	data.recv_ready = true;
+	for (PendingRecv &pending : data.pending_recvs) {
+		pending.wr.sg_list = pending.sge.data();
+		ibv_recv_wr *bad = nullptr;
+		int rc = ibv_post_recv(data.qp.get(), &pending.wr, &bad);
+		if (rc)
+			ND_WARN(FI_LOG_EP_DATA, "posting a receive made before the connection: %s\n",
+				std::strerror(rc));
+	}
+	data.pending_recvs.clear();
+	if (data.rq && data.rq->multi) {
+		std::lock_guard<std::mutex> hold(data.rq->multi->lock);
+		data.rq->multi->ready = true;
+		data.rq->multi->pump();
+	}
+}
+
+/*
+ * fi_cancel: a receive nd still holds (posted before the connection, or
+ * behind a multi-receive buffer) never reached the adapter, so it can be
+ * taken back: it completes with FI_ECANCELED and the unposted receives
+ * after it move down one ring slot, keeping the ring in posting order. A
+ * receive the adapter holds cannot be taken back (verbs has no such call),
+ * nor can a send; for those, and for contexts nd does not know, the call
+ * says -FI_ENOENT and the request completes as it would have.
+ */
+ssize_t Endpoint::cancel(void *context)
+{
+	if (!context) {
+		ND_WARN(FI_LOG_EP_DATA, "fi_cancel: a NULL context names no request\n");
+		return -FI_EINVAL;
+	}
+	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	if (!data.rq) {
+		ND_INFO(FI_LOG_EP_DATA, "fi_cancel: no receive is posted before fi_enable\n");
+		return -FI_ENOENT;
+	}
+	if (data.rq->framing)
+		return static_cast<Framing *>(data.rq->framing.get())->cancel(context, *bindings.rx_cq);
+	/* The unposted receives, in ring order: those made before the
+	 * connection, then those waiting behind a multi-receive buffer. */
+	std::vector<OpRecord **> unposted;
+	std::vector<OpRecord *> pending_records;
+	pending_records.reserve(data.pending_recvs.size());
+	for (PendingRecv &p : data.pending_recvs)
+		pending_records.push_back(record_of(p.wr.wr_id));
+	for (OpRecord *&r : pending_records)
+		unposted.push_back(&r);
+	std::unique_lock<std::mutex> hold;
+	if (data.rq->multi) {
+		hold = std::unique_lock<std::mutex>(data.rq->multi->lock);
+		for (MultiRecv::Held &h : data.rq->multi->held)
+			unposted.push_back(&h.record);
+	}
+	size_t found = unposted.size();
+	for (size_t i = 0; i < unposted.size() && found == unposted.size(); i++)
+		if ((*unposted[i])->context == context)
+			found = i;
+	if (found == unposted.size()) {
+		ND_INFO(FI_LOG_EP_DATA, "fi_cancel: no receive with context %p waits in nd; one the "
+			"adapter holds completes when a message fills it, and sends are not cancelled\n",
+			context);
+		return -FI_ENOENT;
+	}
+	const OpRecord canceled = **unposted[found];
+	/* Later unposted receives take the slot before theirs. */
+	for (size_t i = found + 1; i < unposted.size(); i++) {
+		OpRecord *from = *unposted[i];
+		const uint64_t slot = static_cast<uint64_t>(from - data.rq->records.get());
+		OpRecord *to = &data.rq->records[(slot - 1) & data.rq->mask];
+		*to = *from;
+		*unposted[i] = to;
+	}
+	if (found < pending_records.size()) {
+		data.pending_recvs.erase(data.pending_recvs.begin() + static_cast<std::ptrdiff_t>(found));
+		pending_records.erase(pending_records.begin() + static_cast<std::ptrdiff_t>(found));
+		for (size_t i = found; i < data.pending_recvs.size(); i++)
+			data.pending_recvs[i].wr.wr_id = reinterpret_cast<uintptr_t>(pending_records[i]);
+	} else {
+		auto &held = data.rq->multi->held;
+		held.erase(held.begin() + static_cast<std::ptrdiff_t>(found - pending_records.size()));
+	}
+	data.rq->uncommit();
+	if (hold.owns_lock())
+		hold.unlock(); /* the CQ takes its own lock, then this one, when it retires */
+	if (const CounterCells &cells = data.rq->targets.counters[static_cast<size_t>(CounterKind::recv)])
+		cells.count(false);
+	/* A multi-receive buffer's entry says it is released. */
+	const uint64_t flags = (canceled.flags & kPlacedByNd) ? (canceled.flags & ~kPlacedByNd) | FI_MULTI_RECV
+							      : canceled.flags;
+	bindings.rx_cq->report_canceled(canceled.context, flags); /* a full error ring logs */
+	return 0;
+}
+
+void Endpoint::set_min_multi_recv(size_t bytes)
+{
+	options.min_multi_recv = bytes;
+	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	if (data.rq && data.rq->multi) {
+		std::lock_guard<std::mutex> hold(data.rq->multi->lock);
+		data.rq->multi->min_free = bytes;
+	}
+}
+
+} // namespace nd

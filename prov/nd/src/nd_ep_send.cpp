@@ -1,0 +1,295 @@
+/*
+ * nd_ep_send.cpp: posting to an endpoint's send queue (post_tx, for the
+ * message and RMA calls): FI_MORE batches, making room in a full ring, and
+ * the reasons a send is refused. fi_inject and its kin take their own path
+ * (nd_ep_inject.h) into the out-of-line parts here.
+ *
+ * The fast path takes no lock unless the domain is FI_THREAD_SAFE and
+ * allocates nothing: records come from the rings fixed at fi_enable and
+ * scatter/gather lists live on the stack.
+ */
+#include "nd_cq.h"
+#include "nd_domain.h"
+#include "nd_ep.h"
+#include "nd_framing.h"
+#include "nd_mr.h"
+
+#include <cstring>
+
+namespace nd {
+
+ssize_t Endpoint::link_error(const char *call) const
+{
+	switch (data.link.state(std::memory_order_relaxed)) {
+	case LinkState::broken:
+		ND_INFO(FI_LOG_EP_DATA, "%s: a transfer on this connection failed; it carries no more data\n", call);
+		return -FI_ECONNABORTED;
+	case LinkState::down:
+		ND_INFO(FI_LOG_EP_DATA, "%s: the connection was shut down\n", call);
+		return -FI_ENOTCONN;
+	default:
+		ND_INFO(FI_LOG_EP_DATA, "%s: the endpoint is not connected\n", call);
+		return -FI_ENOTCONN;
+	}
+}
+
+ssize_t Endpoint::post_tx(const TxRequest &r)
+{
+	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
+		return link_error(r.call);
+	if ((r.opcode == IBV_WR_SEND_WITH_IMM || r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
+	    domain->iwarp)
+		return no_immediate_data(r.call);
+	const bool is_read = r.opcode == IBV_WR_RDMA_READ;
+	/* A framed message's header goes first, from its ring slot's copy. */
+	const uint32_t header_bytes = r.header ? static_cast<uint32_t>(kFrameHeaderSize) : 0;
+	/* Whether the data may go inline: it must fit the probed limit; a
+	 * descriptor is then not needed. */
+	uint64_t total = 0;
+	for (size_t i = 0; i < r.count && r.iov; i++)
+		total += r.iov[i].iov_len;
+	const bool inline_data = !is_read && total + header_bytes <= data.max_inline;
+	if ((r.flags & FI_INJECT) && !inline_data) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: %llu bytes to inject; inject_size is %u\n", r.call,
+			static_cast<unsigned long long>(total), data.max_inline - header_bytes);
+		return -FI_EMSGSIZE;
+	}
+	ibv_sge sge[kMaxSge + 1];
+	ssize_t ret = gather_sges(r.call, r.iov, r.desc, r.count, data.tx_iov_limit, !inline_data, false,
+				  sge + (r.header ? 1 : 0), &total);
+	if (ret < 0)
+		return ret;
+	const int num_sge = static_cast<int>(ret) + (r.header ? 1 : 0);
+	if (total > data.max_msg) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: %llu bytes; max_msg_size is %zu\n", r.call,
+			static_cast<unsigned long long>(total), data.max_msg);
+		return -FI_EMSGSIZE;
+	}
+	if (is_read && conn.effective.outbound == 0) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: the connection allows no RDMA reads (negotiated outbound read limit 0)\n",
+			r.call);
+		return -FI_EACCES;
+	}
+	Counter *counter = r.opcode == IBV_WR_RDMA_READ ? bindings.read_cntr
+			   : (r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM) ? bindings.send_cntr
+											     : bindings.write_cntr;
+	if (r.report && bindings.tx_cq == bindings.own_cq) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: a completion is wanted but no CQ is bound with FI_TRANSMIT\n", r.call);
+		return -FI_ENOCQ;
+	}
+
+	CreditsAfterUnlock credits_after_unlock{this};
+	std::lock_guard<OptionalLock> guard(data.tx_lock);
+	const bool takes_receive = r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM;
+	if (data.credits && takes_receive && !data.credits->can_send())
+		return no_credit(r.call);
+	if (data.sq->no_room() || (is_read && data.sq->reads_in_flight() >= conn.effective.outbound)) {
+		/* Post what FI_MORE held back, retire what has completed, then
+		 * look again. */
+		if ((ret = make_room(r.call)))
+			return ret;
+		if (is_read && data.sq->reads_in_flight() >= conn.effective.outbound)
+			return -FI_EAGAIN; /* never more reads in flight than negotiated */
+	}
+	/* An unsignaled request retires when a later signaled one completes
+	 * (nd_wq.h), and an unsignaled read gives its read budget back then.
+	 * Every signal_interval-th request is signaled, to retire the ring, and
+	 * every (outbound limit / 2)-th read: whenever the limit is reached, a
+	 * signaled request is then among those in flight, and the first half
+	 * retiring still leaves the pipe half full. */
+	bool signaled = r.report || counter || ++data.sq->unsignaled_run >= data.signal_interval ||
+			(is_read && ++data.sq->unsignaled_reads >= std::max<uint32_t>(conn.effective.outbound / 2, 1));
+	if (signaled) {
+		data.sq->unsignaled_run = 0;
+		data.sq->unsignaled_reads = 0;
+	}
+	OpRecord &record = data.sq->next();
+	record.context = r.context;
+	record.flags = static_cast<uint32_t>(r.cq_flags);
+	record.len = static_cast<uint32_t>(total);
+	record.read_mark = data.sq->reads_posted + is_read;
+	record.report = r.report;
+	if (r.header) {
+		/* The slot's header lives as long as the request does. */
+		uint8_t *header = data.tx_headers.get() +
+				  static_cast<size_t>(&record - data.sq->records.get()) * kFrameHeaderSize;
+		std::memcpy(header, r.header, kFrameHeaderSize);
+		sge[0].addr = reinterpret_cast<uintptr_t>(header);
+		sge[0].length = static_cast<uint32_t>(kFrameHeaderSize);
+		sge[0].lkey = data.tx_headers_mr->lkey;
+	}
+
+	ibv_send_wr wr;
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.next = nullptr;
+	wr.sg_list = sge;
+	wr.num_sge = num_sge;
+	wr.opcode = r.opcode;
+	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) |
+			(inline_data && total + header_bytes ? IBV_SEND_INLINE : 0) |
+			(is_read ? 0 : data.sq->fence_after_reads(data.read_fence));
+	wr.imm_data = r.imm_data;
+	wr.wr.rdma.remote_addr = r.remote_addr;
+	wr.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
+	const bool more = (r.flags & FI_MORE) && start_batch();
+	data.sq->reads_posted += is_read;
+	/* Published before posting: the completion may be reaped at once. */
+	data.sq->count_budget();
+	data.sq->commit(signaled);
+	if (more) {
+		ret = defer(wr, inline_data && total + header_bytes, r.call);
+	} else if (data.batch && data.batch->count) {
+		ret = post_batch(&wr, r.call);
+	} else {
+		ret = post_committed(wr, r.call);
+		if (ret)
+			data.sq->reads_posted -= is_read;
+	}
+	if (data.credits)
+		credits_after_post(ret == 0 && takes_receive);
+	return ret;
+}
+
+/* Under the send lock, after a post: a message took one of the peer's
+ * receives, and a count that could not be written before goes now. */
+void Endpoint::credits_after_post(bool took_receive) noexcept
+{
+	data.credits->sent += took_receive;
+	if (data.credits->pending.load(std::memory_order_acquire))
+		write_credits();
+}
+
+/* Makes sure the FI_MORE batch exists; false (post at once) when it cannot
+ * be allocated. */
+bool Endpoint::start_batch() noexcept
+{
+	if (data.batch)
+		return true;
+	auto b = std::unique_ptr<SendBatch>(new (std::nothrow) SendBatch);
+	if (!b)
+		return false;
+	b->inline_capacity = SendBatch::kMaxRequests * data.max_inline;
+	b->inline_bytes.reset(new (std::nothrow) uint8_t[std::max<uint32_t>(b->inline_capacity, 1)]);
+	if (!b->inline_bytes)
+		return false;
+	data.batch = std::move(b);
+	return true;
+}
+
+/* Holds a committed request back for the next doorbell (SendBatch). */
+ssize_t Endpoint::defer(const ibv_send_wr &wr, bool copy_inline, const char *call)
+{
+	SendBatch &b = *data.batch;
+	ibv_send_wr &held = b.wr[b.count];
+	held = wr;
+	held.next = nullptr;
+	ibv_sge *sge = &b.sge[b.sges];
+	if (copy_inline) {
+		uint8_t *to = b.inline_bytes.get() + b.inline_used;
+		uint32_t len = 0;
+		for (int i = 0; i < wr.num_sge; i++) {
+			std::memcpy(to + len, reinterpret_cast<const void *>(wr.sg_list[i].addr), wr.sg_list[i].length);
+			len += wr.sg_list[i].length;
+		}
+		sge->addr = reinterpret_cast<uintptr_t>(to);
+		sge->length = len;
+		sge->lkey = 0;
+		held.num_sge = 1;
+		b.inline_used += len;
+	} else if (wr.num_sge) {
+		std::memcpy(sge, wr.sg_list, sizeof(ibv_sge) * static_cast<size_t>(wr.num_sge));
+	}
+	held.sg_list = sge;
+	b.sges += static_cast<uint32_t>(held.num_sge);
+	if (b.count)
+		b.wr[b.count - 1].next = &held;
+	++b.count;
+	return b.has_room(data.max_inline) ? 0 : post_batch(nullptr, call);
+}
+
+/* Posts what FI_MORE held back, if anything. */
+ssize_t Endpoint::post_deferred(const char *call)
+{
+	return data.batch && data.batch->count ? post_batch(nullptr, call) : 0;
+}
+
+/* Posts the held-back requests, followed by `last` (committed, or null),
+ * with one doorbell. On failure the slots of what was not posted are given
+ * back; held-back requests among them are lost, which the log says (the
+ * provider's own accounting keeps the queue within the device's limits, so
+ * this takes a device failure). */
+ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
+{
+	SendBatch &b = *data.batch;
+	ibv_send_wr *first = b.count ? &b.wr[0] : last;
+	if (b.count)
+		b.wr[b.count - 1].next = last;
+	b.count = b.sges = b.inline_used = 0;
+	if (!first)
+		return 0;
+	ibv_send_wr *bad = nullptr;
+	int rc = ibv_post_send(data.qp.get(), first, &bad);
+	if (!rc)
+		return 0;
+	if (!bad)
+		bad = first;
+	uint64_t unposted = 0;
+	for (ibv_send_wr *w = bad; w; w = w->next)
+		++unposted;
+	data.sq->reads_posted = record_of(bad->wr_id)->read_mark - (bad->opcode == IBV_WR_RDMA_READ);
+	data.sq->uncommit(unposted);
+	const uint64_t held_lost = unposted - (last ? 1 : 0);
+	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s%s\n", call, std::strerror(rc),
+		held_lost ? " (requests posted earlier with FI_MORE are lost with it)" : "");
+	return fi_error_of_post(rc);
+}
+
+/* Posting the send request whose slot was just committed failed
+ * (post_committed): the slot goes back. */
+ssize_t Endpoint::post_failed(int rc, const char *call)
+{
+	data.sq->uncommit();
+	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", call, std::strerror(rc));
+	return fi_error_of_post(rc);
+}
+
+/* Remote CQ data travels as immediate data, which iWARP does not have
+ * (fi_getinfo reports cq_data_size 0 there); tagged endpoints carry it in
+ * their frame header instead and never come here with it. */
+ssize_t Endpoint::no_immediate_data(const char *call) const
+{
+	ND_WARN(FI_LOG_EP_DATA, "%s: remote CQ data needs immediate data, which iWARP (%s) does not carry\n",
+		call, info->domain_attr->name);
+	return -FI_EOPNOTSUPP;
+}
+
+/* Why fi_inject and its kin refuse a call (nd_ep_inject.h). */
+ssize_t Endpoint::inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const
+{
+	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
+		return link_error(call);
+	if (len > data.max_inline) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: %zu bytes to inject; inject_size is %u\n", call, len,
+			data.max_inline);
+		return -FI_EMSGSIZE;
+	}
+	if (!buf && len) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: buffer is NULL with length %zu\n", call, len);
+		return -FI_EINVAL;
+	}
+	ND_WARN(FI_LOG_EP_DATA, "%s: key 0x%llx is wider than the 4 bytes of mr_key_size\n", call,
+		static_cast<unsigned long long>(remote_key));
+	return -FI_EINVAL;
+}
+
+/* The send queue is full: what FI_MORE held back goes, what completed
+ * retires; 0 when there is room now. Under tx_lock. */
+ssize_t Endpoint::make_room(const char *call)
+{
+	if (ssize_t ret = post_deferred(call))
+		return ret;
+	bindings.tx_cq->progress();
+	return data.sq->no_room() ? -FI_EAGAIN : 0;
+}
+
+} // namespace nd
