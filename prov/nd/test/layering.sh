@@ -1,14 +1,20 @@
 #!/bin/bash
 # layering.sh: the provider's files include one another one way, top to
 # bottom, as prov/nd/ARCHITECTURE.md draws them. Reads the #include lines of
-# prov/nd/src and checks:
-#   1. the include graph has no loop (tsort finds an order);
-#   2. the CQ and the counter know work queues, not endpoints nor each other;
-#   3. parents name their children's *_open through nd.h's entry points, not
-#      by including the children's headers.
+# prov/nd/src, and the tiers from ARCHITECTURE.md's "tier N name: files"
+# lines, and checks:
+#   1. every source file is in exactly one tier, and ARCHITECTURE.md names
+#      every file;
+#   2. a file includes only files of its own tier and the tiers below;
+#   3. the include graph has no loop (tsort finds an order);
+#   4. the CQ and the counter know work queues, not endpoints nor each other;
+#   5. parents name their children's *_open through nd.h's entry points, not
+#      by including the children's headers;
+#   6. no file but nd_cq.* names the CQ's lock or its rings.
 # Prints the order found and ends with "layering: N passed, M failed".
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../src" && pwd)
+architecture=$src/../ARCHITECTURE.md
 passed=0
 failed=0
 
@@ -34,6 +40,42 @@ edges=$(cd "$src" && for f in *.cpp *.h; do
 		[ "${inc%.*}" != "$stem" ] && echo "$stem ${inc%.*}"
 	done
 done)
+
+# tier[STEM]: the tier ARCHITECTURE.md gives the file (0 is the lowest).
+declare -A tier
+status=0
+while read -r number files; do
+	for stem in $files; do
+		if [ -n "${tier[$stem]:-}" ]; then
+			echo "  $stem is in tiers ${tier[$stem]} and $number"
+			status=1
+		fi
+		tier[$stem]=$number
+	done
+done < <(sed -n 's/^ *tier \([0-9]\)[^:]*: *\(.*\)$/\1 \2/p' "$architecture")
+[ ${#tier[@]} -gt 0 ] || { echo "  ARCHITECTURE.md has no tier lines"; status=1; }
+for f in "$src"/*.cpp "$src"/*.h; do
+	stem=$(basename "${f%.*}")
+	if [ -z "${tier[$stem]:-}" ]; then
+		echo "  $stem is in no tier of ARCHITECTURE.md"
+		status=1
+	fi
+	if ! grep -q "\b$stem\b" <(sed '/^ *tier [0-9]/d' "$architecture"); then
+		echo "  ARCHITECTURE.md does not say what $stem is"
+		status=1
+	fi
+done
+check "every source file has one tier and a place in ARCHITECTURE.md" $status
+
+status=0
+while read -r from to; do
+	[ -n "$from" ] || continue
+	if [ "${tier[$from]:-9}" -lt "${tier[$to]:-0}" ]; then
+		echo "  $from (tier ${tier[$from]}) includes $to (tier ${tier[$to]})"
+		status=1
+	fi
+done <<<"$edges"
+check "a file includes only its own tier and those below" $status
 
 order=$(tsort <<<"$edges" 2>&1)
 loop=0
@@ -75,6 +117,13 @@ forbidden nd_fabric.cpp nd_domain.h nd_eq.h nd_pep.h nd_cq.h
 check "the fabric names its children through nd.h" $?
 forbidden nd_domain.cpp nd_ep.h nd_cq.h nd_cntr.h nd_srx.h nd_mr.h nd_eq.h
 check "the domain names its children through nd.h" $?
+
+# The CQ's lock and rings (ready, errors) are nd_cq.cpp's: others queue
+# entries through CompletionQueue::Sink, complete_now and report_canceled.
+cq_internals=$(cd "$src" && grep -nE '[A-Za-z_]*cq[A-Za-z_]*(\.|->)(lock|ready|errors|poll_budget)\b' \
+	--exclude='nd_cq.cpp' --exclude='nd_cq.h' ./*.cpp ./*.h)
+[ -n "$cq_internals" ] && sed 's/^/  /' <<<"$cq_internals"
+check "no file but nd_cq.* touches the CQ's lock or rings" "$([ -z "$cq_internals" ]; echo $?)"
 
 echo "layering: $passed passed, $failed failed"
 [ $failed -eq 0 ]
