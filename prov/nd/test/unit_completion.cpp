@@ -11,6 +11,7 @@
 #include "nd_framing.h"
 #include "nd_multi_recv.h"
 #include "nd_wq.h"
+#include "wq_fixture.h"
 
 #include <rdma/fabric.h>
 
@@ -74,6 +75,8 @@ void operator delete(void *p, std::size_t, std::align_val_t) noexcept { std::fre
 void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace nd;
+using nd::test::completion_of;
+using nd::test::post;
 
 namespace {
 
@@ -108,28 +111,6 @@ std::unique_ptr<CompletionQueue> make_cq(int capacity)
 	cq->errors.reserve(2 * static_cast<size_t>(capacity));
 	cq->update_poll_budget();
 	return cq;
-}
-
-OpRecord &post(WorkQueue &queue, void *context, uint32_t flags, bool report = true)
-{
-	OpRecord &record = queue.next();
-	record.context = context;
-	record.flags = flags;
-	record.len = 8;
-	record.report = report;
-	record.read_mark = queue.reads_posted;
-	queue.commit(report);
-	return record;
-}
-
-ibv_wc completion_of(const OpRecord &record, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t bytes = 0)
-{
-	ibv_wc wc{};
-	wc.wr_id = reinterpret_cast<uintptr_t>(&record);
-	wc.status = status;
-	wc.opcode = opcode;
-	wc.byte_len = bytes;
-	return wc;
 }
 
 /* A queue pair on the host: ibv_post_recv calls context->ops.post_recv,

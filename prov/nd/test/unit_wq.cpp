@@ -6,6 +6,7 @@
 #include "nd_cq.h"
 #include "nd_multi_recv.h"
 #include "nd_wq.h"
+#include "wq_fixture.h"
 
 #include <rdma/fabric.h>
 
@@ -15,6 +16,8 @@
 #include <vector>
 
 using namespace nd;
+using nd::test::completion_of;
+using nd::test::post;
 
 namespace {
 
@@ -22,33 +25,6 @@ constexpr uint32_t kSendFlags = FI_SEND | FI_MSG;
 constexpr uint32_t kWriteFlags = FI_RMA | FI_WRITE;
 constexpr uint32_t kReadFlags = FI_RMA | FI_READ;
 constexpr uint32_t kRecvFlags = FI_RECV | FI_MSG;
-
-/* Posts one request as the endpoint does: fills the next slot, counts a
- * read, marks the record with the reads posted so far, commits. */
-OpRecord &post(WorkQueue &queue, void *context, uint32_t flags, bool report = true)
-{
-	OpRecord &record = queue.next();
-	record.context = context;
-	record.flags = flags;
-	record.len = 8;
-	record.report = report;
-	if (flags & FI_READ)
-		queue.reads_posted++;
-	record.read_mark = queue.reads_posted;
-	queue.count_budget();
-	queue.commit();
-	return record;
-}
-
-ibv_wc completion_of(const OpRecord &record, ibv_wc_status status = IBV_WC_SUCCESS,
-		     ibv_wc_opcode opcode = IBV_WC_SEND)
-{
-	ibv_wc wc{};
-	wc.wr_id = reinterpret_cast<uintptr_t>(&record);
-	wc.status = status;
-	wc.opcode = opcode;
-	return wc;
-}
 
 void *ctx(uintptr_t n) { return reinterpret_cast<void *>(n); }
 
