@@ -291,11 +291,7 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 	first.capacity = first.cq->cqe;
 	cq->capacity = first.capacity;
 	cq->slots.push_back(std::move(first));
-	if (!internal) { /* an internal CQ reports nothing */
-		cq->ready.reserve(static_cast<size_t>(cq->capacity));
-		cq->errors.reserve(2 * static_cast<size_t>(cq->capacity));
-	}
-	cq->update_poll_budget();
+	cq->size_rings(cq->capacity);
 	cq->cq.fid.fclass = FI_CLASS_CQ;
 	cq->cq.fid.context = context;
 	cq->cq.fid.ops = &cq_fid_ops;
@@ -393,10 +389,9 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 		slot = &slots.back();
 	}
 	const int total = capacity + slot->capacity - before;
-	if (!internal && total > capacity) {
+	if (!internal) {
 		try {
-			ready.reserve(static_cast<size_t>(total));
-			errors.reserve(2 * static_cast<size_t>(total));
+			size_rings(total);
 		} catch (const std::bad_alloc &) {
 			ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for %d entries\n",
 				static_cast<void *>(this), total);
@@ -404,7 +399,6 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 		}
 	}
 	capacity = total;
-	update_poll_budget();
 	slot->reserved += count;
 	reserved += count;
 	*where = slot->cq.get();
@@ -451,22 +445,22 @@ bool CompletionQueue::report_canceled(void *context, uint64_t flags)
 bool CompletionQueue::push_error(const CqError &error) noexcept
 {
 	if (!errors.room()) {
-		/* Not while completing (see poll_budget): only a cancellation
-		 * the application asks for with 2 * capacity errors unread. */
+		/* Not while completing (see size_rings): only a cancellation
+		 * the application asks for with that many errors unread. */
 		ND_WARN(FI_LOG_CQ, "CQ %p: %zu error entries unread; the error of request %p is not queued\n",
 			static_cast<void *>(this), errors.size(), error.entry.op_context);
 		return false;
 	}
 	errors.push_back(error);
-	update_poll_budget();
 	return true;
 }
 
-void CompletionQueue::update_poll_budget() noexcept
+void CompletionQueue::size_rings(int total)
 {
-	const size_t kept_free = internal ? 0 : static_cast<size_t>(capacity);
-	const size_t room = errors.room() > kept_free ? errors.room() - kept_free : 0;
-	poll_budget = internal ? kPollBatch : static_cast<int>(std::min<size_t>(room, kPollBatch));
+	if (internal) /* reports nothing */
+		return;
+	ready.reserve(static_cast<size_t>(total));
+	errors.reserve(errors.size() + 2 * static_cast<size_t>(total));
 }
 
 bool CompletionQueue::Sink::has_room() const noexcept
@@ -518,7 +512,7 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out) noexcept
 	Placement placement;
 	placement.sink = &sink;
 	const Retired done = WorkQueue::retire(wc, &placement);
-	if (done.own)
+	if (placement.own)
 		return false; /* what it delivered is in the rings */
 	if (wc.status != IBV_WC_SUCCESS) {
 		/* A flushed request the application asked no completion for
@@ -559,9 +553,7 @@ void CompletionQueue::progress_locked()
 			if (!internal && room == 0)
 				return;
 			const int want = internal ? kPollBatch
-						  : static_cast<int>(std::min<size_t>(room, poll_budget));
-			if (want == 0)
-				return; /* errors unread fill the ring: they go first */
+						  : static_cast<int>(std::min<size_t>(room, kPollBatch));
 			int n = ibv_poll_cq(slot.cq.get(), want, wc);
 			if (n <= 0)
 				break;
@@ -715,9 +707,7 @@ size_t CompletionQueue::poll_into(ibv_cq *verbs, void *buf, size_t n, size_t cou
 {
 	ibv_wc wc[kPollBatch];
 	while (n < count) {
-		/* poll_budget: at most kPollBatch, 0 while unread errors fill
-		 * their ring (polling stops; ibv_poll_cq of 0 returns 0). */
-		const int want = static_cast<int>(std::min<size_t>(count - n, static_cast<size_t>(poll_budget)));
+		const int want = static_cast<int>(std::min<size_t>(count - n, kPollBatch));
 		const int got = ibv_poll_cq(verbs, want, wc);
 		for (int i = 0; i < got; i++) {
 			/* The common case inline: a success (retire() inlines its
@@ -750,7 +740,7 @@ size_t CompletionQueue::poll_into(ibv_cq *verbs, void *buf, size_t n, size_t cou
 				}
 			}
 		}
-		if (got < want || got == 0)
+		if (got < want)
 			break;
 	}
 	return n;
@@ -784,10 +774,8 @@ ssize_t CompletionQueue::readerr(fi_cq_err_entry *buf, uint64_t flags)
 			return -FI_EAGAIN;
 	}
 	fi_cq_err_entry entry = errors.front().entry;
-	if (!(flags & FI_PEEK)) {
+	if (!(flags & FI_PEEK))
 		errors.pop_front();
-		update_poll_budget();
-	}
 	/* Before API 1.5 the structure ended at err_data; no error data is
 	 * carried, so a caller's own err_data buffer is left untouched. */
 	if (FI_VERSION_LT(domain->api_version, FI_VERSION(1, 5))) {

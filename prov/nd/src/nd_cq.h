@@ -169,20 +169,19 @@ struct CompletionQueue {
 	 * entries through the Sink below, complete_now and report_canceled
 	 * (layering.sh checks that no other file names them). */
 	OptionalLock lock;
-	/* Found but not yet read, sized when the CQ opens and grows
-	 * (reserve), never while completing. `ready` holds `capacity`
-	 * entries, and a read polls only while it has room; one completion
-	 * makes at most one success. `errors` holds 2 * `capacity`, and a
-	 * read polls at most poll_budget completions, which keeps `capacity`
-	 * of it free: one completion makes at most one error, except the end
-	 * of a framed endpoint's connection, which cancels the receives
-	 * waiting there, at most its receive queue's size, reserved here. So
-	 * an application that leaves errors unread while it posts and fails
-	 * more finds the CQ full (the rest waits in the verbs CQs), and no
-	 * error is ever dropped. */
+	/* Found but not yet read, sized when the CQ opens and at each
+	 * fi_enable (size_rings), never while completing. `ready` holds
+	 * `capacity` entries, and a read polls only while it has room; one
+	 * completion makes at most one success. `errors` holds those unread
+	 * at the last fi_enable plus twice `capacity`: one completion makes
+	 * at most one error (the end of a framed endpoint's connection
+	 * cancels the receives waiting there, at most the receive queue's
+	 * size, reserved here), an endpoint posts nothing more once a request
+	 * of its failed or its link went down, so each endpoint adds at most
+	 * what it has outstanding, and what closed endpoints left
+	 * outstanding was reserved when they posted it. */
 	CompletionRing<CqEntry> ready;
 	CompletionRing<CqError> errors;
-	int poll_budget = 0;			/* completions a poll may take now */
 	/* Queues of endpoints closed while requests were still outstanding:
 	 * their records must outlive any completion still to come. */
 	std::vector<std::unique_ptr<WorkQueue>> orphans;
@@ -273,8 +272,9 @@ struct CompletionQueue {
 	/* Queues an error entry; false when the ring is full (logged).
 	 * Under lock. */
 	bool push_error(const CqError &error) noexcept;
-	/* Sets poll_budget from the error ring's room. Under lock. */
-	void update_poll_budget() noexcept;
+	/* Sizes the rings for `total` entries in all (above); throws
+	 * std::bad_alloc. Under lock, or before the CQ is shared. */
+	void size_rings(int total);
 	void progress_locked();
 	/* StallWatch's look (at most once a second), from a read that found
 	 * nothing or a wait that timed out. Under the lock. */

@@ -75,7 +75,8 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *p
 	}
 	if (framed_buffer) {
 		done.report = false;
-		done.own = true;
+		if (placement)
+			placement->own = true;
 		CompletionSink *sink = placement ? placement->sink : nullptr;
 		if (ok && sink && !framing->on_message(wc, static_cast<uint8_t *>(done.context), *sink))
 			ok = false; /* a message that cannot be trusted ends the link */

@@ -255,15 +255,17 @@ struct Retired {
 				 * releases its multi-receive buffer) */
 	bool report;		/* the application wants a CQ entry (on success,
 				 * and when flushed; a real failure always has one) */
-	bool own;		/* nd's own buffer: no entry of its own, whatever
-				 * its status (what it delivered went to the sink) */
 };
 
-/* What retire's slow path says besides Retired: where a multi-receive
- * message landed, and where a framed endpoint's deliveries go. */
+/* What retire's slow path says besides Retired (whose two words come back
+ * in registers on the CQ's fast path): where a multi-receive message
+ * landed, and where a framed endpoint's deliveries go. */
 struct Placement {
-	void *buf = nullptr;			/* out: the message's address */
 	CompletionSink *sink = nullptr;		/* in: null reports nothing */
+	void *buf = nullptr;			/* out: the message's address */
+	/* out: nd's own buffer, which has no entry of its own whatever its
+	 * status (what it delivered went to the sink) */
+	bool own = false;
 };
 
 struct WorkQueue {

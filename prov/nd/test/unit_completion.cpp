@@ -107,9 +107,7 @@ std::unique_ptr<CompletionQueue> make_cq(int capacity)
 	cq->vector = 0;
 	cq->capacity = capacity;
 	cq->reserved = capacity;
-	cq->ready.reserve(static_cast<size_t>(capacity));
-	cq->errors.reserve(2 * static_cast<size_t>(capacity));
-	cq->update_poll_budget();
+	cq->size_rings(capacity);
 	return cq;
 }
 
@@ -343,26 +341,25 @@ Test(completion_path, framed_messages_matched_kept_truncated_and_ended_allocate_
 	cr_assert(f.framing->posted.empty());
 }
 
-Test(completion_path, unread_errors_stop_the_poll_before_their_ring_is_full)
+Test(completion_path, each_enable_keeps_room_for_every_error_still_to_come)
 {
 	auto cq = make_cq(4);
-	cr_assert_gt(cq->poll_budget, 0);
+	cr_assert_geq(cq->errors.room(), 8u, "twice the CQ's capacity");
 	WorkQueue sends(QueueKind::send, 8);
 	CqEntry entry;
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 6; i++) {
 		OpRecord &r = post(sends, ctx(i), FI_SEND | FI_MSG);
 		AllocationCount count;
-		cq->complete(completion_of(r, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND), &entry);
+		cr_assert_not(cq->complete(completion_of(r, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND), &entry));
 		cr_assert_eq(count.made(), 0u);
 	}
-	cr_assert_eq(cq->errors.size(), 4u);
-	cr_assert_eq(cq->poll_budget, 0, "half the ring stays free for what one poll may end");
-	cr_assert_geq(cq->errors.room(), 4u);
-	CqError drained = cq->errors.front();
-	cq->errors.pop_front();
-	cq->update_poll_budget();
-	cr_assert_eq(drained.entry.op_context, ctx(0));
-	cr_assert_eq(cq->poll_budget, 1, "one read error, one more completion");
+	cr_assert_eq(cq->errors.size(), 6u, "none dropped");
+	/* The next fi_enable (reserve) keeps the unread ones and room for
+	 * twice the new capacity beside them. */
+	cq->size_rings(8);
+	cr_assert_geq(cq->errors.room(), 16u);
+	cr_assert_eq(cq->errors.size(), 6u);
+	cr_assert_eq(cq->errors.front().entry.op_context, ctx(0), "in order");
 }
 
 Test(completion_path, unexpected_messages_past_the_arena_wait_in_their_buffers)
