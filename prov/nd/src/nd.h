@@ -220,7 +220,7 @@ int cq_progress(CompletionQueue &cq);
 /* A counter with a wait object sleeps on the completion channels of the
  * CQs that feed it: the channel's fd (-1 when the CQ has none), and arming
  * (acknowledge the channel's events, request the next one). */
-int cq_channel_fd(const CompletionQueue &cq) noexcept;
+int cq_channel_fd(CompletionQueue &cq) noexcept;
 int cq_arm(CompletionQueue &cq) noexcept;
 
 } // namespace nd

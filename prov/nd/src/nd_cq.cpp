@@ -258,40 +258,16 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 	cq->vector = vector;
 	cq->reserved = 0;
 	cq->lock.enable(domain->threading == FI_THREAD_SAFE || domain->threading == FI_THREAD_ENDPOINT);
-	if (waitable) {
-		cq->channel.reset(ibv_create_comp_channel(domain->context));
-		if (!cq->channel) {
-			int err = errno;
-			ND_WARN(FI_LOG_CQ, "fi_cq_open: ibv_create_comp_channel: %s\n", std::strerror(err));
-			return fi_error_of_errno(err);
-		}
-		if (int err = cq->wait_fd.open()) {
-			ND_WARN(FI_LOG_CQ, "fi_cq_open: %s: %s\n",
-				cq->wait_fd.failed_call() == WaitFd::kEpollCtl ? "epoll_ctl" : "wait fd",
-				std::strerror(err));
-			return fi_error_of_errno(err);
-		}
-		if (set_nonblocking(cq->channel->fd)) {
-			int err = errno;
-			ND_WARN(FI_LOG_CQ, "fi_cq_open: wait fd: %s\n", std::strerror(err));
-			return fi_error_of_errno(err);
-		}
-		if (int err = cq->wait_fd.add(cq->channel->fd)) {
-			ND_WARN(FI_LOG_CQ, "fi_cq_open: epoll_ctl: %s\n", std::strerror(err));
-			return fi_error_of_errno(err);
-		}
-	}
-	VerbsCqSlot first;
-	first.cq.reset(cq->create_verbs_cq(size));
-	if (!first.cq) {
-		int err = errno;
-		ND_WARN(FI_LOG_CQ, "fi_cq_open: ibv_create_cq(%d): %s\n", size, std::strerror(err));
-		return fi_error_of_errno(err);
-	}
-	first.capacity = first.cq->cqe;
-	cq->capacity = first.capacity;
-	cq->slots.push_back(std::move(first));
-	cq->size_rings(cq->capacity);
+	/* The wait objects come on first use (make_wait_objects), but a wait
+	 * set nests the CQ's wait fd now. */
+	if (wait_set)
+		if (int ret = cq->make_wait_objects("fi_cq_open"))
+			return ret;
+	/* The verbs CQ and the rings come with the first endpoint (reserve),
+	 * sized for it at once: a CQ no endpoint uses costs no device memory,
+	 * and an endpoint's own CQ is never resized on the connect path. */
+	cq->requested_size = size;
+	cq->capacity = 0;
 	cq->cq.fid.fclass = FI_CLASS_CQ;
 	cq->cq.fid.context = context;
 	cq->cq.fid.ops = &cq_fid_ops;
@@ -319,6 +295,38 @@ CompletionQueue::~CompletionQueue()
 int CompletionQueue::close()
 {
 	return close_bound_domain_child(this, FI_LOG_CQ, "cq");
+}
+
+int CompletionQueue::make_wait_objects(const char *call) noexcept
+{
+	if (!waitable)
+		return -FI_EINVAL;
+	if (wait_objects_made.load(std::memory_order_acquire))
+		return 0;
+	std::lock_guard<std::mutex> guard(wait_objects_lock);
+	if (wait_objects_made.load(std::memory_order_relaxed))
+		return 0;
+	channel.reset(ibv_create_comp_channel(domain->context));
+	if (!channel) {
+		int err = errno;
+		ND_WARN(FI_LOG_CQ, "%s: ibv_create_comp_channel: %s\n", call, std::strerror(err));
+		return fi_error_of_errno(err);
+	}
+	if (int err = wait_fd.open()) {
+		ND_WARN(FI_LOG_CQ, "%s: %s: %s\n", call,
+			wait_fd.failed_call() == WaitFd::kEpollCtl ? "epoll_ctl" : "wait fd", std::strerror(err));
+		channel.reset();
+		return fi_error_of_errno(err);
+	}
+	int err = set_nonblocking(channel->fd) ? errno : wait_fd.add(channel->fd);
+	if (err) {
+		ND_WARN(FI_LOG_CQ, "%s: wait fd: %s\n", call, std::strerror(err));
+		wait_fd.close();
+		channel.reset();
+		return fi_error_of_errno(err);
+	}
+	wait_objects_made.store(true, std::memory_order_release);
+	return 0;
 }
 
 ibv_cq *CompletionQueue::create_verbs_cq(int size) noexcept
@@ -367,8 +375,14 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 		}
 	}
 	if (!slot) {
+		/* A waitable CQ's verbs CQs complete on its channel, which only
+		 * exists before them. */
+		if (waitable)
+			if (int ret = make_wait_objects("fi_enable"))
+				return ret;
 		VerbsCqSlot added;
-		const int size = std::min(max_cqe, std::max(count, slots.front().capacity));
+		const int base = slots.empty() ? requested_size : slots.front().capacity;
+		const int size = std::min(max_cqe, std::max(count, base));
 		added.cq.reset(create_verbs_cq(size));
 		if (!added.cq) {
 			int err = errno;
@@ -379,8 +393,12 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 		added.capacity = added.cq->cqe;
 		if (waitable) /* armed like its siblings: a waiter asleep now wakes for it */
 			ibv_req_notify_cq(added.cq.get(), 0);
-		ND_INFO(FI_LOG_CQ, "CQ %p: verbs CQ %zu of %d entries chained (%d requests outstanding on the others)\n",
-			static_cast<void *>(this), slots.size() + 1, added.capacity, reserved);
+		if (slots.empty())
+			ND_INFO(FI_LOG_CQ, "CQ %p: verbs CQ of %d entries for the first endpoint (%d asked at open)\n",
+				static_cast<void *>(this), added.capacity, requested_size);
+		else
+			ND_INFO(FI_LOG_CQ, "CQ %p: verbs CQ %zu of %d entries chained (%d requests outstanding on the others)\n",
+				static_cast<void *>(this), slots.size() + 1, added.capacity, reserved);
 		try {
 			slots.push_back(std::move(added));
 		} catch (const std::bad_alloc &) {
@@ -811,6 +829,8 @@ ssize_t CompletionQueue::sread(void *buf, size_t count, const void *, int timeou
 		ND_WARN(FI_LOG_CQ, "fi_cq_sread: the CQ was opened with FI_WAIT_NONE\n");
 		return -FI_EINVAL;
 	}
+	if (int ret = make_wait_objects("fi_cq_sread"))
+		return ret;
 	const auto start = std::chrono::steady_clock::now();
 	auto read_now = [&] {
 		ssize_t n = read_any(buf, count);
@@ -875,11 +895,16 @@ int CompletionQueue::signal()
 		ND_WARN(FI_LOG_CQ, "fi_cq_signal: the CQ was opened with FI_WAIT_NONE\n");
 		return -FI_EINVAL;
 	}
+	if (int ret = make_wait_objects("fi_cq_signal"))
+		return ret;
 	return wait_fd.signal();
 }
 
 int CompletionQueue::control(int command, void *arg)
 {
+	if (waitable && command == FI_GETWAIT)
+		if (int ret = make_wait_objects("fi_control(FI_GETWAIT)"))
+			return ret;
 	return control_wait(FI_LOG_CQ, "cq", command, arg, waitable ? wait_fd.fd() : -1,
 			    waitable ? FI_WAIT_FD : FI_WAIT_NONE);
 }
@@ -890,6 +915,8 @@ int CompletionQueue::trywait()
 		ND_WARN(FI_LOG_CQ, "fi_trywait: the CQ was opened with FI_WAIT_NONE\n");
 		return -FI_EINVAL;
 	}
+	if (int ret = make_wait_objects("fi_trywait"))
+		return ret;
 	std::lock_guard<OptionalLock> guard(lock);
 	progress_locked();
 	if (!ready.empty() || !errors.empty())
@@ -907,15 +934,17 @@ int cq_progress(CompletionQueue &cq)
 	return cq.progress();
 }
 
-int cq_channel_fd(const CompletionQueue &cq) noexcept
+int cq_channel_fd(CompletionQueue &cq) noexcept
 {
-	return cq.waitable ? cq.channel->fd : -1;
+	return cq.waitable && cq.make_wait_objects("fi_enable(counter)") == 0 ? cq.channel->fd : -1;
 }
 
 int cq_arm(CompletionQueue &cq) noexcept
 {
 	if (!cq.waitable)
 		return -FI_EINVAL;
+	if (int ret = cq.make_wait_objects("fi_cntr_wait"))
+		return ret;
 	drain_channel(cq.channel.get());
 	std::lock_guard<OptionalLock> guard(cq.lock);
 	int rc = cq.arm_all();

@@ -22,7 +22,9 @@
  *
  * Waiting (FI_WAIT_FD, FI_WAIT_UNSPEC, FI_WAIT_SET): a completion channel and an eventfd
  * (fi_cq_signal) inside one epoll set (a WaitFd); FI_GETWAIT returns the epoll fd and
- * fi_trywait arms the CQ.
+ * fi_trywait arms the CQ. All three, and the verbs CQs, are made on first
+ * use (make_wait_objects, reserve): a CQ opened and never used costs no
+ * descriptor and no device memory.
  *
  * An endpoint with no CQ bound for a direction still needs a verbs CQ: it
  * gets an internal CompletionQueue whose entries only feed counters.
@@ -40,6 +42,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -157,14 +160,20 @@ struct CompletionQueue {
 	bool waitable;
 	int vector;				/* completion vector of its verbs CQs */
 	UniqueCompChannel channel;
-	/* [0] opened with the CQ; more chained when it reaches the device's
+	/* [0] made for the first endpoint (reserve), as large as it needs
+	 * or requested_size; more chained when it reaches the device's
 	 * largest CQ. After channel: destroyed first. Never shrinks. */
 	std::vector<VerbsCqSlot> slots;
+	int requested_size;			/* fi_cq_attr::size, within the device's */
 	size_t next_slot = 0;			/* where the next read starts */
 	bool resizable = true;			/* false once ibv_resize_cq is refused (siw) */
 	int capacity;				/* entries all verbs CQs hold */
 	int reserved;				/* requests that may complete into them */
 	WaitFd wait_fd;				/* waitable: channel, fi_cq_signal; FI_WAIT_SET joins it */
+	/* channel and wait_fd exist (make_wait_objects): set once, under
+	 * wait_objects_lock, and never cleared while the CQ is open. */
+	std::atomic<bool> wait_objects_made{false};
+	std::mutex wait_objects_lock;
 	/* The lock and the two rings are the CQ's alone: other objects queue
 	 * entries through the Sink below, complete_now and report_canceled
 	 * (layering.sh checks that no other file names them). */
@@ -282,6 +291,12 @@ struct CompletionQueue {
 	/* Polls one verbs CQ into the application's buffer from index n. */
 	template <fi_cq_format Format>
 	size_t poll_into(ibv_cq *verbs, void *buf, size_t n, size_t count);
+	/* The completion channel and the wait fd of a waitable CQ, made on
+	 * first use: a waiter (fi_cq_sread, fi_trywait, FI_GETWAIT,
+	 * fi_cq_signal), a counter the CQ feeds, a wait set (at open), or
+	 * the first verbs CQ, which completes on the channel. 0 or -FI_E*
+	 * (logged, naming `call`); -FI_EINVAL for FI_WAIT_NONE. */
+	int make_wait_objects(const char *call) noexcept;
 	/* Arms every verbs CQ for the next completion. Returns 0 or an errno. */
 	int arm_all() noexcept;
 	/* A verbs CQ of `size` entries on the CQ's channel; null with errno. */

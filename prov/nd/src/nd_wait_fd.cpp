@@ -13,11 +13,17 @@ namespace nd {
 
 WaitFd::~WaitFd()
 {
+	close();
+}
+
+void WaitFd::close() noexcept
+{
 	leave();
 	if (epoll_fd_ >= 0)
 		::close(epoll_fd_);
 	if (event_fd_ >= 0)
 		::close(event_fd_);
+	epoll_fd_ = event_fd_ = -1;
 }
 
 int WaitFd::open() noexcept

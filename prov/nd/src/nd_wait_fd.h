@@ -43,6 +43,10 @@ public:
 	/* The epoll fd (FI_GETWAIT's), -1 until open() succeeds. */
 	int fd() const noexcept { return epoll_fd_; }
 
+	/* Leaves the wait set and closes both fds (as the destructor does);
+	 * open() may follow. */
+	void close() noexcept;
+
 	/* Watches another fd for readability: 0 or epoll_ctl's errno. */
 	int add(int fd) noexcept;
 	void remove(int fd) noexcept;
