@@ -439,12 +439,32 @@ void CompletionQueue::adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept
 void CompletionQueue::unreserve(int count, ibv_cq *where) noexcept
 {
 	std::lock_guard<OptionalLock> guard(lock);
-	for (VerbsCqSlot &slot : slots) {
-		if (slot.cq.get() == where) {
-			slot.reserved -= count;
-			reserved -= count;
-			return;
+	for (size_t i = 0; i < slots.size(); i++) {
+		VerbsCqSlot &slot = slots[i];
+		if (slot.cq.get() != where)
+			continue;
+		slot.reserved -= count;
+		reserved -= count;
+		/* Closed endpoints' queues whose requests all completed. */
+		orphans.erase(std::remove_if(orphans.begin(), orphans.end(),
+					     [](const std::unique_ptr<WorkQueue> &q) { return q->outstanding() == 0; }),
+			      orphans.end());
+		/* A chained verbs CQ that no endpoint completes into any more
+		 * goes back to the device: every endpoint reserved on it was
+		 * drained and its queue pair destroyed before it unreserved,
+		 * so unless a closed endpoint's queue still waits for its
+		 * completions (orphans) nothing can arrive there. Its channel
+		 * events were acknowledged as they were read; the kernel drops
+		 * those not read. The first verbs CQ stays: the CQ's base. */
+		if (i > 0 && slot.reserved == 0 && orphans.empty()) {
+			ND_INFO(FI_LOG_CQ, "CQ %p: verbs CQ %zu of %d entries released (no endpoint completes there)\n",
+				static_cast<void *>(this), i + 1, slot.capacity);
+			capacity -= slot.capacity;
+			slots.erase(slots.begin() + static_cast<std::ptrdiff_t>(i));
+			if (next_slot >= slots.size())
+				next_slot = 0;
 		}
+		return;
 	}
 }
 

@@ -162,7 +162,8 @@ struct CompletionQueue {
 	UniqueCompChannel channel;
 	/* [0] made for the first endpoint (reserve), as large as it needs
 	 * or requested_size; more chained when it reaches the device's
-	 * largest CQ. After channel: destroyed first. Never shrinks. */
+	 * largest CQ. After channel: destroyed first. A chained one goes when no
+	 * endpoint completes there any more (unreserve). */
 	std::vector<VerbsCqSlot> slots;
 	int requested_size;			/* fi_cq_attr::size, within the device's */
 	size_t next_slot = 0;			/* where the next read starts */
