@@ -407,14 +407,11 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 		slot = &slots.back();
 	}
 	const int total = capacity + slot->capacity - before;
-	if (!internal) {
-		try {
-			size_rings(total);
-		} catch (const std::bad_alloc &) {
-			ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for %d entries\n",
-				static_cast<void *>(this), total);
-			return -FI_ENOMEM;
-		}
+	try {
+		size_rings(total); /* nothing for an internal CQ */
+	} catch (const std::bad_alloc &) {
+		ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for %d entries\n", static_cast<void *>(this), total);
+		return -FI_ENOMEM;
 	}
 	capacity = total;
 	slot->reserved += count;
@@ -527,8 +524,10 @@ bool CompletionQueue::Sink::error(const fi_cq_err_entry &entry) noexcept
 		return true;
 	CqError error;
 	error.entry = entry;
-	queued_ = cq_.push_error(error) || queued_;
-	return queued_;
+	if (!cq_.push_error(error))
+		return false;
+	queued_ = true;
+	return true;
 }
 
 ssize_t CompletionQueue::complete_now_with(ssize_t (*fn)(void *arg, CompletionSink &sink) noexcept, void *arg)

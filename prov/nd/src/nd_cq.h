@@ -226,7 +226,6 @@ struct CompletionQueue {
 	class Sink final : public CompletionSink {
 	public:
 		explicit Sink(CompletionQueue &cq) noexcept : cq_(cq) {}
-		bool reports() const noexcept override { return !cq_.internal; }
 		bool has_room() const noexcept override;
 		bool success(const CqEntry &entry) noexcept override;
 		bool error(const fi_cq_err_entry &entry) noexcept override;

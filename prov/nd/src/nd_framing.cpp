@@ -303,7 +303,7 @@ ssize_t Framing::post(const FramedRecv &recv, CompletionQueue &cq)
 			if (!frame::matches(recv.tagged, recv.tag, recv.ignore,
 					    static_cast<frame::Kind>(message.header.kind), message.header.tag))
 				continue;
-			if (recv.report && sink.reports() && !sink.has_room()) {
+			if (recv.report && !sink.has_room()) {
 				ND_INFO(FI_LOG_EP_DATA, "fi_recv: a message waits for this receive but the CQ is full; read it first\n");
 				return -FI_EAGAIN;
 			}

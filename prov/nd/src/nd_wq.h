@@ -118,9 +118,8 @@ struct CompletionQueue;
  * completions are read (nd_cq.h says how).
  */
 struct CompletionSink {
-	/* False when the CQ is internal: no application reads it. */
-	virtual bool reports() const noexcept = 0;
-	/* Room for one more success entry. */
+	/* Room for one more success entry (always, on an internal CQ, which
+	 * queues nothing). */
 	virtual bool has_room() const noexcept = 0;
 	/* Queue an entry; false when there was no room (logged). */
 	virtual bool success(const fi_cq_tagged_entry &entry) noexcept = 0;
