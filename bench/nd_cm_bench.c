@@ -2,7 +2,7 @@
  * nd_cm_bench: connection setup through libfabric, server and client in one
  * process on one device, for any FI_EP_MSG provider (-p nd, -p verbs).
  *
- *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-Q] [-O] [-M] [-2]
+ *   nd_cm_bench [-p PROVIDER] [-a ADDRESS] [-n CONNECTIONS] [-r ROUNDS] [-x] [-Q] [-O] [-M] [-m] [-2]
  *               [-c CQ_SIZE] [-q]
  *   nd_cm_bench -S [-a ADDRESS] [-P PORT] [-k CLIENTS] [-n N] [-r ROUNDS] [-x] [-Q] [-p P]
  *   nd_cm_bench -C SERVER [-P PORT] [-n N] [-r ROUNDS] [-x] [-Q] [-p P] [-q]
@@ -52,6 +52,10 @@
  * heap, as for any program; device memory that a round failed to release
  * would show). Not under ASan or valgrind, whose quarantine of freed
  * memory grows both by design; their own leak checks serve there.
+ * With -m each round prints a "footprint:" line: resident memory, the part
+ * of it that maps device queues (/dev/infiniband), and open descriptors,
+ * before the round's first endpoint, with all its connections up, and
+ * after all closed (bench/nd_cm_scale.sh makes the scale table of it).
  *
  * -S and -C put the two sides on different hosts (util/nd-cluster's nodes):
  * -S listens on ADDRESS:PORT (default port 9250) and serves CLIENTS client
@@ -74,6 +78,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <poll.h>
 #include <time.h>
@@ -90,7 +95,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
-#define MAX_CONN 1024
+#define MAX_CONN 4096
 #define MAX_ROUNDS 100000
 
 struct conn {
@@ -111,6 +116,9 @@ static int small_queues;
 static int split;
 static int one_cq;
 static int judge_memory;
+/* -m: memory, device mappings and descriptors with the round's
+ * connections open and after they closed (the scale table). */
+static int measure_open;
 /* -C: what names this client process in its connect data (host and pid),
  * so that a server of several clients knows whose message to expect. */
 static uint32_t remote_tag;
@@ -201,7 +209,8 @@ static struct conn *conn_of(fid_t fid, int n, int *is_client)
 	return NULL;
 }
 
-static void read_event(uint32_t *type, struct fi_eq_cm_entry *entry, size_t size)
+/* Not inlined: a profile shows what reading the EQ costs per event. */
+__attribute__((noinline)) static void read_event(uint32_t *type, struct fi_eq_cm_entry *entry, size_t size)
 {
 	ssize_t rc;
 	for (;;) {
@@ -343,6 +352,92 @@ static void drain_eq(void)
 	}
 }
 
+/* What the process holds at one moment (-m): resident memory, the part of
+ * it that maps device queues (the verbs library maps a queue pair's or a
+ * CQ's rings from /dev/infiniband/uverbsN), and open descriptors. */
+struct footprint {
+	long rss_kib, device_kib, heap_kib;
+	int fds;
+};
+
+static long heap_in_use_kib(void);
+
+/* Resident KiB of every mapping of the process (*all) and of those that
+ * map device queues (returned), summed from /proc/self/smaps, which
+ * walks the page tables at the moment it is read (the resident count of
+ * /proc/self/statm is kept in counters that may lag). -1 where unreadable. */
+static long resident_kib(long *all)
+{
+	FILE *smaps = fopen("/proc/self/smaps", "r");
+	*all = -1;
+	if (!smaps)
+		return -1;
+	char line[512];
+	long kib = 0, total = 0, value;
+	int device = 0;
+	while (fgets(line, sizeof(line), smaps)) {
+		/* A mapping's header line names its range first ("a-b perms"). */
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+			device = strstr(line, "/dev/infiniband/") != NULL;
+		} else if (sscanf(line, "Rss: %ld kB", &value) == 1) {
+			total += value;
+			if (device)
+				kib += value;
+		}
+	}
+	fclose(smaps);
+	*all = total;
+	return kib;
+}
+
+/* ND_CM_BENCH_SMAPS=FILE (-m): a copy of /proc/self/smaps with the
+ * connections open, to see where the memory went. */
+static void copy_smaps(const char *to)
+{
+	if (!to)
+		return;
+	FILE *in = fopen("/proc/self/smaps", "r"), *out = fopen(to, "w");
+	char buf[4096];
+	size_t got;
+	while (in && out && (got = fread(buf, 1, sizeof(buf), in)) > 0)
+		fwrite(buf, 1, got, out);
+	if (in)
+		fclose(in);
+	if (out)
+		fclose(out);
+}
+
+static struct footprint footprint_now(void)
+{
+	struct footprint f;
+	f.device_kib = resident_kib(&f.rss_kib);
+	f.heap_kib = heap_in_use_kib();
+	f.fds = nd_count_fds();
+	return f;
+}
+
+/* -m: the footprint before the round's first endpoint, with all its
+ * connections up (and their messages exchanged with -x), and after all
+ * closed; printed on one line per round for bench/nd_cm_scale.sh. */
+static struct footprint before_round, while_open;
+
+static void print_footprint(int n)
+{
+	struct footprint after = footprint_now();
+	if (getenv("ND_CM_BENCH_MALLOC_INFO")) {
+		/* Where freed heap went: what malloc keeps and could give back. */
+		malloc_info(0, stdout);
+		malloc_trim(0);
+		struct footprint trimmed = footprint_now();
+		printf("after malloc_trim: rss=%ld\n", trimmed.rss_kib);
+	}
+	printf("footprint: n=%d before rss=%ld dev=%ld heap=%ld fds=%d open rss=%ld dev=%ld heap=%ld fds=%d closed rss=%ld dev=%ld heap=%ld fds=%d\n",
+	       n, before_round.rss_kib, before_round.device_kib, before_round.heap_kib, before_round.fds,
+	       while_open.rss_kib, while_open.device_kib, while_open.heap_kib, while_open.fds, after.rss_kib,
+	       after.device_kib, after.heap_kib, after.fds);
+}
+
 /* One round with both sides in this thread; returns connections per second. */
 static double round_of(int n, double *connect_us, double *accept_us)
 {
@@ -350,6 +445,8 @@ static double round_of(int n, double *connect_us, double *accept_us)
 	size_t addrlen = sizeof(addr);
 	CHECK(fi_getname(&pep->fid, &addr, &addrlen));
 	memset(conns, 0, sizeof(conns));
+	if (measure_open)
+		before_round = footprint_now();
 
 	double start = now_us();
 	start_clients(n, &addr);
@@ -358,12 +455,18 @@ static double round_of(int n, double *connect_us, double *accept_us)
 	*accept_us = mean_accept_us(n);
 	if (transfer)
 		exchange(n, round_number++);
+	if (measure_open) {
+		while_open = footprint_now();
+		copy_smaps(getenv("ND_CM_BENCH_SMAPS"));
+	}
 
 	for (int i = 0; i < n; i++) {
 		close_client(&conns[i]);
 		close_server(&conns[i]);
 	}
 	drain_eq();
+	if (measure_open)
+		print_footprint(n);
 	return n / ((last - start) / 1e6);
 }
 
@@ -962,6 +1065,7 @@ static int option(int opt, const char *arg)
 	case 'Q': small_queues = 1; return 0;
 	case 'O': one_cq = 1; return 0;
 	case 'M': judge_memory = 1; return 0;
+	case 'm': measure_open = 1; return 0;
 	case '2': split = 1; return 0;
 	case 'c': own_cq_size = atoi(arg); return 0;
 	case 'q': quiet = 1; return 0;
@@ -977,11 +1081,11 @@ int main(int argc, char **argv)
 {
 	const char *address = nd_default_address();
 	const struct nd_cli cli = {
-		.optstring = "p:a:n:r:xQOM2c:qSC:P:k:",
+		.optstring = "p:a:n:r:xQOMm2c:qSC:P:k:",
 		.prov = &prov,
 		.address = &address,
 		.option = option,
-		.usage = "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-O] [-M] [-2] [-c cq_size] [-q]\n"
+		.usage = "usage: %s [-p provider] [-a address] [-n connections] [-r rounds] [-x] [-Q] [-O] [-M] [-m] [-2] [-c cq_size] [-q]\n"
 			 "       %s -S [-a address] [-P port] [-k clients] [-n connections] [-r rounds] [-x] [-Q] [-p provider]\n"
 			 "       %s -C server [-P port] [-n connections] [-r rounds] [-x] [-Q] [-p provider] [-q]\n",
 	};
@@ -1000,6 +1104,17 @@ int main(int argc, char **argv)
 	if (split && transfer) {
 		fprintf(stderr, "-x needs both sides in one process; leave out -2\n");
 		return 2;
+	}
+	if (measure_open && (split || serve_only || remote_server)) {
+		fprintf(stderr, "-m measures both sides in one process; leave out -2, -S and -C\n");
+		return 2;
+	}
+	/* Thousands of endpoints: a provider may hold a descriptor or two
+	 * for each; the soft limit (often 1,024) is not the test. */
+	struct rlimit files;
+	if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+		files.rlim_cur = files.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &files);
 	}
 	if ((serve_only || remote_server) && (split || (serve_only && remote_server))) {
 		fprintf(stderr, "-S, -C and -2 exclude each other\n");
