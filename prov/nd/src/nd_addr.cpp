@@ -12,7 +12,7 @@
 
 namespace nd {
 
-SockAddr::SockAddr() noexcept { std::memset(&storage, 0, sizeof(storage)); }
+SockAddr::SockAddr() noexcept { std::memset(this, 0, sizeof(*this)); }
 
 size_t SockAddr::length() const noexcept
 {
@@ -91,7 +91,7 @@ void *malloc_copy(const SockAddr &addr)
 	void *copy = std::malloc(addr.length());
 	if (!copy)
 		throw std::bad_alloc();
-	std::memcpy(copy, &addr.storage, addr.length());
+	std::memcpy(copy, &addr.sa, addr.length());
 	return copy;
 }
 
@@ -111,7 +111,7 @@ int sockaddr_copy(const void *addr, size_t len, SockAddr *out) noexcept
 	if (len < need)
 		return -FI_EINVAL;
 	SockAddr copy;
-	std::memcpy(&copy.storage, addr, need);
+	std::memcpy(&copy.sa, addr, need);
 	*out = copy;
 	return 0;
 }
@@ -217,7 +217,7 @@ int route_source(const SockAddr &dest, SockAddr *src) noexcept
 	if (connect(fd, &probe.sa, static_cast<socklen_t>(probe.length())) != 0) {
 		ret = -errno;
 	} else {
-		socklen_t len = sizeof(src->storage);
+		socklen_t len = sizeof(*src);
 		if (getsockname(fd, &src->sa, &len) != 0)
 			ret = -errno;
 		else

@@ -17,11 +17,13 @@
 
 namespace nd {
 
+/* As large as the largest family it holds (an IPv6 address), not a
+ * sockaddr_storage: every endpoint keeps several, and thousands of
+ * endpoints are one process's. */
 union SockAddr {
 	sockaddr sa;
 	sockaddr_in in;
 	sockaddr_in6 in6;
-	sockaddr_storage storage;
 
 	SockAddr() noexcept;
 	int family() const noexcept { return sa.sa_family; }
@@ -39,6 +41,7 @@ union SockAddr {
 	/* "10.0.2.15" or "fd00::15". */
 	std::string ip_string() const;
 };
+static_assert(sizeof(SockAddr) == sizeof(sockaddr_in6), "an IPv6 address is the largest");
 
 /* A malloc'd copy of the address, as fi_info's src_addr/dest_addr are
  * (fi_freeinfo frees them). Throws std::bad_alloc. */

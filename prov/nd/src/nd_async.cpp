@@ -114,6 +114,10 @@ void remove_qp(ibv_qp *qp) noexcept
 {
 	std::lock_guard<std::mutex> guard(registry_lock);
 	qps.erase(qp);
+	/* With the last queue pair gone, so is the table: a process that had
+	 * thousands keeps no bucket array pinning its heap. */
+	if (qps.empty())
+		std::unordered_map<ibv_qp *, QpOwner>().swap(qps);
 }
 
 bool names_qp(ibv_event_type type) noexcept

@@ -107,7 +107,7 @@ int copy_out_address(const SockAddr &address, void *addr, size_t *addrlen) noexc
 		*addrlen = need;
 		return -FI_ETOOSMALL;
 	}
-	std::memcpy(addr, &address.storage, need);
+	std::memcpy(addr, &address.sa, need);
 	*addrlen = need;
 	return 0;
 }

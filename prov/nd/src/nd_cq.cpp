@@ -334,21 +334,29 @@ ibv_cq *CompletionQueue::create_verbs_cq(int size) noexcept
 	return ibv_create_cq(domain->context, size, this, channel.get(), vector);
 }
 
-int CompletionQueue::reserve(int count, ibv_cq **where)
+/* Entries a verbs CQ starts with at most (it doubles as endpoints join
+ * and their rings grow). */
+constexpr int kVerbsCqBase = 64;
+
+int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 {
 	std::lock_guard<OptionalLock> guard(lock);
 	const int max_cqe = domain->max_cqe;
-	if (count > max_cqe) {
+	if (promise > max_cqe) {
 		ND_WARN(FI_LOG_CQ, "CQ %p: one endpoint may have %d requests outstanding here; the device's largest CQ holds %d (make tx_attr/rx_attr->size smaller)\n",
-			static_cast<void *>(this), count, max_cqe);
+			static_cast<void *>(this), promise, max_cqe);
 		return -FI_ENOSPC;
 	}
 	/* The first verbs CQ with room, or one that can grow to make it; a
-	 * new one when every one is at the device's limit. */
+	 * new one when every one is at the device's limit. Room is counted
+	 * by what the endpoints there may grow to (promised: their depths),
+	 * since a queue pair completes into one verbs CQ for its life: every
+	 * ring there can always grow to its depth, whatever the others do. */
 	VerbsCqSlot *slot = nullptr;
 	for (VerbsCqSlot &candidate : slots) {
-		const int limit = resizable ? max_cqe : candidate.capacity;
-		if (candidate.reserved + count <= limit) {
+		const bool fits = resizable ? candidate.promised + promise <= max_cqe
+					    : candidate.reserved + count <= candidate.capacity;
+		if (fits) {
 			slot = &candidate;
 			break;
 		}
@@ -381,8 +389,11 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 			if (int ret = make_wait_objects("fi_enable"))
 				return ret;
 		VerbsCqSlot added;
-		const int base = slots.empty() ? requested_size : slots.front().capacity;
-		const int size = std::min(max_cqe, std::max(count, base));
+		/* As large as this endpoint needs, doubling (above) as more join
+		 * and as their rings grow (grow): nothing can overflow it, so a
+		 * size the application asked beyond that (ofi_rxm asks for
+		 * 262,144 entries) sets no device memory aside. */
+		const int size = std::min(max_cqe, std::max(count, std::min(requested_size, kVerbsCqBase)));
 		added.cq.reset(create_verbs_cq(size));
 		if (!added.cq) {
 			int err = errno;
@@ -415,9 +426,70 @@ int CompletionQueue::reserve(int count, ibv_cq **where)
 	}
 	capacity = total;
 	slot->reserved += count;
+	slot->promised += promise;
 	reserved += count;
 	*where = slot->cq.get();
 	return 0;
+}
+
+/* Gives a container's storage back once it is empty: one that grew with
+ * thousands of endpoints would otherwise stay, high in the heap, and keep
+ * malloc from returning the memory below it when they all closed. */
+template <typename Container>
+static void release_storage(Container &c) noexcept
+{
+	Container().swap(c);
+}
+
+int CompletionQueue::grow(WorkQueue &queue, ibv_cq *where, uint32_t *reserved_by_endpoint) noexcept
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	const int more = static_cast<int>(queue.growth());
+	if (more == 0)
+		return -FI_EAGAIN;
+	VerbsCqSlot *slot = nullptr;
+	for (VerbsCqSlot &candidate : slots)
+		if (candidate.cq.get() == where)
+			slot = &candidate;
+	if (!slot)
+		return -FI_EAGAIN;
+	const int max_cqe = domain->max_cqe;
+	const int needed = slot->reserved + more;
+	if (needed > max_cqe) {
+		ND_INFO(FI_LOG_CQ, "CQ %p: a queue would grow to %u requests, but its verbs CQ holds %d of the device's largest %d already\n",
+			static_cast<void *>(this), queue.limit + more, slot->reserved, max_cqe);
+		return -FI_EAGAIN;
+	}
+	const int before = slot->capacity;
+	if (needed > slot->capacity) {
+		/* Doubling: an endpoint's queue grows in as many steps as its
+		 * depth has bits, the CQ in as many as its size has. */
+		const int grown = std::min(std::max(needed, slot->capacity * 2), max_cqe);
+		if (int rc = ibv_resize_cq(slot->cq.get(), grown)) {
+			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_resize_cq(%d) for a queue growing to %u requests: %s\n",
+				static_cast<void *>(this), grown, queue.limit + more, std::strerror(rc));
+			return -FI_EAGAIN;
+		}
+		slot->capacity = slot->cq->cqe;
+	}
+	const int total = capacity + slot->capacity - before;
+	try {
+		size_rings(total);
+	} catch (const std::bad_alloc &) {
+		ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for %d entries\n", static_cast<void *>(this), total);
+		capacity = total; /* the verbs CQ did grow; the rings keep their size */
+		return -FI_EAGAIN;
+	}
+	capacity = total;
+	if (!queue.grow()) {
+		ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for a queue's ring of %u requests\n",
+			static_cast<void *>(this), queue.limit + more);
+		return -FI_EAGAIN;
+	}
+	slot->reserved += more;
+	reserved += more;
+	*reserved_by_endpoint += static_cast<uint32_t>(more);
+	return more;
 }
 
 void CompletionQueue::adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept
@@ -433,7 +505,7 @@ void CompletionQueue::adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept
 	}
 }
 
-void CompletionQueue::unreserve(int count, ibv_cq *where) noexcept
+void CompletionQueue::unreserve(int count, int promise, ibv_cq *where) noexcept
 {
 	std::lock_guard<OptionalLock> guard(lock);
 	for (size_t i = 0; i < slots.size(); i++) {
@@ -441,11 +513,14 @@ void CompletionQueue::unreserve(int count, ibv_cq *where) noexcept
 		if (slot.cq.get() != where)
 			continue;
 		slot.reserved -= count;
+		slot.promised -= promise;
 		reserved -= count;
 		/* Closed endpoints' queues whose requests all completed. */
 		orphans.erase(std::remove_if(orphans.begin(), orphans.end(),
 					     [](const std::unique_ptr<WorkQueue> &q) { return q->outstanding() == 0; }),
 			      orphans.end());
+		if (orphans.empty())
+			release_storage(orphans);
 		/* A chained verbs CQ that no endpoint completes into any more
 		 * goes back to the device: every endpoint reserved on it was
 		 * drained and its queue pair destroyed before it unreserved,
@@ -682,16 +757,18 @@ void CompletionQueue::unwatch_stalls(const WorkQueue *queue) noexcept
 	queues.erase(std::remove_if(queues.begin(), queues.end(),
 				    [&](const StallWatch::Entry &e) { return e.queue == queue; }),
 		     queues.end());
+	if (queues.empty())
+		release_storage(queues);
 	stall_watch.count.store(queues.size(), std::memory_order_relaxed);
 }
 
 /* Bytes of the requests between tail and head (what may still be moving:
  * a long transfer completes nothing until its end). */
-static uint64_t outstanding_bytes(const WorkQueue &queue, uint64_t tail, uint64_t head) noexcept
+static uint64_t outstanding_bytes(WorkQueue &queue, uint64_t tail, uint64_t head) noexcept
 {
 	uint64_t bytes = 0;
 	for (uint64_t i = tail; i != head; i++)
-		bytes += queue.records[i & queue.mask].len;
+		bytes += queue.record_at(i).len;
 	return bytes;
 }
 

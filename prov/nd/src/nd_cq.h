@@ -13,6 +13,10 @@
  * No completion is ever lost: the verbs CQ is resized, before a queue pair
  * can post to it, to hold every request that may be outstanding on the
  * queues that complete into it (fi_enable reserves, fi_close releases).
+ * Where the device resizes CQs, a queue reserves what its ring holds, and
+ * ring and reservation grow together when it fills (grow): a CQ of
+ * thousands of endpoints is sized by what they have in flight, not by
+ * their depths.
  * Where that would pass the device's largest CQ, the CQ chains another
  * verbs CQ (on the same completion channel, so one fd still wakes its
  * waiters) and the new queue pair completes there: one libfabric CQ serves
@@ -149,7 +153,8 @@ struct StallWatch {
 struct VerbsCqSlot {
 	UniqueCq cq;
 	int capacity = 0;			/* entries it holds */
-	int reserved = 0;			/* requests that may complete into it */
+	int reserved = 0;			/* requests that may complete into it now */
+	int promised = 0;			/* what they may grow to (their depths) */
 };
 
 struct CompletionQueue {
@@ -161,11 +166,13 @@ struct CompletionQueue {
 	int vector;				/* completion vector of its verbs CQs */
 	UniqueCompChannel channel;
 	/* [0] made for the first endpoint (reserve), as large as it needs
-	 * or requested_size; more chained when it reaches the device's
-	 * largest CQ. After channel: destroyed first. A chained one goes when no
-	 * endpoint completes there any more (unreserve). */
+	 * (64 entries at least, or the size asked if less), doubling as more
+	 * is reserved; another chained when the depths of the endpoints on
+	 * the last would pass the device's largest CQ. After channel:
+	 * destroyed first. A chained one goes when no endpoint completes there
+	 * any more (unreserve). */
 	std::vector<VerbsCqSlot> slots;
-	int requested_size;			/* fi_cq_attr::size, within the device's */
+	int requested_size;			/* fi_cq_attr::size, within the device's (logged) */
 	size_t next_slot = 0;			/* where the next read starts */
 	bool resizable = true;			/* false once ibv_resize_cq is refused (siw) */
 	int capacity;				/* entries all verbs CQs hold */
@@ -207,10 +214,20 @@ struct CompletionQueue {
 	 * outstanding, until the CQ closes. */
 	void adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept;
 
-	/* Makes room for `count` more outstanding requests (fi_enable) and
-	 * says on which verbs CQ (*where) they must complete. */
-	int reserve(int count, ibv_cq **where);
-	void unreserve(int count, ibv_cq *where) noexcept;
+	/* Makes room for `count` more outstanding requests (fi_enable), on a
+	 * verbs CQ where they may grow to `promise` (the queues' depths), and
+	 * says which (*where) they must complete on. */
+	int reserve(int count, int promise, ibv_cq **where);
+	void unreserve(int count, int promise, ibv_cq *where) noexcept;
+	/* A queue completing into `where` that filled grows (WorkQueue::
+	 * grow), its reservation with it: the verbs CQ is resized when it
+	 * must hold more. Adds how many entries more were reserved to
+	 * *reserved_by_endpoint (what the endpoint gives back at close,
+	 * under the CQ's lock, since both its queues may grow at once) and
+	 * returns it, or -FI_EAGAIN (logged) when the queue is at its depth,
+	 * the verbs CQ at the device's largest, or memory short. The
+	 * poster's, under its lock; takes the CQ's. */
+	int grow(WorkQueue &queue, ibv_cq *where, uint32_t *reserved_by_endpoint) noexcept;
 	/* A connected endpoint's send queue joins the stall watch (fi_enable
 	 * where Domain::stall_timeout_s is set), and leaves it before its
 	 * queue goes (fi_close). Take the lock. */

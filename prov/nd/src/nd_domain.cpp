@@ -228,6 +228,25 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 
 } // namespace
 
+bool Domain::cqs_resize()
+{
+	std::call_once(cq_resize_probe, [this] {
+		ibv_cq *cq = ibv_create_cq(context, 1, nullptr, nullptr, 0);
+		if (!cq) {
+			ND_INFO(FI_LOG_DOMAIN, "domain %p: ibv_create_cq(1) for the resize probe: %s; queues reserve their depth\n",
+				static_cast<void *>(this), std::strerror(errno));
+			return;
+		}
+		const int rc = ibv_resize_cq(cq, cq->cqe + 1);
+		cq_resize_works = rc == 0;
+		ibv_destroy_cq(cq);
+		ND_INFO(FI_LOG_DOMAIN, "domain %p: %s\n", static_cast<void *>(this),
+			cq_resize_works ? "the device resizes CQs: queues start small and grow"
+					: "the device does not resize CQs: each queue reserves its whole depth on its CQ");
+	});
+	return cq_resize_works;
+}
+
 MemoryWindows *Domain::memory_windows()
 {
 	std::lock_guard<std::mutex> guard(windows_lock);

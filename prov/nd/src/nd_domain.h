@@ -61,6 +61,14 @@ struct Domain {
 	 * the domain's children follow. */
 	uint32_t api_version;
 
+	/* Whether the device resizes CQs (soft-iWARP does not): asked once,
+	 * of a CQ of its own, at the first endpoint enabled. Where it does,
+	 * an endpoint's queues start small and its CQ grows with them
+	 * (WorkQueue::grow); where not, each reserves its whole depth. */
+	bool cqs_resize();
+	std::once_flag cq_resize_probe;
+	bool cq_resize_works = false;
+
 	/* The windows, opened on first use; nullptr where the device has none
 	 * (regions peers may reach are then registered for themselves). */
 	MemoryWindows *memory_windows();

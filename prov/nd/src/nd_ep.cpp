@@ -454,6 +454,28 @@ fi_ops_cm ep_cm_ops = {
 	.join = unsupported::join,
 };
 
+/* Frees what fi_dupinfo copied of the fabric's and domain's attributes
+ * and the NIC (fi_freeinfo takes an info without them). */
+static void drop_shared_attributes(fi_info *info) noexcept
+{
+	if (info->fabric_attr) {
+		std::free(info->fabric_attr->name);
+		std::free(info->fabric_attr->prov_name);
+		std::free(info->fabric_attr);
+		info->fabric_attr = nullptr;
+	}
+	if (info->domain_attr) {
+		std::free(info->domain_attr->name);
+		std::free(info->domain_attr->auth_key);
+		std::free(info->domain_attr);
+		info->domain_attr = nullptr;
+	}
+	if (info->nic) {
+		fi_close(&info->nic->fid);
+		info->nic = nullptr;
+	}
+}
+
 int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *context)
 {
 	if (!fdomain || !info || !out) {
@@ -473,6 +495,12 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 	UniqueInfo copy(fi_dupinfo(info));
 	if (!copy)
 		return -FI_ENOMEM;
+	/* The endpoint keeps what it reads of its info: not the NIC's
+	 * description, nor the fabric's and domain's attributes (the domain
+	 * has them), which thousands of endpoints would each keep a copy of
+	 * (about 500 bytes). */
+	const bool resource_mgmt = copy->domain_attr && api::enum_value(copy->domain_attr->resource_mgmt) == FI_RM_ENABLED;
+	drop_shared_attributes(copy.get());
 
 	ConnRequest *request = nullptr;
 	SockAddr taken_address;
@@ -537,6 +565,7 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 	/* FI_TAGGED frames every message (nd_framing.h); without it, messages
 	 * go to the adapter as they are. */
 	ep->options.framed = ep->info->caps & FI_TAGGED;
+	ep->options.resource_mgmt = resource_mgmt;
 	ep->ep.msg = ep->options.framed ? &ep_framed_msg_ops : &ep_msg_ops;
 	ep->ep.rma = &ep_rma_ops;
 	ep->ep.tagged = ep->options.framed ? &ep_tagged_ops : &unsupported::tagged_ops;

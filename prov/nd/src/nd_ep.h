@@ -76,6 +76,9 @@ struct EndpointOptions {
 	size_t min_multi_recv = kDefaultMinMultiRecv;	/* FI_OPT_MIN_MULTI_RECV */
 	/* Opened with FI_TAGGED: every message is framed (nd_framing.h). */
 	bool framed = false;
+	/* Its info's domain_attr->resource_mgmt was FI_RM_ENABLED (the
+	 * endpoint keeps no copy of the domain's attributes). */
+	bool resource_mgmt = false;
 };
 
 /* What fi_ep_bind attached (before fi_enable), and the CQs the endpoint
@@ -146,6 +149,8 @@ struct DataPath {
 	uint64_t rx_op_flags = 0;
 	uint32_t tx_reserved = 0;			/* entries reserved on tx_cq / rx_cq */
 	uint32_t rx_reserved = 0;
+	uint32_t tx_promised = 0;			/* what those may grow to */
+	uint32_t rx_promised = 0;
 	/* The verbs CQs of tx_cq / rx_cq this endpoint's queue pair completes
 	 * into (a CQ may chain several: nd_cq.h). */
 	ibv_cq *tx_verbs_cq = nullptr;
@@ -263,6 +268,11 @@ struct Endpoint {
 	ssize_t post_batch(ibv_send_wr *last, const char *call);
 	ssize_t post_deferred(const char *call);
 	ssize_t make_room(const char *call);
+	/* A full ring that started small grows, with its CQ reservation
+	 * (CompletionQueue::grow); false when it cannot (at its depth, the
+	 * verbs CQ at the device's largest). Under the queue's lock. */
+	bool grow_queue(bool send) noexcept;
+	void update_signal_intervals() noexcept;
 	void credits_after_post(bool took_receive) noexcept;
 	ssize_t link_error(const char *call) const;
 	/* fi_inject and its kin (nd_ep_inject.h), and their slow paths. */

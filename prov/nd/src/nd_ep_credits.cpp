@@ -35,7 +35,7 @@ std::unique_ptr<ReceiveCredits> ReceiveCredits::open(ibv_pd *pd) noexcept
  * receive ring of its own without multi-receive buffers (nd_credits.h). */
 bool Endpoint::wants_credits() const noexcept
 {
-	return domain->iwarp && api::enum_value(info->domain_attr->resource_mgmt) == FI_RM_ENABLED && !bindings.srx &&
+	return domain->iwarp && options.resource_mgmt && !bindings.srx &&
 	       !(info->caps & FI_MULTI_RECV);
 }
 
@@ -148,7 +148,7 @@ void Endpoint::write_credits() noexcept
 		c->pending.store(false, std::memory_order_relaxed);
 		return;
 	}
-	if (data.sq->outstanding() >= data.sq->depth + data.sq->internal_slots) {
+	if (data.sq->outstanding() >= data.sq->limit + data.sq->internal_slots) {
 		c->pending.store(true, std::memory_order_release);
 		return;
 	}

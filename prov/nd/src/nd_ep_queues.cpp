@@ -33,13 +33,24 @@ int Endpoint::setup_data_path()
 			kMaxSge);
 		return -FI_EINVAL;
 	}
-	const uint32_t rx_completions = bindings.srx ? bindings.srx->queue.depth : rx;
 	/* iWARP: receive credits, whose writes take send-ring slots of their
 	 * own and complete into the send CQ (nd_credits.h). */
 	const uint32_t credit_slots = wants_credits() ? ReceiveCredits::kWriteSlots : 0;
 	if (credit_slots && !(data.credits = ReceiveCredits::open(domain->pd.get())))
 		return -FI_ENOMEM;
-	const uint32_t tx_completions = tx + 1 + credit_slots; /* + the close marker */
+	/* Where the CQs can grow, the rings start with room for one request
+	 * and grow with what is in flight (WorkQueue::grow, at the post that
+	 * finds one full), their CQ reservations with them. Rings whose slots
+	 * index other per-slot state (a framed endpoint's headers, receive
+	 * credits' writes) or count against a shared context's budget keep
+	 * their whole depth. */
+	const bool small_rings = domain->cqs_resize() && !options.framed && !credit_slots;
+	data.sq = std::make_unique<WorkQueue>(QueueKind::send, tx, credit_slots,
+					      small_rings && !bindings.stx ? 1 : 0);
+	if (!bindings.srx)
+		data.rq = std::make_unique<WorkQueue>(QueueKind::recv, rx, 0, small_rings ? 1 : 0);
+	const uint32_t rx_completions = bindings.srx ? bindings.srx->queue.depth : data.rq->limit;
+	const uint32_t tx_completions = data.sq->limit + 1 + credit_slots; /* + the close marker */
 	if (!bindings.user_tx_cq || !bindings.user_rx_cq) {
 		/* Sized for the reservations below (the send queue's includes the
 		 * close marker), so that they never resize it. */
@@ -60,18 +71,26 @@ int Endpoint::setup_data_path()
 	 * grow grows once (on Soft-RoCE each resize is a system call and a new
 	 * mapping of the queue, and connection setup paid for two). */
 	const bool one_cq = bindings.tx_cq == bindings.rx_cq;
+	/* What the rings may grow to: their depths. */
+	const uint32_t tx_promise = data.sq->depth + 1 + credit_slots;
+	const uint32_t rx_promise = bindings.srx ? rx_completions : data.rq->depth;
+	data.tx_promised = tx_promise + (one_cq ? rx_promise : 0);
 	int ret = bindings.tx_cq->reserve(static_cast<int>(tx_completions + (one_cq ? rx_completions : 0)),
-					  &data.tx_verbs_cq);
-	if (ret)
+					  static_cast<int>(data.tx_promised), &data.tx_verbs_cq);
+	if (ret) {
+		data.tx_promised = 0;
 		return ret;
+	}
 	/* One step on one CQ: both directions complete into the same verbs
 	 * CQ, and the receive side's share goes back with the send side's. */
 	data.tx_reserved = tx_completions + (one_cq ? rx_completions : 0);
 	data.rx_verbs_cq = data.tx_verbs_cq;
 	if (!one_cq) {
-		if ((ret = bindings.rx_cq->reserve(static_cast<int>(rx_completions), &data.rx_verbs_cq)))
+		if ((ret = bindings.rx_cq->reserve(static_cast<int>(rx_completions), static_cast<int>(rx_promise),
+						   &data.rx_verbs_cq)))
 			return ret;
 		data.rx_reserved = rx_completions;
+		data.rx_promised = rx_promise;
 	}
 
 	/* What retiring a request touches (nd_wq.h): the counters bound for its
@@ -105,7 +124,6 @@ int Endpoint::setup_data_path()
 			if (ep->data.credits->pending.load(std::memory_order_acquire))
 				ep->advertise_credits(true);
 		};
-	data.sq = std::make_unique<WorkQueue>(QueueKind::send, tx, credit_slots);
 	data.sq->set_targets(send_targets);
 	if (watches_stalls())
 		bindings.tx_cq->watch_stalls(data.sq.get(), domain->stall_timeout_s);
@@ -116,7 +134,6 @@ int Endpoint::setup_data_path()
 		recv_targets.link = &data.link;
 		recv_targets.flush_breaks_link = domain->iwarp;
 		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(bindings.recv_cntr);
-		data.rq = std::make_unique<WorkQueue>(QueueKind::recv, rx);
 		data.rq->set_targets(recv_targets);
 	}
 	/* Reading a bound counter progresses the CQs its completions reach. */
@@ -130,13 +147,7 @@ int Endpoint::setup_data_path()
 	});
 	if (watch_error)
 		return watch_error;
-	/* An unsignaled request retires only when a later one of its own
-	 * queue completes; under a shared budget, requests that completed but
-	 * wait for that could hold the budget that the signaled one needs. So
-	 * every request on a shared transmit context is signaled. */
-	data.signal_interval = bindings.stx ? 1 : std::max<uint32_t>(data.sq->depth / 2, 1);
-	data.send_signal_interval = bindings.send_cntr ? 1 : data.signal_interval;
-	data.write_signal_interval = bindings.write_cntr ? 1 : data.signal_interval;
+	update_signal_intervals();
 	data.max_inline = static_cast<uint32_t>(tx_attr.inject_size);
 	data.read_fence = ((tx_attr.msg_order | info->rx_attr->msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
 	data.max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
@@ -157,6 +168,35 @@ int Endpoint::setup_data_path()
 	/* Sends on an endpoint with receive credits look at them first. */
 	data.slow_tx = locked || bindings.stx || data.credits;
 	return 0;
+}
+
+bool Endpoint::grow_queue(bool send) noexcept
+{
+	WorkQueue &queue = send ? *data.sq : *data.rq;
+	CompletionQueue *cq = send ? bindings.tx_cq : bindings.rx_cq;
+	/* Both directions on one CQ reserve as one (setup_data_path). */
+	uint32_t *reserved = send || bindings.tx_cq == bindings.rx_cq ? &data.tx_reserved : &data.rx_reserved;
+	if (!queue.growth() || cq->grow(queue, send ? data.tx_verbs_cq : data.rx_verbs_cq, reserved) <= 0)
+		return false;
+	if (send)
+		update_signal_intervals();
+	return true;
+}
+
+/* Every signal_interval-th send-queue request is signaled, so that the
+ * unsignaled ones before it retire: half what the ring holds now, so that
+ * a ring that started small fills only when that many requests are in
+ * flight at once (a ping-pong signals every send and never grows the ring;
+ * a stream grows it, and signals less often as it does). */
+void Endpoint::update_signal_intervals() noexcept
+{
+	/* An unsignaled request retires only when a later one of its own
+	 * queue completes; under a shared budget, requests that completed but
+	 * wait for that could hold the budget that the signaled one needs. So
+	 * every request on a shared transmit context is signaled. */
+	data.signal_interval = bindings.stx ? 1 : std::max<uint32_t>(data.sq->limit / 2, 1);
+	data.send_signal_interval = bindings.send_cntr ? 1 : data.signal_interval;
+	data.write_signal_interval = bindings.write_cntr ? 1 : data.signal_interval;
 }
 
 /* At close (or when fi_enable fails), after the queue pair was flushed:
@@ -205,10 +245,13 @@ void Endpoint::release_queues() noexcept
 		async::remove_qp(data.qp.get());
 	data.qp.reset();
 	if (bindings.tx_cq && data.tx_reserved)
-		bindings.tx_cq->unreserve(static_cast<int>(data.tx_reserved), data.tx_verbs_cq);
+		bindings.tx_cq->unreserve(static_cast<int>(data.tx_reserved), static_cast<int>(data.tx_promised),
+					  data.tx_verbs_cq);
 	if (bindings.rx_cq && data.rx_reserved)
-		bindings.rx_cq->unreserve(static_cast<int>(data.rx_reserved), data.rx_verbs_cq);
+		bindings.rx_cq->unreserve(static_cast<int>(data.rx_reserved), static_cast<int>(data.rx_promised),
+					  data.rx_verbs_cq);
 	data.tx_reserved = data.rx_reserved = 0;
+	data.tx_promised = data.rx_promised = 0;
 	data.sq.reset();
 	data.rq.reset();
 	if (bindings.own_cq)

@@ -61,7 +61,8 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 
 	std::lock_guard<OptionalLock> guard(data.rx_lock);
-	if (data.rq->full()) {
+	/* A ring that started small grows first (nd_wq.h). */
+	if (data.rq->full() && !grow_queue(false)) {
 		bindings.rx_cq->progress();
 		if (data.rq->full())
 			return -FI_EAGAIN;
@@ -202,9 +203,11 @@ ssize_t Endpoint::cancel(void *context)
 	/* Later unposted receives take the slot before theirs. */
 	for (size_t i = found + 1; i < unposted.size(); i++) {
 		OpRecord *from = *unposted[i];
-		const uint64_t slot = static_cast<uint64_t>(from - data.rq->records.get());
-		OpRecord *to = &data.rq->records[(slot - 1) & data.rq->mask];
+		const uint64_t seq = data.rq->head.load(std::memory_order_relaxed) -
+				     ((data.rq->head.load(std::memory_order_relaxed) - from->seq) & kSeqMask);
+		OpRecord *to = &data.rq->record_at(seq - 1);
 		*to = *from;
+		to->seq = static_cast<uint32_t>(seq - 1) & kSeqMask;
 		*unposted[i] = to;
 	}
 	if (found < pending_records.size()) {

@@ -259,7 +259,7 @@ ssize_t Endpoint::post_failed(int rc, const char *call)
 ssize_t Endpoint::no_immediate_data(const char *call) const
 {
 	ND_WARN(FI_LOG_EP_DATA, "%s: remote CQ data needs immediate data, which iWARP (%s) does not carry\n",
-		call, info->domain_attr->name);
+		call, domain->info->domain_attr->name);
 	return -FI_EOPNOTSUPP;
 }
 
@@ -286,6 +286,10 @@ ssize_t Endpoint::inject_refused(const void *buf, size_t len, uint64_t remote_ke
  * retires; 0 when there is room now. Under tx_lock. */
 ssize_t Endpoint::make_room(const char *call)
 {
+	/* A ring that started small grows first (nd_wq.h): what FI_MORE
+	 * holds back stays held, and nothing is polled. */
+	if (data.sq->full() && grow_queue(true) && !data.sq->no_room())
+		return 0;
 	if (ssize_t ret = post_deferred(call))
 		return ret;
 	bindings.tx_cq->progress();

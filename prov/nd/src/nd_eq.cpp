@@ -226,6 +226,7 @@ void EventQueue::push(EqEntry &&entry)
 	std::lock_guard<std::mutex> guard(lock_);
 	entry.from_provider = true;
 	entries_.push_back(std::move(entry));
+	burst_ = burst_ || entries_.size() >= kBurst;
 	signal_locked();
 }
 
@@ -292,8 +293,7 @@ ssize_t EventQueue::read(uint32_t *event, void *buf, size_t len, uint64_t flags)
 	ret = static_cast<ssize_t>(head.data.size());
 	if (!(flags & FI_PEEK)) {
 		head.owned_info = nullptr; /* the application owns it now */
-		entries_.pop_front();
-		drain_signal_locked();
+		pop_locked();
 	}
 	return ret;
 }
@@ -330,10 +330,23 @@ ssize_t EventQueue::readerr(fi_eq_err_entry *buf, uint64_t flags)
 	}
 	*buf = out;
 	if (!(flags & FI_PEEK)) {
-		entries_.pop_front();
-		drain_signal_locked();
+		pop_locked();
 	}
 	return static_cast<ssize_t>(sizeof(fi_eq_err_entry));
+}
+
+void EventQueue::pop_locked() noexcept
+{
+	entries_.pop_front();
+	/* A burst (thousands of connections set up at once) grew the deque's
+	 * map; once it is read empty the storage goes, so that it does not
+	 * stay high in the heap, keeping malloc from returning what the
+	 * burst's endpoints freed below it when they close. */
+	if (entries_.empty() && burst_) {
+		std::deque<EqEntry>().swap(entries_);
+		burst_ = false;
+	}
+	drain_signal_locked();
 }
 
 ssize_t EventQueue::write(uint32_t event, const void *buf, size_t len, uint64_t flags)
@@ -358,6 +371,7 @@ ssize_t EventQueue::write(uint32_t event, const void *buf, size_t len, uint64_t 
 		return -FI_EAGAIN;
 	}
 	entries_.push_back(std::move(entry));
+	burst_ = burst_ || entries_.size() >= kBurst;
 	signal_locked();
 	return static_cast<ssize_t>(len);
 }

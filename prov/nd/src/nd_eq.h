@@ -116,6 +116,9 @@ struct EventQueue {
 	std::mutex progress_lock_;
 	UniqueEventChannel cm_channel_;
 	std::deque<EqEntry> entries_;
+	bool burst_ = false;			/* entries_ held kBurst or more since it was last empty */
+	static constexpr size_t kBurst = 256;
+	void pop_locked() noexcept;		/* the head read: gone */
 	std::vector<uint8_t> delivered_err_data_; /* readerr's provider-owned buffer */
 	struct Deferred {
 		void (*run)(void *owner);

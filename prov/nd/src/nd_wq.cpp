@@ -4,19 +4,38 @@
 #include "nd_multi_recv.h"
 
 #include <algorithm>
+#include <new>
 
 namespace nd {
 
-WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal)
+/* A ring of `size` slots, each knowing its queue. */
+static std::unique_ptr<OpRecord[]> make_ring(WorkQueue *owner, uint32_t size, bool nothrow)
+{
+	std::unique_ptr<OpRecord[]> ring(nothrow ? new (std::nothrow) OpRecord[size]() : new OpRecord[size]());
+	if (ring)
+		for (uint32_t i = 0; i < size; i++)
+			ring[i].owner = owner;
+	return ring;
+}
+
+/* The most requests a ring of `size` slots holds: one slot always stays
+ * free for the close marker (nd_ep_queues.cpp), and `internal` are the
+ * provider's own. */
+static uint32_t ring_limit(uint32_t size, uint32_t internal, uint32_t depth)
+{
+	return std::min(depth, size - 1 - internal);
+}
+
+WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal, uint32_t initial)
 	: kind(k), depth(std::max<uint32_t>(wanted_depth, 1)), internal_slots(internal)
 {
+	const uint32_t first = kind == QueueKind::shared_recv || initial == 0 ? depth : std::min(initial, depth);
 	uint32_t size = 1;
-	while (size <= depth + internal_slots)
+	while (size <= first + internal_slots)
 		size <<= 1;
 	mask = size - 1;
-	records = std::make_unique<OpRecord[]>(size);
-	for (uint32_t i = 0; i < size; i++)
-		records[i].owner = this;
+	limit = ring_limit(size, internal_slots, depth);
+	records = make_ring(this, size, false);
 	update_plain();
 	if (kind == QueueKind::shared_recv) {
 		/* Every slot's index fits, so giving one back never allocates. */
@@ -24,6 +43,52 @@ WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal)
 		for (uint32_t i = depth; i > 0; i--)
 			free_slots.push_back(i - 1);
 	}
+}
+
+uint32_t WorkQueue::growth() const noexcept
+{
+	if (kind == QueueKind::shared_recv || limit >= depth)
+		return 0;
+	return ring_limit((mask + 1) * 2, internal_slots, depth) - limit;
+}
+
+bool WorkQueue::grow() noexcept
+{
+	const uint32_t more = growth();
+	if (!more)
+		return false;
+	const uint32_t size = (mask + 1) * 2;
+	std::unique_ptr<OpRecord[]> ring = make_ring(this, size, true);
+	if (!ring)
+		return false;
+	const uint64_t h = head.load(std::memory_order_relaxed);
+	const uint64_t t = tail.load(std::memory_order_acquire);
+	/* Rings whose requests all retired go (the reaper reads nothing of a
+	 * record once tail passed it: retire_through). */
+	old_rings.erase(std::remove_if(old_rings.begin(), old_rings.end(),
+				       [t](const OldRing &old) { return old.end <= t; }),
+			old_rings.end());
+	try {
+		if (t != h)
+			old_rings.push_back(OldRing{std::move(records), mask, ring_first, h});
+	} catch (const std::bad_alloc &) {
+		return false;
+	}
+	records = std::move(ring);
+	mask = size - 1;
+	ring_first = h;
+	limit += more;
+	return true;
+}
+
+OpRecord &WorkQueue::record_at(uint64_t seq) noexcept
+{
+	if (seq >= ring_first)
+		return records[seq & mask];
+	for (OldRing &old : old_rings)
+		if (seq >= old.first && seq < old.end)
+			return old.records[seq & old.mask];
+	return records[seq & mask]; /* not outstanding: a caller's bug */
 }
 
 WorkQueue::~WorkQueue()

@@ -177,8 +177,14 @@ struct OpRecord {
 	uint32_t read_mark;	/* the queue's reads_posted once this was posted:
 				 * its completion retires reads up to here */
 	bool report;		/* the application asked for a CQ entry */
+	/* The low bits of the request's place in its queue's posting order
+	 * (WorkQueue::head when posted), set by next(): retiring counts the
+	 * slots up to it from this, whichever of the queue's rings it lives
+	 * in. Fewer requests than 2^24 are ever outstanding on one queue. */
+	uint32_t seq : 24;
 };
 static_assert(sizeof(OpRecord) == 32, "a ring slot is half a cache line");
+constexpr uint32_t kSeqMask = (1u << 24) - 1;
 /* The CQ entry flags a record carries. */
 constexpr uint64_t kRecordCqFlags = FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ | FI_WRITE |
 				    FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA | FI_MULTI_RECV;
@@ -267,10 +273,27 @@ struct Placement {
 	bool own = false;
 };
 
+/* A ring a growing queue left behind (WorkQueue::grow): its records stay
+ * where the adapter knows them until the requests in it retire. */
+struct OldRing {
+	std::unique_ptr<OpRecord[]> records;
+	uint32_t mask;
+	uint64_t first, end;		/* the requests it holds: [first, end) */
+};
+
 struct WorkQueue {
 	QueueKind kind;
+	/* The ring requests take slots in: request number s (head when it
+	 * was posted) in records[s & mask], from ring_first on. A queue
+	 * whose CQ can grow starts small and grows when it fills (grow):
+	 * memory follows the requests an endpoint has in flight at once,
+	 * not the depth it may have, which for thousands of endpoints of
+	 * one process is most of their memory. */
 	std::unique_ptr<OpRecord[]> records;
 	uint32_t depth;			/* most requests outstanding at once */
+	uint32_t limit;			/* most the ring holds now (<= depth) */
+	uint64_t ring_first = 0;	/* the first request in records */
+	std::vector<OldRing> old_rings;	/* earlier rings still holding requests */
 	bool counted = false;		/* a counter is bound to some of its requests */
 	/* retire()'s inline path may take the queue's successes: a ring with
 	 * no counter, no shared budget and no multi-receive buffer (the rest
@@ -317,8 +340,10 @@ struct WorkQueue {
 
 	/* Allocates the ring (or pool); throws std::bad_alloc. `internal`
 	 * slots beyond the depth are the provider's own (receive-credit
-	 * writes, nd_credits.h): the application's requests never take them. */
-	WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal = 0);
+	 * writes, nd_credits.h): the application's requests never take them.
+	 * A ring holds `initial` requests at first (at least; the depth when
+	 * 0): grow() makes more room. A pool holds the depth. */
+	WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal = 0, uint32_t initial = 0);
 	/* Requests still counted go back to the budget with the queue. */
 	~WorkQueue();
 	WorkQueue(const WorkQueue &) = delete;
@@ -389,8 +414,18 @@ struct WorkQueue {
 	{
 		return head.load(std::memory_order_relaxed) - tail.load(std::memory_order_acquire);
 	}
-	/* The ring is full (the fast path's check). */
-	bool full() const noexcept { return outstanding() >= depth; }
+	/* The ring is full (the fast path's check); it may still grow. */
+	bool full() const noexcept { return outstanding() >= limit; }
+	/* How many more requests grow() would let the ring hold: 0 at the
+	 * depth. */
+	uint32_t growth() const noexcept;
+	/* A ring twice the size for the requests posted from now on; the
+	 * old one stays until its requests retire. false when out of memory.
+	 * The poster's, under the CQ's lock (the stall watch reads records). */
+	bool grow() noexcept;
+	/* The record of request `seq`, outstanding (held by the poster, or
+	 * under the CQ's lock). */
+	OpRecord &record_at(uint64_t seq) noexcept;
 	/* The ring or the shared budget is full (the slow paths' check). */
 	bool no_room() const noexcept { return full() || (budget && budget->exhausted()); }
 	/* Counts the request about to be committed against the budget. */
@@ -401,7 +436,13 @@ struct WorkQueue {
 	}
 
 	/* The next free slot, filled by the poster and published by commit. */
-	OpRecord &next() noexcept { return records[head.load(std::memory_order_relaxed) & mask]; }
+	OpRecord &next() noexcept
+	{
+		const uint64_t h = head.load(std::memory_order_relaxed);
+		OpRecord &record = records[h & mask];
+		record.seq = static_cast<uint32_t>(h) & kSeqMask;
+		return record;
+	}
 	/* A signaled request (one that completes by itself) also moves
 	 * signaled_head. */
 	void commit(bool signaled = false) noexcept
@@ -414,7 +455,10 @@ struct WorkQueue {
 	/* Gives back the last n slots committed, when posting them failed. */
 	void uncommit(uint64_t n = 1) noexcept
 	{
-		head.store(head.load(std::memory_order_relaxed) - n, std::memory_order_release);
+		const uint64_t h = head.load(std::memory_order_relaxed) - n;
+		if (__builtin_expect(h < ring_first, 0))
+			ring_first = h; /* those slots are taken again from the new ring */
+		head.store(h, std::memory_order_release);
 		if (budget)
 			budget->used.fetch_sub(n, std::memory_order_acq_rel);
 	}
@@ -444,11 +488,13 @@ struct WorkQueue {
 	{
 		const uint64_t t = tail.load(std::memory_order_relaxed);
 		const uint64_t h = head.load(std::memory_order_acquire);
-		const uint64_t slot = static_cast<uint64_t>(last - records.get());
-		const uint64_t count = ((slot - t) & mask) + 1;
+		const uint64_t count = ((last->seq - t) & kSeqMask) + 1;
 		const uint64_t retired = count <= h - t ? count : h - t;
+		/* Read before the slot is given back: the poster may reuse it,
+		 * or free the old ring it is in, once tail passes it. */
+		const uint32_t read_mark = last->read_mark;
 		tail.store(t + retired, std::memory_order_release);
-		reads_retired.store(last->read_mark, std::memory_order_release);
+		reads_retired.store(read_mark, std::memory_order_release);
 		return retired;
 	}
 

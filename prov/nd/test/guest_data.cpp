@@ -2424,10 +2424,11 @@ Test(tagged, a_burst_beyond_the_receive_buffers_arrives_whole_and_in_order)
 }
 
 /* One CQ for every endpoint at the default queue depth, as ofi_rxm and MPI
- * use nd. Each endpoint reserves room for everything it may have
- * outstanding (tx + 1 + rx entries); past the device's largest CQ
- * (Soft-RoCE's 32,767 entries, about 42 endpoints at the default 384) the
- * CQ chains another verbs CQ instead of refusing the next endpoint. Every
+ * use nd. Each endpoint's rings start small and may grow to everything it
+ * may have outstanding (tx + 1 + rx entries), on the verbs CQ its queue
+ * pair completes into; past the device's largest CQ (Soft-RoCE's 32,767
+ * entries, about 42 endpoints at the default 384) the CQ chains another
+ * verbs CQ instead of refusing the next endpoint. Every
  * message's completion arrives on the one CQ, read by a waiter that sleeps
  * on it (fi_cq_sread), and every byte is checked. */
 Test(data, endpoints_past_the_device_cq_limit_share_one_cq, .timeout = 300)

@@ -92,6 +92,79 @@ Test(work_queue, the_ring_wraps)
 	cr_assert_eq(queue.head.load(), 100u);
 }
 
+/* A ring that starts with room for one request grows when it fills; the
+ * requests posted before stay where the adapter knows them, and one
+ * completion retires the unsignaled run across the rings. */
+Test(work_queue, a_small_ring_grows_and_keeps_its_records)
+{
+	WorkQueue queue(QueueKind::send, 384, 0, 1);
+	cr_assert_eq(queue.limit, 1u);
+	cr_assert_eq(queue.mask, 1u);
+	OpRecord *posted[100];
+	for (uintptr_t i = 0; i < 100; i++) {
+		if (queue.full()) {
+			const uint32_t more = queue.growth();
+			cr_assert_gt(more, 0u);
+			const uint32_t limit = queue.limit;
+			cr_assert(queue.grow());
+			cr_assert_eq(queue.limit, limit + more);
+			cr_assert_eq(queue.mask + 1, 2 * (limit + 1), "ring of %u for limit %u", queue.mask + 1, limit);
+		}
+		posted[i] = &post(queue, ctx(i + 1), kSendFlags, i == 99);
+	}
+	cr_assert_eq(queue.limit, 127u, "limit %u", queue.limit);
+	cr_assert_eq(queue.old_rings.size(), 6u); /* of 2, 4, ..., 64 slots, each still holding requests */
+	for (uintptr_t i = 0; i < 100; i++) {
+		cr_assert_eq(posted[i]->context, ctx(i + 1), "request %lu moved", (unsigned long)i);
+		cr_assert_eq(&queue.record_at(i), posted[i]);
+	}
+	/* The signaled last one retires all 100, whichever ring they are in. */
+	const Retired done = WorkQueue::retire(completion_of(*posted[99]));
+	cr_assert_eq(done.context, ctx(100));
+	cr_assert_eq(queue.outstanding(), 0u);
+	/* The next growth drops the rings whose requests all retired. */
+	for (uintptr_t i = 0; i < 127; i++)
+		post(queue, ctx(i), kSendFlags, false);
+	cr_assert(queue.full());
+	cr_assert(queue.grow());
+	cr_assert_eq(queue.old_rings.size(), 1u, "%zu old rings", queue.old_rings.size());
+	cr_assert_eq(queue.limit, 255u);
+}
+
+Test(work_queue, growth_stops_at_the_depth)
+{
+	WorkQueue queue(QueueKind::recv, 5, 0, 1);
+	while (queue.growth())
+		cr_assert(queue.grow());
+	cr_assert_eq(queue.limit, 5u);
+	cr_assert_not(queue.grow());
+	/* With slots of the provider's own, the application's stay within its depth. */
+	WorkQueue with_internal(QueueKind::send, 6, 2, 1);
+	cr_assert_eq(with_internal.limit, 1u); /* 4 slots: 2 internal, 1 for the close marker */
+	while (with_internal.growth())
+		cr_assert(with_internal.grow());
+	cr_assert_eq(with_internal.limit, 6u);
+	cr_assert_gt(with_internal.mask + 1, 6u + 2u);
+}
+
+/* A request that failed to post gives its slot back across a growth. */
+Test(work_queue, uncommit_across_a_growth)
+{
+	WorkQueue queue(QueueKind::send, 64, 0, 1);
+	post(queue, ctx(1), kSendFlags, false);
+	cr_assert(queue.grow());
+	OpRecord &second = post(queue, ctx(2), kSendFlags, false);
+	queue.uncommit();
+	queue.uncommit();
+	cr_assert_eq(queue.head.load(), 0u);
+	OpRecord &again = post(queue, ctx(3), kSendFlags);
+	cr_assert_eq(&queue.record_at(0), &again);
+	(void)second;
+	const Retired done = WorkQueue::retire(completion_of(again));
+	cr_assert_eq(done.context, ctx(3));
+	cr_assert_eq(queue.outstanding(), 0u);
+}
+
 Test(work_queue, a_full_queue_says_so)
 {
 	WorkQueue queue(QueueKind::send, 2);
