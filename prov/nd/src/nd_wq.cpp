@@ -8,10 +8,11 @@
 
 namespace nd {
 
-/* A ring of `size` slots, each knowing its queue. */
+/* A ring of `size` slots, each knowing its queue (the rest of a record is
+ * written when a request takes it). */
 static std::unique_ptr<OpRecord[]> make_ring(WorkQueue *owner, uint32_t size, bool nothrow)
 {
-	std::unique_ptr<OpRecord[]> ring(nothrow ? new (std::nothrow) OpRecord[size]() : new OpRecord[size]());
+	std::unique_ptr<OpRecord[]> ring(nothrow ? new (std::nothrow) OpRecord[size] : new OpRecord[size]);
 	if (ring)
 		for (uint32_t i = 0; i < size; i++)
 			ring[i].owner = owner;
