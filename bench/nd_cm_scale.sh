@@ -45,12 +45,13 @@ one_round() {
 }
 
 printf '\nConnections at scale: N connections in one process (2N endpoints, one CQ, default depths, a message each way), %s alternating rounds (medians), one boot\n' "$rounds"
-printf '%5s | %-5s | %7s | %9s | %9s | %9s | %5s | %10s | %10s | %10s\n' N prov "conn/s" "RSS MB" "KiB/conn" "dev MB" "fds" "kept MB" "dev kept" "fds kept"
+printf '%5s | %-5s | %7s | %9s | %9s | %9s | %5s | %9s | %10s | %10s | %10s\n' N prov "conn/s" "RSS MB" "KiB/conn" "dev MB" "fds" "after MB" "kept MB" "dev kept" "fds kept"
 # RSS: every mapping's resident pages (smaps) with the connections open;
 # KiB/conn: what that grew by over the round, per connection; dev: the
 # part mapping device queues; fds: descriptors more than before the
-# round; kept: what stays once all closed, above what was held before.
-printf -- '------+-------+---------+-----------+-----------+-----------+-------+------------+------------+-----------\n'
+# round; after: the RSS once all closed; kept: that, above what was held
+# before the round.
+printf -- '------+-------+---------+-----------+-----------+-----------+-------+-----------+------------+------------+-----------\n'
 declare -A med
 for n in "${counts[@]}"; do
 	declare -A samples=()
@@ -68,23 +69,24 @@ for n in "${counts[@]}"; do
 			samples[$p,dev]+="$((odev / 1024)) "
 			samples[$p,fds]+="$((ofds - bfds)) "
 			samples[$p,kept]+="$(div $((crss - brss)) 1024) "
+			samples[$p,after]+="$(div "$crss" 1024) "
 			samples[$p,devkept]+="$(div $((cdev - bdev)) 1024) "
 			samples[$p,fdskept]+="$((cfds - bfds)) "
 			echo "  round $r $p n=$n: $rate conn/s, RSS $brss -> $orss -> $crss KiB, device $bdev -> $odev -> $cdev KiB, fds $bfds -> $ofds -> $cfds" >&2
 		done
 	done
 	for p in "${providers[@]}"; do
-		for k in rate rss per dev fds kept devkept fdskept; do
+		for k in rate rss per dev fds after kept devkept fdskept; do
 			med[$n,$p,$k]=$(tr ' ' '\n' <<<"${samples[$p,$k]:-}" | sed '/^$/d' | median)
 		done
-		printf '%5s | %-5s | %7s | %9s | %9s | %9s | %5s | %10s | %10s | %10s\n' "$n" "$p" \
+		printf '%5s | %-5s | %7s | %9s | %9s | %9s | %5s | %9s | %10s | %10s | %10s\n' "$n" "$p" \
 			"${med[$n,$p,rate]}" "${med[$n,$p,rss]}" "${med[$n,$p,per]}" "${med[$n,$p,dev]}" \
-			"${med[$n,$p,fds]}" "${med[$n,$p,kept]}" "${med[$n,$p,devkept]}" "${med[$n,$p,fdskept]}"
+			"${med[$n,$p,fds]}" "${med[$n,$p,after]}" "${med[$n,$p,kept]}" "${med[$n,$p,devkept]}" "${med[$n,$p,fdskept]}"
 	done
 	ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^-?[0-9.]+$/ && b ~ /^-?[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "-" }'; }
-	printf '%5s | %-5s | %7s | %9s | %9s | %9s | %5s | %10s | %10s | %10s\n' "$n" "nd/vb" \
+	printf '%5s | %-5s | %7s | %9s | %9s | %9s | %5s | %9s | %10s | %10s | %10s\n' "$n" "nd/vb" \
 		"$(ratio "${med[$n,nd,rate]}" "${med[$n,verbs,rate]}")" "$(ratio "${med[$n,nd,rss]}" "${med[$n,verbs,rss]}")" \
 		"$(ratio "${med[$n,nd,per]}" "${med[$n,verbs,per]}")" "$(ratio "${med[$n,nd,dev]}" "${med[$n,verbs,dev]}")" \
-		"" "$(ratio "${med[$n,nd,kept]}" "${med[$n,verbs,kept]}")" "" ""
+		"" "$(ratio "${med[$n,nd,after]}" "${med[$n,verbs,after]}")" "$(ratio "${med[$n,nd,kept]}" "${med[$n,verbs,kept]}")" "" ""
 	unset samples
 done
