@@ -347,6 +347,9 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 			static_cast<void *>(this), promise, max_cqe);
 		return -FI_ENOSPC;
 	}
+	/* A device that cannot resize CQs (soft-iWARP) is known before the
+	 * first one is made, so that its CQs are made large at once. */
+	resizable = resizable && domain->cqs_resize();
 	/* The first verbs CQ with room, or one that can grow to make it; a
 	 * new one when every one is at the device's limit. Room is counted
 	 * by what the endpoints there may grow to (promised: their depths),
@@ -392,8 +395,12 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 		/* As large as this endpoint needs, doubling (above) as more join
 		 * and as their rings grow (grow): nothing can overflow it, so a
 		 * size the application asked beyond that (ofi_rxm asks for
-		 * 262,144 entries) sets no device memory aside. */
-		const int size = std::min(max_cqe, std::max(count, std::min(requested_size, kVerbsCqBase)));
+		 * 262,144 entries) sets no device memory aside. A CQ that cannot
+		 * grow is made as large as asked (or as the first), so that it
+		 * holds more than one endpoint. */
+		const int base = resizable ? std::min(requested_size, kVerbsCqBase)
+					   : slots.empty() ? requested_size : slots.front().capacity;
+		const int size = std::min(max_cqe, std::max(count, base));
 		added.cq.reset(create_verbs_cq(size));
 		if (!added.cq) {
 			int err = errno;
