@@ -146,6 +146,15 @@ private:
 	bool enabled_ = false;
 };
 
+/* Gives a container's storage back once it is empty: one that grew with
+ * thousands of endpoints would otherwise stay, high in the heap, and keep
+ * malloc from returning the memory below it when they all closed. */
+template <typename Container>
+void release_storage(Container &c) noexcept
+{
+	Container().swap(c);
+}
+
 /* An fi_info owned until released (fi_freeinfo otherwise). */
 struct InfoDeleter {
 	void operator()(fi_info *info) const noexcept { fi_freeinfo(info); }

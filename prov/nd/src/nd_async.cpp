@@ -117,7 +117,7 @@ void remove_qp(ibv_qp *qp) noexcept
 	/* With the last queue pair gone, so is the table: a process that had
 	 * thousands keeps no bucket array pinning its heap. */
 	if (qps.empty())
-		std::unordered_map<ibv_qp *, QpOwner>().swap(qps);
+		release_storage(qps);
 }
 
 bool names_qp(ibv_event_type type) noexcept

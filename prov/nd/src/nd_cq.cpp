@@ -439,15 +439,6 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 	return 0;
 }
 
-/* Gives a container's storage back once it is empty: one that grew with
- * thousands of endpoints would otherwise stay, high in the heap, and keep
- * malloc from returning the memory below it when they all closed. */
-template <typename Container>
-static void release_storage(Container &c) noexcept
-{
-	Container().swap(c);
-}
-
 int CompletionQueue::grow(WorkQueue &queue, ibv_cq *where, uint32_t *reserved_by_endpoint) noexcept
 {
 	std::lock_guard<OptionalLock> guard(lock);

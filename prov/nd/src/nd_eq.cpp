@@ -343,7 +343,7 @@ void EventQueue::pop_locked() noexcept
 	 * stay high in the heap, keeping malloc from returning what the
 	 * burst's endpoints freed below it when they close. */
 	if (entries_.empty() && burst_) {
-		std::deque<EqEntry>().swap(entries_);
+		release_storage(entries_);
 		burst_ = false;
 	}
 	drain_signal_locked();
