@@ -55,7 +55,9 @@
  * With -m each round prints a "footprint:" line: resident memory, the part
  * of it that maps device queues (/dev/infiniband), and open descriptors,
  * before the round's first endpoint, with all its connections up, and
- * after all closed (bench/nd_cm_scale.sh makes the scale table of it).
+ * after all closed, and with one CQ (-O) an "empty read:" line, what a
+ * fi_cq_read that finds nothing costs with them open (bench/nd_cm_scale.sh
+ * makes the scale table of both).
  *
  * -S and -C put the two sides on different hosts (util/nd-cluster's nodes):
  * -S listens on ADDRESS:PORT (default port 9250) and serves CLIENTS client
@@ -438,6 +440,23 @@ static void print_footprint(int n)
 	       after.device_kib, after.heap_kib, after.fds);
 }
 
+/* -m with one CQ (-O): what a fi_cq_read that finds nothing costs with the
+ * round's connections open, the read a progress loop (ofi_rxm's, MPI's)
+ * makes most often; printed for bench/nd_cm_scale.sh. */
+static void print_empty_read(int n)
+{
+	if (!shared_cq)
+		return;
+	struct fi_cq_entry entry;
+	enum { kReads = 20000 };
+	int found = 0;
+	double start = now_us();
+	for (int i = 0; i < kReads; i++)
+		found += fi_cq_read(shared_cq, &entry, 1) == 1;
+	double ns = (now_us() - start) * 1000.0 / kReads;
+	printf("empty read: n=%d %.1f ns per fi_cq_read (%d found an entry)\n", n, ns, found);
+}
+
 /* One round with both sides in this thread; returns connections per second. */
 static double round_of(int n, double *connect_us, double *accept_us)
 {
@@ -458,6 +477,9 @@ static double round_of(int n, double *connect_us, double *accept_us)
 	if (measure_open) {
 		while_open = footprint_now();
 		copy_smaps(getenv("ND_CM_BENCH_SMAPS"));
+		if (getenv("ND_CM_BENCH_MALLOC_INFO")) /* where the heap went, open */
+			malloc_stats();
+		print_empty_read(n);
 	}
 
 	for (int i = 0; i < n; i++) {
