@@ -350,14 +350,11 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 	/* A device that cannot resize CQs (soft-iWARP) is known before the
 	 * first one is made, so that its CQs are made large at once. */
 	resizable = resizable && domain->cqs_resize();
-	/* The first verbs CQ with room, or one that can grow to make it; a
-	 * new one when every one is at the device's limit. Room is counted
-	 * by what the endpoints there may grow to (promised: their depths),
-	 * since a queue pair completes into one verbs CQ for its life: every
-	 * ring there can always grow to its depth, whatever the others do. */
+	/* The first verbs CQ with room, or one that can grow to make it
+	 * (takes_endpoint); a new one when none takes it. */
 	VerbsCqSlot *slot = nullptr;
 	for (VerbsCqSlot &candidate : slots) {
-		const bool fits = resizable ? candidate.promised + promise <= max_cqe
+		const bool fits = resizable ? takes_endpoint(candidate, count, promise, max_cqe)
 					    : candidate.reserved + count <= candidate.capacity;
 		if (fits) {
 			slot = &candidate;

@@ -2423,27 +2423,20 @@ Test(tagged, a_burst_beyond_the_receive_buffers_arrives_whole_and_in_order)
 	}
 }
 
-/* One CQ for every endpoint at the default queue depth, as ofi_rxm and MPI
- * use nd. Each endpoint's rings start small and may grow to everything it
- * may have outstanding (tx + 1 + rx entries), on the verbs CQ its queue
- * pair completes into; past the device's largest CQ (Soft-RoCE's 32,767
- * entries, about 42 endpoints at the default 384) the CQ chains another
- * verbs CQ instead of refusing the next endpoint. Every
- * message's completion arrives on the one CQ, read by a waiter that sleeps
- * on it (fi_cq_sread), and every byte is checked. */
-Test(data, endpoints_past_the_device_cq_limit_share_one_cq, .timeout = 300)
+/* n connections, every endpoint on one CQ, a checked message each way
+ * (size: the endpoints' queue sizes; 0, the default). Every message's
+ * completion arrives on the one CQ, read by a waiter that sleeps on it
+ * (fi_cq_sread), and every byte is checked. */
+static void connections_on_one_cq(DataFixture &f, size_t n, size_t size)
 {
-	constexpr size_t kSoftRoceMaxCqe = 32767;
 	constexpr size_t kLen = 64;
-	DataFixture f;
-	f.open();
 	fid_cq *cq = f.open_cq(0, FI_WAIT_FD);
-	const size_t per_ep = f.info->tx_attr->size + 1 + f.info->rx_attr->size;
-	/* Enough connections for three verbs CQs' worth. */
-	const size_t n = std::min<size_t>(150, (3 * kSoftRoceMaxCqe) / (2 * per_ep) + 1);
-	auto open_ep = [&](fi_info *from) {
+	auto open_ep = [&](fi_info *info) {
+		InfoPtr from(fi_dupinfo(info));
+		if (size)
+			from->tx_attr->size = from->rx_attr->size = size;
 		fid_ep *ep = nullptr;
-		cr_assert_eq(fi_endpoint(f.domain, from, &ep, nullptr), 0);
+		cr_assert_eq(fi_endpoint(f.domain, from.get(), &ep, nullptr), 0);
 		cr_assert_eq(fi_ep_bind(ep, &f.eq->fid, 0), 0);
 		cr_assert_eq(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
 		int rc = fi_enable(ep);
@@ -2502,6 +2495,32 @@ Test(data, endpoints_past_the_device_cq_limit_share_one_cq, .timeout = 300)
 		cr_assert_eq(fi_close(&clients[i]->fid), 0);
 		cr_assert_eq(fi_close(&servers[i]->fid), 0);
 	}
+}
+
+/* One CQ for every endpoint at the default queue depth, as ofi_rxm and MPI
+ * use nd: each endpoint's rings start with room for one request and grow
+ * with what is in flight. Past what Soft-RoCE's largest CQ (32,767 entries)
+ * holds of the endpoints' depths (42 endpoints at the default 384), they
+ * still share one verbs CQ while half of it is free for their rings to
+ * grow into (takes_endpoint), so that a read polls one verbs CQ. */
+Test(data, endpoints_past_the_device_cq_limit_share_one_cq, .timeout = 300)
+{
+	DataFixture f;
+	f.open();
+	connections_on_one_cq(f, 64, 0);
+	f.close_data();
+}
+
+/* Endpoints whose rings hold their whole depth from fi_enable (FI_TAGGED's
+ * framing) at 8,000 requests each way reserve 16,001 entries each: two
+ * fill Soft-RoCE's largest verbs CQ, so the CQ chains a verbs CQ for every
+ * second endpoint, on one completion channel, and reads take them in turn. */
+Test(data, endpoints_reserving_past_the_device_cq_limit_chain_verbs_cqs, .timeout = 300)
+{
+	DataFixture f;
+	f.hint_caps = FI_TAGGED;
+	f.open();
+	connections_on_one_cq(f, 4, 8000);
 	f.close_data();
 }
 

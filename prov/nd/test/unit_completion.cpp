@@ -398,3 +398,36 @@ Test(completion_path, unexpected_messages_past_the_arena_wait_in_their_buffers)
 	store.clear();
 	cr_assert_eq(store.size(), 0u);
 }
+
+/* Which verbs CQ an endpoint joins (takes_endpoint), at Soft-RoCE's largest
+ * CQ: by depths while they fit, so that every ring can grow to its depth;
+ * past that while half the CQ is free for the rings there to grow into;
+ * never past the half by reservations alone. */
+Test(completion_path, a_verbs_cq_takes_endpoints_by_depth_then_by_half_its_room)
+{
+	constexpr int kMaxCqe = 32767;
+	constexpr int kCount = 3, kPromise = 384 + 1 + 384; /* rings of one, the default depths */
+	nd::VerbsCqSlot slot;
+	int taken = 0;
+	while (nd::takes_endpoint(slot, kCount, kPromise, kMaxCqe)) {
+		slot.reserved += kCount;
+		slot.promised += kPromise;
+		taken++;
+	}
+	/* 42 by depth, then until the reservations reach half of 32,767. */
+	cr_assert_eq(taken, kMaxCqe / 2 / kCount, "endpoints on one verbs CQ: %d", taken);
+	cr_assert_leq(slot.reserved, kMaxCqe / 2);
+
+	/* Endpoints that reserve their whole depth (16,001 each): two by depth,
+	 * and a third is past both. */
+	nd::VerbsCqSlot whole;
+	constexpr int kWhole = 8000 + 1 + 8000;
+	for (int i = 0; i < 2; i++) {
+		cr_assert(nd::takes_endpoint(whole, kWhole, kWhole, kMaxCqe), "endpoint %d", i);
+		whole.reserved += kWhole;
+		whole.promised += kWhole;
+	}
+	cr_assert_not(nd::takes_endpoint(whole, kWhole, kWhole, kMaxCqe));
+	/* An empty verbs CQ takes any endpoint that fits the device's CQ. */
+	cr_assert(nd::takes_endpoint(nd::VerbsCqSlot{}, kMaxCqe, kMaxCqe, kMaxCqe));
+}
