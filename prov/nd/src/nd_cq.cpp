@@ -436,38 +436,36 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 	return 0;
 }
 
-int CompletionQueue::grow(WorkQueue &queue, ibv_cq *where, uint32_t *reserved_by_endpoint) noexcept
+VerbsCqSlot *CompletionQueue::slot_of(ibv_cq *where) noexcept
 {
-	std::lock_guard<OptionalLock> guard(lock);
-	const int more = static_cast<int>(queue.growth());
-	if (more == 0)
-		return -FI_EAGAIN;
-	VerbsCqSlot *slot = nullptr;
 	for (VerbsCqSlot &candidate : slots)
 		if (candidate.cq.get() == where)
-			slot = &candidate;
-	if (!slot)
-		return -FI_EAGAIN;
+			return &candidate;
+	return nullptr;
+}
+
+int CompletionQueue::make_room(VerbsCqSlot &slot, int more, uint32_t becomes) noexcept
+{
 	const int max_cqe = domain->max_cqe;
-	const int needed = slot->reserved + more;
+	const int needed = slot.reserved + more;
 	if (needed > max_cqe) {
 		ND_INFO(FI_LOG_CQ, "CQ %p: a queue would grow to %u requests, but its verbs CQ holds %d of the device's largest %d already\n",
-			static_cast<void *>(this), queue.limit + more, slot->reserved, max_cqe);
+			static_cast<void *>(this), becomes, slot.reserved, max_cqe);
 		return -FI_EAGAIN;
 	}
-	const int before = slot->capacity;
-	if (needed > slot->capacity) {
+	const int before = slot.capacity;
+	if (needed > slot.capacity) {
 		/* Doubling: an endpoint's queue grows in as many steps as its
 		 * depth has bits, the CQ in as many as its size has. */
-		const int grown = std::min(std::max(needed, slot->capacity * 2), max_cqe);
-		if (int rc = ibv_resize_cq(slot->cq.get(), grown)) {
+		const int grown = std::min(std::max(needed, slot.capacity * 2), max_cqe);
+		if (int rc = ibv_resize_cq(slot.cq.get(), grown)) {
 			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_resize_cq(%d) for a queue growing to %u requests: %s\n",
-				static_cast<void *>(this), grown, queue.limit + more, std::strerror(rc));
+				static_cast<void *>(this), grown, becomes, std::strerror(rc));
 			return -FI_EAGAIN;
 		}
-		slot->capacity = slot->cq->cqe;
+		slot.capacity = slot.cq->cqe;
 	}
-	const int total = capacity + slot->capacity - before;
+	const int total = capacity + slot.capacity - before;
 	try {
 		size_rings(total);
 	} catch (const std::bad_alloc &) {
@@ -476,6 +474,18 @@ int CompletionQueue::grow(WorkQueue &queue, ibv_cq *where, uint32_t *reserved_by
 		return -FI_EAGAIN;
 	}
 	capacity = total;
+	return 0;
+}
+
+int CompletionQueue::grow(WorkQueue &queue, ibv_cq *where, uint32_t *reserved_by_endpoint) noexcept
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	const int more = static_cast<int>(queue.growth());
+	VerbsCqSlot *slot = slot_of(where);
+	if (more == 0 || !slot)
+		return -FI_EAGAIN;
+	if (int ret = make_room(*slot, more, queue.limit + static_cast<uint32_t>(more)))
+		return ret;
 	if (!queue.grow()) {
 		ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for a queue's ring of %u requests\n",
 			static_cast<void *>(this), queue.limit + more);
@@ -485,6 +495,18 @@ int CompletionQueue::grow(WorkQueue &queue, ibv_cq *where, uint32_t *reserved_by
 	reserved += more;
 	*reserved_by_endpoint += static_cast<uint32_t>(more);
 	return more;
+}
+
+bool CompletionQueue::reserve_one(ibv_cq *where, uint32_t *reserved_by_endpoint) noexcept
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	VerbsCqSlot *slot = slot_of(where);
+	if (!slot || (slot->reserved + 1 > slot->capacity && (!resizable || make_room(*slot, 1, 1))))
+		return false;
+	slot->reserved++;
+	reserved++;
+	(*reserved_by_endpoint)++;
+	return true;
 }
 
 void CompletionQueue::adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept
@@ -498,6 +520,27 @@ void CompletionQueue::adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept
 	} catch (const std::bad_alloc &) {
 		(void)queue.release(); /* leaked: a late completion stays safe */
 	}
+}
+
+void CompletionQueue::shrink(VerbsCqSlot &slot) noexcept
+{
+	/* A verbs CQ grown for many endpoints (one CQ for thousands, as
+	 * ofi_rxm binds them) gives its memory back as they close: halved
+	 * once a quarter of it is reserved, so that growing again takes as
+	 * many endpoints joining. What it holds is at most what is reserved
+	 * there, unless a closed endpoint's requests may still complete
+	 * (orphans): then it keeps its size. */
+	if (!resizable || !orphans.empty() || slot.capacity <= 2 * kVerbsCqBase ||
+	    slot.reserved > slot.capacity / 4)
+		return;
+	const int target = std::max(slot.capacity / 2, kVerbsCqBase);
+	if (int rc = ibv_resize_cq(slot.cq.get(), target)) {
+		ND_INFO(FI_LOG_CQ, "CQ %p: ibv_resize_cq(%d) to shrink a verbs CQ of %d entries (%d reserved): %s; kept\n",
+			static_cast<void *>(this), target, slot.capacity, slot.reserved, std::strerror(rc));
+		return;
+	}
+	capacity -= slot.capacity - slot.cq->cqe;
+	slot.capacity = slot.cq->cqe;
 }
 
 void CompletionQueue::unreserve(int count, int promise, ibv_cq *where) noexcept
@@ -530,7 +573,9 @@ void CompletionQueue::unreserve(int count, int promise, ibv_cq *where) noexcept
 			slots.erase(slots.begin() + static_cast<std::ptrdiff_t>(i));
 			if (next_slot >= slots.size())
 				next_slot = 0;
+			return;
 		}
+		shrink(slot);
 		return;
 	}
 }

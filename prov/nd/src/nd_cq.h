@@ -231,6 +231,16 @@ struct CompletionQueue {
 	/* Keeps a closed endpoint's queue whose requests are still
 	 * outstanding, until the CQ closes. */
 	void adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept;
+	/* Under lock: halves a verbs CQ that endpoints closing left mostly
+	 * unreserved. */
+	void shrink(VerbsCqSlot &slot) noexcept;
+	/* Under lock: the slot of verbs CQ `where`, or null. */
+	VerbsCqSlot *slot_of(ibv_cq *where) noexcept;
+	/* Under lock: resizes the slot's verbs CQ (doubling) and the rings so
+	 * that `more` entries more can be reserved there (for a queue that
+	 * becomes `becomes` requests deep, for the log); -FI_EAGAIN, logged,
+	 * past the device's largest CQ or short of memory. */
+	int make_room(VerbsCqSlot &slot, int more, uint32_t becomes) noexcept;
 
 	/* Makes room for `count` more outstanding requests (fi_enable), on a
 	 * verbs CQ where they may grow to `promise` (the queues' depths), and
@@ -246,6 +256,11 @@ struct CompletionQueue {
 	 * the verbs CQ at the device's largest, or memory short. The
 	 * poster's, under its lock; takes the CQ's. */
 	int grow(WorkQueue &queue, ibv_cq *where, uint32_t *reserved_by_endpoint) noexcept;
+	/* One entry more on `where`, for the request that drains a closing
+	 * endpoint's send queue (Endpoint::post_drain_marker): false where
+	 * the verbs CQ is full and cannot grow. Adds it to
+	 * *reserved_by_endpoint. Takes the lock. */
+	bool reserve_one(ibv_cq *where, uint32_t *reserved_by_endpoint) noexcept;
 	/* A connected endpoint's send queue joins the stall watch (fi_enable
 	 * where Domain::stall_timeout_s is set), and leaves it before its
 	 * queue goes (fi_close). Take the lock. */
