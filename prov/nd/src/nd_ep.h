@@ -148,6 +148,7 @@ struct DataPath {
 	uint64_t tx_op_flags = 0;
 	uint64_t rx_op_flags = 0;
 	uint32_t tx_reserved = 0;			/* entries reserved on tx_cq / rx_cq */
+	bool marker_reserved = true;			/* tx_reserved counts the close marker's */
 	uint32_t rx_reserved = 0;
 	uint32_t tx_promised = 0;			/* what those may grow to */
 	uint32_t rx_promised = 0;

@@ -50,10 +50,14 @@ int Endpoint::setup_data_path()
 	if (!bindings.srx)
 		data.rq = std::make_unique<WorkQueue>(QueueKind::recv, rx, 0, small_rings ? 1 : 0);
 	const uint32_t rx_completions = bindings.srx ? bindings.srx->queue.depth : data.rq->limit;
-	const uint32_t tx_completions = data.sq->limit + 1 + credit_slots; /* + the close marker */
+	/* The request that drains the send queue at close (post_drain_marker)
+	 * reserves its entry then where rings grow: with thousands of
+	 * endpoints on one CQ a third of what they reserve at rest. */
+	data.marker_reserved = !small_rings || bindings.stx;
+	const uint32_t tx_completions = data.sq->limit + (data.marker_reserved ? 1 : 0) + credit_slots;
 	if (!bindings.user_tx_cq || !bindings.user_rx_cq) {
-		/* Sized for the reservations below (the send queue's includes the
-		 * close marker), so that they never resize it. */
+		/* Sized for the reservations below, so that they never resize
+		 * it (the close marker's, when not among them, may). */
 		fi_cq_attr attr{};
 		attr.size = (bindings.user_tx_cq ? 0 : tx_completions) + (bindings.user_rx_cq ? 0 : rx_completions);
 		attr.format = FI_CQ_FORMAT_CONTEXT;
@@ -269,6 +273,13 @@ void Endpoint::post_drain_marker() noexcept
 {
 	if (!data.sq || !data.qp || data.sq->outstanding() == 0)
 		return;
+	if (!data.marker_reserved) {
+		if (!bindings.tx_cq || !bindings.tx_cq->reserve_one(data.tx_verbs_cq, &data.tx_reserved)) {
+			ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): no room on the CQ for the drain marker; the flush alone drains the send queue\n");
+			return;
+		}
+		data.marker_reserved = true;
+	}
 	std::lock_guard<OptionalLock> guard(data.tx_lock);
 	OpRecord &record = data.sq->next(); /* the ring keeps one slot for this */
 	record.context = nullptr;

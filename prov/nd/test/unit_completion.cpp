@@ -406,7 +406,7 @@ Test(completion_path, unexpected_messages_past_the_arena_wait_in_their_buffers)
 Test(completion_path, a_verbs_cq_takes_endpoints_by_depth_then_by_half_its_room)
 {
 	constexpr int kMaxCqe = 32767;
-	constexpr int kCount = 3, kPromise = 384 + 1 + 384; /* rings of one, the default depths */
+	constexpr int kCount = 2, kPromise = 384 + 1 + 384; /* rings of one, the default depths */
 	nd::VerbsCqSlot slot;
 	int taken = 0;
 	while (nd::takes_endpoint(slot, kCount, kPromise, kMaxCqe)) {
