@@ -2426,14 +2426,10 @@ Test(tagged, a_burst_beyond_the_receive_buffers_arrives_whole_and_in_order)
 	}
 }
 
-/* n connections, every endpoint on one CQ, a checked message each way
- * (size: the endpoints' queue sizes; 0, the default). Every message's
- * completion arrives on the one CQ, read by a waiter that sleeps on it
- * (fi_cq_sread), and every byte is checked. */
-static void connections_on_one_cq(DataFixture &f, size_t n, size_t size)
+/* A connection whose two endpoints complete on `cq` (size: their queue
+ * sizes; 0, the default): {client, server}. */
+static std::pair<fid_ep *, fid_ep *> connect_on(DataFixture &f, fid_cq *cq, size_t size = 0)
 {
-	constexpr size_t kLen = 64;
-	fid_cq *cq = f.open_cq(0, FI_WAIT_FD);
 	auto open_ep = [&](fi_info *info) {
 		InfoPtr from(fi_dupinfo(info));
 		if (size)
@@ -2446,16 +2442,28 @@ static void connections_on_one_cq(DataFixture &f, size_t n, size_t size)
 		cr_assert_eq(rc, 0, "fi_enable: %s", fi_strerror(-rc));
 		return ep;
 	};
+	fid_ep *c = open_ep(f.info.get());
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	fid_ep *s = open_ep(req.info);
+	fi_freeinfo(req.info);
+	cr_assert_eq(fi_accept(s, nullptr, 0), 0);
+	for (int k = 0; k < 2; k++)
+		expect_event(f.eq, FI_CONNECTED, nullptr);
+	return {c, s};
+}
+
+/* n connections, every endpoint on one CQ, a checked message each way
+ * (size: the endpoints' queue sizes; 0, the default). Every message's
+ * completion arrives on the one CQ, read by a waiter that sleeps on it
+ * (fi_cq_sread), and every byte is checked. */
+static void connections_on_one_cq(DataFixture &f, size_t n, size_t size)
+{
+	constexpr size_t kLen = 64;
+	fid_cq *cq = f.open_cq(0, FI_WAIT_FD);
 	std::vector<fid_ep *> clients, servers;
 	for (size_t i = 0; i < n; i++) {
-		fid_ep *c = open_ep(f.info.get());
-		cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
-		Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
-		fid_ep *s = open_ep(req.info);
-		fi_freeinfo(req.info);
-		cr_assert_eq(fi_accept(s, nullptr, 0), 0);
-		for (int k = 0; k < 2; k++)
-			expect_event(f.eq, FI_CONNECTED, nullptr);
+		auto [c, s] = connect_on(f, cq, size);
 		clients.push_back(c);
 		servers.push_back(s);
 	}
@@ -2549,28 +2557,13 @@ Test(data, a_verbs_cq_shrinks_as_endpoints_close_and_loses_nothing, .timeout = 3
 	DataFixture f;
 	f.open();
 	fid_cq *cq = f.open_cq(0, FI_WAIT_NONE);
-	auto open_ep = [&](fi_info *from) {
-		fid_ep *ep = nullptr;
-		cr_assert_eq(fi_endpoint(f.domain, from, &ep, nullptr), 0);
-		cr_assert_eq(fi_ep_bind(ep, &f.eq->fid, 0), 0);
-		cr_assert_eq(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
-		cr_assert_eq(fi_enable(ep), 0);
-		return ep;
-	};
 	/* Registered first: what the domain maps for them is there at one
 	 * connection too. */
 	Buffer &out = f.buffer(2 * kLen);
 	Buffer &in = f.buffer(2 * kLen);
 	std::vector<fid_ep *> clients, servers;
 	for (size_t i = 0; i < kConnections; i++) {
-		fid_ep *c = open_ep(f.info.get());
-		cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
-		Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
-		fid_ep *s = open_ep(req.info);
-		fi_freeinfo(req.info);
-		cr_assert_eq(fi_accept(s, nullptr, 0), 0);
-		for (int k = 0; k < 2; k++)
-			expect_event(f.eq, FI_CONNECTED, nullptr);
+		auto [c, s] = connect_on(f, cq);
 		clients.push_back(c);
 		servers.push_back(s);
 		if (i == 0)
