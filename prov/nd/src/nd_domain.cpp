@@ -176,6 +176,8 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	const Params params = read_params();
 	domain->min_rnr_timer = static_cast<uint8_t>(params.min_rnr_timer);
 	domain->rnr_retry = static_cast<uint8_t>(params.rnr_retry);
+	domain->resolve_timeout_ms = params.resolve_timeout_ms;
+	domain->tagged_msg_size = params.tagged_msg_size;
 	const bool soft_roce = !domain->iwarp && is_software_device(info->domain_attr->name);
 	const TransportRetry retry = transport_retry(params, soft_roce);
 	domain->retry_count = static_cast<uint8_t>(retry.retry_count);

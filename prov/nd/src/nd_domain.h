@@ -52,6 +52,11 @@ struct Domain {
 	uint8_t rnr_retry;			/* FI_ND_RNR_RETRY, read at open */
 	uint8_t retry_count;			/* FI_ND_RETRY_COUNT, read at open */
 	int ack_timeout;			/* FI_ND_ACK_TIMEOUT; -1: rdma_cm's */
+	/* Read at open too: reading every parameter at each connection cost
+	 * 11 thousand instructions a call (a getenv scan each), two calls a
+	 * connection. */
+	int resolve_timeout_ms;			/* FI_ND_RESOLVE_TIMEOUT_MS */
+	size_t tagged_msg_size;			/* FI_ND_TAGGED_MSG_SIZE */
 	/* Seconds requests may stand still before nd ends their connection
 	 * (FI_ND_PEER_TIMEOUT, StallWatch in nd_cq.h); 0 where the transport
 	 * gives up on a silent peer by itself (retry count below 7). */

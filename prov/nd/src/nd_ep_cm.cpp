@@ -9,7 +9,6 @@
 #include "nd_ep.h"
 #include "nd_eq.h"
 #include "nd_framing.h"
-#include "nd_params.h"
 #include "nd_srx.h"
 
 #include <rdma/fi_cm.h>
@@ -365,7 +364,7 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 	}
 	conn.peer = dest;
 	conn.connect_wire = std::move(wire);
-	if (rdma_resolve_addr(cm.id, source_arg, &dest.sa, read_params().resolve_timeout_ms)) {
+	if (rdma_resolve_addr(cm.id, source_arg, &dest.sa, domain->resolve_timeout_ms)) {
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_connect to %s: %s\n", dest.to_string().c_str(),
 			std::strerror(err));
@@ -599,7 +598,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			attempt_over(this, fsm.attempt_failed(FI_EHOSTUNREACH), EHOSTUNREACH);
 			return;
 		}
-		if (rdma_resolve_route(cm.id, read_params().resolve_timeout_ms)) {
+		if (rdma_resolve_route(cm.id, domain->resolve_timeout_ms)) {
 			int err = errno;
 			ND_WARN(FI_LOG_EP_CTRL, "rdma_resolve_route to %s: %s\n", conn.peer.to_string().c_str(),
 				std::strerror(err));

@@ -12,7 +12,6 @@
 #include "nd_framing.h"
 #include "nd_info.h"
 #include "nd_multi_recv.h"
-#include "nd_params.h"
 #include "nd_srx.h"
 #include "nd_stx.h"
 
@@ -158,7 +157,7 @@ int Endpoint::setup_data_path()
 	if (options.framed) {
 		/* The header rides inline too; a message fits a receive buffer. */
 		data.max_inline += static_cast<uint32_t>(kFrameHeaderSize);
-		data.max_msg = std::min(data.max_msg, read_params().tagged_msg_size);
+		data.max_msg = std::min(data.max_msg, domain->tagged_msg_size);
 		if (int ret = setup_framing(rx))
 			return ret;
 	}
