@@ -2430,13 +2430,11 @@ Test(tagged, a_burst_beyond_the_receive_buffers_arrives_whole_and_in_order)
  * sizes; 0, the default): {client, server}. */
 static std::pair<fid_ep *, fid_ep *> connect_on(DataFixture &f, fid_cq *cq, size_t size = 0)
 {
+	DataOptions o;
+	o.bind_cq = false;
+	o.tx_size = o.rx_size = size;
 	auto open_ep = [&](fi_info *info) {
-		InfoPtr from(fi_dupinfo(info));
-		if (size)
-			from->tx_attr->size = from->rx_attr->size = size;
-		fid_ep *ep = nullptr;
-		cr_assert_eq(fi_endpoint(f.domain, from.get(), &ep, nullptr), 0);
-		cr_assert_eq(fi_ep_bind(ep, &f.eq->fid, 0), 0);
+		fid_ep *ep = f.make_ep(info, o, nullptr);
 		cr_assert_eq(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
 		int rc = fi_enable(ep);
 		cr_assert_eq(rc, 0, "fi_enable: %s", fi_strerror(-rc));
