@@ -19,8 +19,17 @@
 
 namespace nd {
 
-Endpoint::Endpoint(Domain *d, fi_info *i, cm::Side side)
-	: ep{}, domain(d), info(i), target{CmTargetKind::endpoint, this}, cm{}, fsm(side, false),
+EndpointAttributes::EndpointAttributes(const fi_info &info) noexcept
+	: caps(info.caps), tx(TxAttributes::of(*info.tx_attr)), rx(RxAttributes::of(*info.rx_attr)),
+	  max_msg_size(info.ep_attr ? info.ep_attr->max_msg_size : 0),
+	  shared_tx(info.ep_attr && info.ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT)
+{
+	if (info.src_addr && sockaddr_copy(info.src_addr, info.src_addrlen, &source) != 0)
+		source = SockAddr{};
+}
+
+Endpoint::Endpoint(Domain *d, const fi_info &info, cm::Side side)
+	: ep{}, domain(d), attr(info), target{CmTargetKind::endpoint, this}, cm{}, fsm(side, false),
 	  options{.wanted = d->adapter_read_limits}
 {
 	fsm.set_iwarp(d->iwarp);
@@ -102,7 +111,7 @@ int enable(Endpoint *ep)
 	}
 	if (ep->fsm.enabled())
 		return 0;
-	if (ep->info->ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT && !ep->bindings.stx) {
+	if (ep->attr.shared_tx && !ep->bindings.stx) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: the endpoint was opened with a shared transmit "
 			"context (tx_ctx_cnt FI_SHARED_CONTEXT); bind one (fi_stx_context) first\n");
 		return -FI_ENOENT;
@@ -374,8 +383,8 @@ int ep_getname(struct fid *fid, void *addr, size_t *addrlen) noexcept
 	return guarded("fi_getname(ep)", [&] {
 		return under_progress_lock(ep->progress_eq(), [&] {
 			SockAddr local = local_address(ep->cm.id);
-			if (!local.length() && ep->info->src_addr)
-				sockaddr_copy(ep->info->src_addr, ep->info->src_addrlen, &local);
+			if (!local.length())
+				local = ep->attr.source;
 			return copy_out_address(local, addr, addrlen);
 		});
 	});
@@ -454,28 +463,6 @@ fi_ops_cm ep_cm_ops = {
 	.join = unsupported::join,
 };
 
-/* Frees what fi_dupinfo copied of the fabric's and domain's attributes
- * and the NIC (fi_freeinfo takes an info without them). */
-static void drop_shared_attributes(fi_info *info) noexcept
-{
-	if (info->fabric_attr) {
-		std::free(info->fabric_attr->name);
-		std::free(info->fabric_attr->prov_name);
-		std::free(info->fabric_attr);
-		info->fabric_attr = nullptr;
-	}
-	if (info->domain_attr) {
-		std::free(info->domain_attr->name);
-		std::free(info->domain_attr->auth_key);
-		std::free(info->domain_attr);
-		info->domain_attr = nullptr;
-	}
-	if (info->nic) {
-		fi_close(&info->nic->fid);
-		info->nic = nullptr;
-	}
-}
-
 int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *context)
 {
 	if (!fdomain || !info || !out) {
@@ -492,15 +479,7 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 		return -FI_EINVAL;
 	}
 	Domain *domain = from_fid<Domain>(fdomain);
-	UniqueInfo copy(fi_dupinfo(info));
-	if (!copy)
-		return -FI_ENOMEM;
-	/* The endpoint keeps what it reads of its info: not the NIC's
-	 * description, nor the fabric's and domain's attributes (the domain
-	 * has them), which thousands of endpoints would each keep a copy of
-	 * (about 500 bytes). */
-	const bool resource_mgmt = copy->domain_attr && api::enum_value(copy->domain_attr->resource_mgmt) == FI_RM_ENABLED;
-	drop_shared_attributes(copy.get());
+	const bool resource_mgmt = info->domain_attr && api::enum_value(info->domain_attr->resource_mgmt) == FI_RM_ENABLED;
 
 	ConnRequest *request = nullptr;
 	SockAddr taken_address;
@@ -518,8 +497,7 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 			return ret;
 	}
 	const bool from_request = info->handle && !takes_address;
-	copy->handle = nullptr;
-	auto ep = std::make_unique<Endpoint>(domain, copy.get(),
+	auto ep = std::make_unique<Endpoint>(domain, *info,
 					     from_request ? cm::Side::passive : cm::Side::active);
 	if (from_request) {
 		/* The id moves to the endpoint under the listener EQ's progress
@@ -556,7 +534,6 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 		}
 		release_request(request);
 	}
-	copy.release();
 	ep->ep.fid.fclass = FI_CLASS_EP;
 	ep->ep.fid.context = context;
 	ep->ep.fid.ops = &ep_fid_ops;
@@ -564,7 +541,7 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 	ep->ep.cm = &ep_cm_ops;
 	/* FI_TAGGED frames every message (nd_framing.h); without it, messages
 	 * go to the adapter as they are. */
-	ep->options.framed = ep->info->caps & FI_TAGGED;
+	ep->options.framed = ep->attr.caps & FI_TAGGED;
 	ep->options.resource_mgmt = resource_mgmt;
 	ep->ep.msg = ep->options.framed ? &ep_framed_msg_ops : &ep_msg_ops;
 	ep->ep.rma = &ep_rma_ops;
@@ -574,7 +551,6 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 		int ret = bind_endpoint(ep.get(), taken_address, "fi_endpoint");
 		if (ret) {
 			ep->cm.reset();
-			fi_freeinfo(ep->info);
 			return ret;
 		}
 	}
@@ -635,7 +611,6 @@ int Endpoint::close()
 		eq->cancel_deferred(this);
 	unbind_all();
 	domain->children.release();
-	fi_freeinfo(info);
 	delete this;
 	return 0;
 }

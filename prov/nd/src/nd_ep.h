@@ -81,6 +81,44 @@ struct EndpointOptions {
 	bool resource_mgmt = false;
 };
 
+/* What the endpoint reads of the info it was opened with, copied at
+ * fi_endpoint. Not the info itself: fi_dupinfo's copy took eight
+ * allocations and about 500 bytes of every endpoint's heap, which with
+ * thousands of endpoints on one CQ was a seventh of nd's own memory per
+ * connection. */
+struct TxAttributes {
+	size_t size = 0;
+	size_t iov_limit = 0;
+	size_t inject_size = 0;
+	uint64_t msg_order = 0;
+	uint64_t op_flags = 0;
+	static TxAttributes of(const fi_tx_attr &attr) noexcept
+	{
+		return {attr.size, attr.iov_limit, attr.inject_size, attr.msg_order, attr.op_flags};
+	}
+};
+struct RxAttributes {
+	size_t size = 0;
+	size_t iov_limit = 0;
+	uint64_t msg_order = 0;
+	uint64_t op_flags = 0;
+	static RxAttributes of(const fi_rx_attr &attr) noexcept
+	{
+		return {attr.size, attr.iov_limit, attr.msg_order, attr.op_flags};
+	}
+};
+struct EndpointAttributes {
+	uint64_t caps = 0;
+	TxAttributes tx;			/* a bound shared context's replace them */
+	RxAttributes rx;
+	size_t max_msg_size = 0;		/* ep_attr's; 0 when none was given */
+	bool shared_tx = false;			/* ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT */
+	SockAddr source;			/* src_addr; length() 0 when none */
+
+	/* Needs info.tx_attr and info.rx_attr (fi_endpoint checks). */
+	explicit EndpointAttributes(const fi_info &info) noexcept;
+};
+
 /* What fi_ep_bind attached (before fi_enable), and the CQs the endpoint
  * completes into: what the application bound, else internal CQs. */
 struct EndpointBindings {
@@ -192,7 +230,7 @@ struct Connection {
 struct Endpoint {
 	fid_ep ep;				/* first: from_fid<Endpoint> */
 	Domain *domain;
-	fi_info *info;
+	EndpointAttributes attr;
 	EventQueue *eq = nullptr;
 	/* A passive-side endpoint not yet bound to an EQ: the listener's EQ,
 	 * whose channel carries its id and whose progress lock its handlers
@@ -213,7 +251,7 @@ struct Endpoint {
 	DataPath data;
 	Connection conn;
 
-	Endpoint(Domain *domain, fi_info *info, cm::Side side);
+	Endpoint(Domain *domain, const fi_info &info, cm::Side side);
 	int close();
 	cm::ReadLimits offered() const noexcept; /* wanted, capped */
 

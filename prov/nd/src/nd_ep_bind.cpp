@@ -128,7 +128,7 @@ int Endpoint::bind_stx(SharedTx *tx)
 {
 	if (int ret = check_context_bind("fi_ep_bind(stx)", fsm.enabled(), bindings.stx, tx->domain == domain))
 		return ret;
-	if (info->ep_attr->tx_ctx_cnt != FI_SHARED_CONTEXT) {
+	if (!attr.shared_tx) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(stx): the endpoint was opened with its own transmit "
 			"context; ask for ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT\n");
 		return -FI_EINVAL;

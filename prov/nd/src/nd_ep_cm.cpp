@@ -357,8 +357,8 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 	 * device (an unbound id would take whatever the route says). */
 	SockAddr source;
 	sockaddr *source_arg = nullptr;
-	if (!fsm.bound() && info->src_addr &&
-	    sockaddr_copy(info->src_addr, info->src_addrlen, &source) == 0) {
+	if (!fsm.bound() && attr.source.length()) {
+		source = attr.source;
 		source.set_port(0);
 		source_arg = &source.sa;
 	}

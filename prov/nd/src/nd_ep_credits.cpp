@@ -36,7 +36,7 @@ std::unique_ptr<ReceiveCredits> ReceiveCredits::open(ibv_pd *pd) noexcept
 bool Endpoint::wants_credits() const noexcept
 {
 	return domain->iwarp && options.resource_mgmt && !bindings.srx &&
-	       !(info->caps & FI_MULTI_RECV);
+	       !(attr.caps & FI_MULTI_RECV);
 }
 
 /* iWARP: the private data of a connect or accept gets this side's offer:

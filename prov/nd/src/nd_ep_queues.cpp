@@ -22,11 +22,11 @@ namespace nd {
 int Endpoint::setup_data_path()
 {
 	/* A shared transmit context's attributes stand for the endpoint's own. */
-	const fi_tx_attr &tx_attr = bindings.stx ? bindings.stx->attr : *info->tx_attr;
+	const TxAttributes tx_attr = bindings.stx ? TxAttributes::of(bindings.stx->attr) : attr.tx;
 	const uint32_t tx = static_cast<uint32_t>(tx_attr.size ? tx_attr.size : 1);
-	const uint32_t rx = static_cast<uint32_t>(info->rx_attr->size ? info->rx_attr->size : 1);
+	const uint32_t rx = static_cast<uint32_t>(attr.rx.size ? attr.rx.size : 1);
 	data.tx_iov_limit = static_cast<uint32_t>(tx_attr.iov_limit ? tx_attr.iov_limit : 1);
-	data.rx_iov_limit = static_cast<uint32_t>(info->rx_attr->iov_limit ? info->rx_attr->iov_limit : 1);
+	data.rx_iov_limit = static_cast<uint32_t>(attr.rx.iov_limit ? attr.rx.iov_limit : 1);
 	if (data.tx_iov_limit > kMaxSge || data.rx_iov_limit > kMaxSge) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: iov_limit %u/%u > %zu\n", data.tx_iov_limit, data.rx_iov_limit,
 			kMaxSge);
@@ -152,8 +152,8 @@ int Endpoint::setup_data_path()
 		return watch_error;
 	update_signal_intervals();
 	data.max_inline = static_cast<uint32_t>(tx_attr.inject_size);
-	data.read_fence = ((tx_attr.msg_order | info->rx_attr->msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
-	data.max_msg = info->ep_attr && info->ep_attr->max_msg_size ? info->ep_attr->max_msg_size : UINT32_MAX;
+	data.read_fence = ((tx_attr.msg_order | attr.rx.msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
+	data.max_msg = attr.max_msg_size ? attr.max_msg_size : UINT32_MAX;
 	if (options.framed) {
 		/* The header rides inline too; a message fits a receive buffer. */
 		data.max_inline += static_cast<uint32_t>(kFrameHeaderSize);
@@ -164,7 +164,7 @@ int Endpoint::setup_data_path()
 	/* FI_MORE is a promise about the next call, so it is taken from a
 	 * call's own flags only, never as a default for every call. */
 	data.tx_op_flags = tx_attr.op_flags & ~FI_MORE;
-	data.rx_op_flags = info->rx_attr->op_flags;
+	data.rx_op_flags = attr.rx.op_flags;
 	const bool locked = domain->threading == FI_THREAD_SAFE;
 	data.tx_lock.enable(locked);
 	data.rx_lock.enable(locked);

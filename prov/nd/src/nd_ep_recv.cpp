@@ -35,7 +35,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		return -FI_ENOCQ;
 	}
 	const bool multi = flags & FI_MULTI_RECV;
-	if (multi && !(info->caps & FI_MULTI_RECV)) {
+	if (multi && !(attr.caps & FI_MULTI_RECV)) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: FI_MULTI_RECV on an endpoint opened without the capability\n");
 		return -FI_EBADFLAGS;
 	}

@@ -137,7 +137,12 @@ Test(async, the_endpoint_handler_reports_once_on_its_eq)
 	fid_eq *eq = nullptr;
 	cr_assert_eq(EventQueue::open(FI_VERSION(1, 17), nullptr, &attr, nullptr, &eq), 0);
 	Domain domain{};
-	Endpoint ep(&domain, nullptr, cm::Side::active);
+	fi_tx_attr tx{};
+	fi_rx_attr rx{};
+	fi_info info{};
+	info.tx_attr = &tx;
+	info.rx_attr = &rx;
+	Endpoint ep(&domain, info, cm::Side::active);
 	ep.ep.fid.fclass = FI_CLASS_EP;
 	ep.ep.fid.context = &domain;
 	ep.eq = from_fid<EventQueue>(eq);
