@@ -364,8 +364,8 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 	int before = slot ? slot->capacity : 0;
 	if (slot && slot->reserved + count > slot->capacity) {
 		const int needed = slot->reserved + count;
-		const int grown = std::min(std::max(needed, slot->capacity * 2), max_cqe);
-		int rc = ibv_resize_cq(slot->cq.get(), grown);
+		int grown = 0;
+		int rc = double_to(*slot, needed, &grown);
 		if (rc == EOPNOTSUPP || rc == ENOSYS) {
 			/* soft-iWARP, for one: CQs keep their size, so more room
 			 * comes as another chained CQ, as past the largest. */
@@ -378,8 +378,6 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_resize_cq(%d) for %d outstanding requests: %s\n",
 				static_cast<void *>(this), grown, needed, std::strerror(rc));
 			return -FI_ENOSPC;
-		} else {
-			slot->capacity = slot->cq->cqe;
 		}
 	}
 	if (!slot) {
@@ -444,6 +442,17 @@ VerbsCqSlot *CompletionQueue::slot_of(ibv_cq *where) noexcept
 	return nullptr;
 }
 
+int CompletionQueue::double_to(VerbsCqSlot &slot, int needed, int *grown) noexcept
+{
+	/* Doubling: an endpoint's queue grows in as many steps as its depth
+	 * has bits, the CQ in as many as its size has. */
+	*grown = std::min(std::max(needed, slot.capacity * 2), domain->max_cqe);
+	const int rc = ibv_resize_cq(slot.cq.get(), *grown);
+	if (rc == 0)
+		slot.capacity = slot.cq->cqe;
+	return rc;
+}
+
 int CompletionQueue::make_room(VerbsCqSlot &slot, int more, uint32_t becomes) noexcept
 {
 	const int max_cqe = domain->max_cqe;
@@ -454,16 +463,13 @@ int CompletionQueue::make_room(VerbsCqSlot &slot, int more, uint32_t becomes) no
 		return -FI_EAGAIN;
 	}
 	const int before = slot.capacity;
+	int grown = 0;
 	if (needed > slot.capacity) {
-		/* Doubling: an endpoint's queue grows in as many steps as its
-		 * depth has bits, the CQ in as many as its size has. */
-		const int grown = std::min(std::max(needed, slot.capacity * 2), max_cqe);
-		if (int rc = ibv_resize_cq(slot.cq.get(), grown)) {
+		if (int rc = double_to(slot, needed, &grown)) {
 			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_resize_cq(%d) for a queue growing to %u requests: %s\n",
 				static_cast<void *>(this), grown, becomes, std::strerror(rc));
 			return -FI_EAGAIN;
 		}
-		slot.capacity = slot.cq->cqe;
 	}
 	const int total = capacity + slot.capacity - before;
 	try {

@@ -236,6 +236,10 @@ struct CompletionQueue {
 	void shrink(VerbsCqSlot &slot) noexcept;
 	/* Under lock: the slot of verbs CQ `where`, or null. */
 	VerbsCqSlot *slot_of(ibv_cq *where) noexcept;
+	/* Under lock: resizes the slot's verbs CQ to hold `needed` entries,
+	 * at least doubling it, within the device's largest (the size asked
+	 * in *grown); returns ibv_resize_cq's code. */
+	int double_to(VerbsCqSlot &slot, int needed, int *grown) noexcept;
 	/* Under lock: resizes the slot's verbs CQ (doubling) and the rings so
 	 * that `more` entries more can be reserved there (for a queue that
 	 * becomes `becomes` requests deep, for the log); -FI_EAGAIN, logged,
