@@ -13,6 +13,9 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -197,6 +200,41 @@ Test(objects, endpoints_check_their_arguments)
 	cr_assert_eq(fi_control(&pep->fid, FI_BACKLOG, &backlog), -FI_EINVAL);
 	cr_assert_eq(fi_close(&o.fabric->fid), -FI_EBUSY, "the listener is open");
 	cr_assert_eq(fi_close(&pep->fid), 0);
+	cr_assert_eq(fi_close(&o.domain->fid), 0);
+	cr_assert_eq(fi_close(&o.fabric->fid), 0);
+}
+
+/* fi_endpoint(3) lets an info leave ep_attr out. The endpoint keeps what
+ * it reads of the info when it opens: it once kept a copy and read the
+ * copy's ep_attr at fi_enable, a NULL dereference. It enables with the
+ * defaults, and its name is the info's source address until it binds. */
+Test(objects, an_endpoint_opened_without_ep_attr_enables)
+{
+	Opened o = open_fabric_and_domain();
+	InfoPtr bare(fi_dupinfo(o.info.get()));
+	cr_assert_not_null(bare);
+	std::free(bare->ep_attr);
+	bare->ep_attr = nullptr;
+	fid_ep *ep = nullptr;
+	cr_assert_eq(fi_endpoint(o.domain, bare.get(), &ep, nullptr), 0);
+	fid_eq *eq = open_eq(o.fabric);
+	fi_cq_attr cq_attr{};
+	cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+	fid_cq *cq = nullptr;
+	cr_assert_eq(fi_cq_open(o.domain, &cq_attr, &cq, nullptr), 0);
+	cr_assert_eq(fi_ep_bind(ep, &eq->fid, 0), 0);
+	cr_assert_eq(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	cr_assert_eq(fi_enable(ep), 0);
+	if (o.info->src_addr) {
+		char name[128] = {};
+		size_t len = sizeof(name);
+		cr_assert_eq(fi_getname(&ep->fid, name, &len), 0);
+		cr_assert_eq(len, o.info->src_addrlen);
+		cr_assert_eq(std::memcmp(name, o.info->src_addr, len), 0, "the info's source address");
+	}
+	cr_assert_eq(fi_close(&ep->fid), 0);
+	cr_assert_eq(fi_close(&cq->fid), 0);
+	cr_assert_eq(fi_close(&eq->fid), 0);
 	cr_assert_eq(fi_close(&o.domain->fid), 0);
 	cr_assert_eq(fi_close(&o.fabric->fid), 0);
 }
