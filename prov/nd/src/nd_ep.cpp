@@ -22,7 +22,8 @@ namespace nd {
 EndpointAttributes::EndpointAttributes(const fi_info &info) noexcept
 	: caps(info.caps), tx(TxAttributes::of(*info.tx_attr)), rx(RxAttributes::of(*info.rx_attr)),
 	  max_msg_size(info.ep_attr ? info.ep_attr->max_msg_size : 0),
-	  shared_tx(info.ep_attr && info.ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT)
+	  shared_tx(info.ep_attr && info.ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT),
+	  resource_mgmt(info.domain_attr && api::enum_value(info.domain_attr->resource_mgmt) == FI_RM_ENABLED)
 {
 	if (info.src_addr && sockaddr_copy(info.src_addr, info.src_addrlen, &source) != 0)
 		source = SockAddr{};
@@ -479,8 +480,6 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 		return -FI_EINVAL;
 	}
 	Domain *domain = from_fid<Domain>(fdomain);
-	const bool resource_mgmt = info->domain_attr && api::enum_value(info->domain_attr->resource_mgmt) == FI_RM_ENABLED;
-
 	ConnRequest *request = nullptr;
 	SockAddr taken_address;
 	bool takes_address = false;
@@ -542,7 +541,6 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 	/* FI_TAGGED frames every message (nd_framing.h); without it, messages
 	 * go to the adapter as they are. */
 	ep->options.framed = ep->attr.caps & FI_TAGGED;
-	ep->options.resource_mgmt = resource_mgmt;
 	ep->ep.msg = ep->options.framed ? &ep_framed_msg_ops : &ep_msg_ops;
 	ep->ep.rma = &ep_rma_ops;
 	ep->ep.tagged = ep->options.framed ? &ep_tagged_ops : &unsupported::tagged_ops;

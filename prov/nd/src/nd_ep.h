@@ -76,9 +76,6 @@ struct EndpointOptions {
 	size_t min_multi_recv = kDefaultMinMultiRecv;	/* FI_OPT_MIN_MULTI_RECV */
 	/* Opened with FI_TAGGED: every message is framed (nd_framing.h). */
 	bool framed = false;
-	/* Its info's domain_attr->resource_mgmt was FI_RM_ENABLED (the
-	 * endpoint keeps no copy of the domain's attributes). */
-	bool resource_mgmt = false;
 };
 
 /* What the endpoint reads of the info it was opened with, copied at
@@ -113,6 +110,7 @@ struct EndpointAttributes {
 	RxAttributes rx;
 	size_t max_msg_size = 0;		/* ep_attr's; 0 when none was given */
 	bool shared_tx = false;			/* ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT */
+	bool resource_mgmt = false;		/* domain_attr->resource_mgmt == FI_RM_ENABLED */
 	SockAddr source;			/* src_addr; length() 0 when none */
 
 	/* Needs info.tx_attr and info.rx_attr (fi_endpoint checks). */
