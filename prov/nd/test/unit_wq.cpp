@@ -483,3 +483,35 @@ Test(completion_ring, keeps_order_across_wrap_and_growth)
 	}
 	cr_assert(ring.empty());
 }
+
+Test(completion_ring, a_large_ring_is_a_mapping_and_keeps_its_entries_when_it_becomes_one)
+{
+	/* Rings that doubled in the heap left holes there that endpoints'
+	 * allocations filled and touched: from RingStorage::kMappedFrom on,
+	 * the slots are a mapping of their own. */
+	CompletionRing<uint64_t> ring;
+	constexpr size_t small = 16;
+	ring.reserve(small);
+	cr_assert_not(ring.mapped(), "a small ring stays in the heap");
+	for (uint64_t i = 0; i < small; i++)
+		ring.push_back(i);
+	ring.pop_front();
+	ring.push_back(small); /* wrapped: the first slot holds the last entry */
+	constexpr size_t large = RingStorage<uint64_t>::kMappedFrom / sizeof(uint64_t);
+	ring.reserve(large);
+	cr_assert(ring.mapped());
+	cr_assert_eq(ring.size(), small);
+	cr_assert_eq(ring.room(), large - small);
+	for (uint64_t i = 1; i <= small; i++) {
+		cr_assert_eq(ring.front(), i, "entry %lu after the ring was mapped", static_cast<unsigned long>(i));
+		ring.pop_front();
+	}
+	cr_assert(ring.empty());
+	for (uint64_t i = 0; i < large; i++)
+		ring.push_back(i * 3);
+	cr_assert_eq(ring.room(), 0u);
+	for (uint64_t i = 0; i < large; i++) {
+		cr_assert_eq(ring.front(), i * 3);
+		ring.pop_front();
+	}
+}
