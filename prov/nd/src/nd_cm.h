@@ -4,7 +4,8 @@
  *
  * Progress model. Every rdma_cm id of an object bound to an EQ lives on that
  * EQ's event channel, whose fd sits in the EQ's epoll set. Reading the EQ
- * (fi_eq_read/readerr/sread, fi_trywait) first drains the channel: each
+ * (fi_eq_read/readerr/sread, fi_trywait) first reads the channel, a
+ * bounded batch at a time (EventQueue::kCmEventsPerProgress): each
  * rdma_cm event is copied, acknowledged at once and only then handed to the
  * object it belongs to (id->context points at the object's CmTarget). An
  * acknowledged event never holds up rdma_destroy_id, so an object can destroy

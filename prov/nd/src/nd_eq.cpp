@@ -420,8 +420,9 @@ int EventQueue::control(int command, void *arg)
 
 int EventQueue::trywait()
 {
-	progress();
-	return depth() ? -FI_EAGAIN : 0;
+	/* A full batch may have left events in the channel. */
+	const bool more = progress();
+	return more || depth() ? -FI_EAGAIN : 0;
 }
 
 int EventQueue::close()

@@ -82,8 +82,11 @@ struct EventQueue {
 	 * this EQ, created on first use and added to the wait set. Objects
 	 * bound to the EQ keep their ids on it. */
 	int cm_channel(rdma_event_channel **out);
-	/* Drains the CM channel and dispatches its events (see nd_cm.h). */
-	void progress();
+	/* Reads the CM channel and dispatches its events (see nd_cm.h), at
+	 * most kCmEventsPerProgress of them; true when it took that many (more
+	 * may wait there). */
+	bool progress();
+	static constexpr int kCmEventsPerProgress = 32;
 	/* progress() only when nothing is queued: the queued head goes out
 	 * first anyway, and the drain would end in a failed
 	 * rdma_get_cm_event system call on a channel already read empty. */
