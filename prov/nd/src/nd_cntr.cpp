@@ -111,11 +111,11 @@ void Counter::wake() noexcept
 int Counter::wait(uint64_t threshold, int timeout)
 {
 	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout);
-	const uint64_t errors_before = errors.load(std::memory_order_acquire);
+	const uint64_t errors_before = words.errors.load(std::memory_order_acquire);
 	auto outcome = [&]() -> int {
-		if (value.load(std::memory_order_acquire) >= threshold)
+		if (words.success.load(std::memory_order_acquire) >= threshold)
 			return 0;
-		if (errors.load(std::memory_order_acquire) != errors_before)
+		if (words.errors.load(std::memory_order_acquire) != errors_before)
 			return -FI_EAVAIL;
 		return 1;
 	};
@@ -153,8 +153,8 @@ int Counter::trywait()
 		return -FI_EINVAL;
 	}
 	auto moved = [this] {
-		const uint64_t now = value.load(std::memory_order_acquire) +
-				     errors.load(std::memory_order_acquire);
+		const uint64_t now = words.success.load(std::memory_order_acquire) +
+				     words.errors.load(std::memory_order_acquire);
 		return observed.exchange(now, std::memory_order_acq_rel) != now;
 	};
 	const bool woken = wait_fd.drain();
@@ -180,40 +180,40 @@ uint64_t cntr_read(fid_cntr *c) noexcept
 {
 	Counter *counter = cntr_of(c);
 	guarded("fi_cntr_read", [&] { counter->progress(); return 0; });
-	return counter->value.load(std::memory_order_acquire);
+	return counter->words.success.load(std::memory_order_acquire);
 }
 
 uint64_t cntr_readerr(fid_cntr *c) noexcept
 {
 	Counter *counter = cntr_of(c);
 	guarded("fi_cntr_readerr", [&] { counter->progress(); return 0; });
-	return counter->errors.load(std::memory_order_acquire);
+	return counter->words.errors.load(std::memory_order_acquire);
 }
 
 int cntr_add(fid_cntr *c, uint64_t value) noexcept
 {
-	cntr_of(c)->value.fetch_add(value, std::memory_order_acq_rel);
+	cntr_of(c)->words.success.fetch_add(value, std::memory_order_acq_rel);
 	cntr_of(c)->wake();
 	return 0;
 }
 
 int cntr_adderr(fid_cntr *c, uint64_t value) noexcept
 {
-	cntr_of(c)->errors.fetch_add(value, std::memory_order_acq_rel);
+	cntr_of(c)->words.errors.fetch_add(value, std::memory_order_acq_rel);
 	cntr_of(c)->wake();
 	return 0;
 }
 
 int cntr_set(fid_cntr *c, uint64_t value) noexcept
 {
-	cntr_of(c)->value.store(value, std::memory_order_release);
+	cntr_of(c)->words.success.store(value, std::memory_order_release);
 	cntr_of(c)->wake();
 	return 0;
 }
 
 int cntr_seterr(fid_cntr *c, uint64_t value) noexcept
 {
-	cntr_of(c)->errors.store(value, std::memory_order_release);
+	cntr_of(c)->words.errors.store(value, std::memory_order_release);
 	cntr_of(c)->wake();
 	return 0;
 }

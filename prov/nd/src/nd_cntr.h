@@ -1,7 +1,7 @@
 /*
  * nd_cntr.h: counters (fid_cntr).
  *
- * A counter is two atomics (its CounterCells, nd_wq.h) that the retirement
+ * A counter is two atomics (its CounterWords, nd_wq.h) that the retirement
  * of a work request adds to. Completions only surface when a verbs CQ is
  * polled, so reading or waiting on a counter first progresses the CQs that
  * feed it: an enabled endpoint bound to the counter makes its CQs watched
@@ -41,8 +41,7 @@ struct Domain;
 struct Counter {
 	fid_cntr cntr;				/* first: from_fid<Counter> */
 	Domain *domain;
-	std::atomic<uint64_t> value{0};
-	std::atomic<uint64_t> errors{0};
+	CounterWords words;			/* the value, and the errors */
 	std::mutex sources_lock;
 	std::vector<const void *> users;	/* objects bound to it; each holds `bound` */
 	std::vector<CompletionQueue *> cqs;	/* CQs that feed it, once per watch */
@@ -55,7 +54,7 @@ struct Counter {
 
 	~Counter();
 
-	CounterCells cells() noexcept { return {&value, &errors}; }
+	CounterCells cells() noexcept { return {&words}; }
 	/* A binding (fi_ep_bind): the counter cannot close while it lasts. */
 	void attach(const void *user);
 	void detach(const void *user) noexcept;

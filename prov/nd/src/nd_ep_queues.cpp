@@ -214,10 +214,10 @@ void Endpoint::release_queues() noexcept
 	};
 	if (data.sq && watches_stalls())
 		bindings.tx_cq->unwatch_stalls(data.sq.get());
-	if (data.rq && data.rq->framing) {
+	if (data.rq && data.rq->framing()) {
 		/* Receives waiting in nd complete now; nd's own buffers are
 		 * flushed with the queue pair and not reposted. */
-		Framing *framing = static_cast<Framing *>(data.rq->framing.get());
+		Framing *framing = static_cast<Framing *>(data.rq->framing());
 		framing->qp.store(nullptr, std::memory_order_release);
 		framing->cancel_all(*bindings.rx_cq);
 	}
@@ -226,10 +226,10 @@ void Endpoint::release_queues() noexcept
 		if (!d.queue || !d.cq)
 			continue;
 		if (!d.cq->drain(*d.queue, kDrainMs) && d.cq != bindings.own_cq) {
-			if (d.queue->multi) {
+			if (d.queue->multi()) {
 				/* The queue pair goes below: nothing more reaches it. */
-				std::lock_guard<std::mutex> hold(d.queue->multi->lock);
-				d.queue->multi->qp = nullptr;
+				std::lock_guard<std::mutex> hold(d.queue->multi()->lock);
+				d.queue->multi()->qp = nullptr;
 			}
 			ND_WARN(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) not flushed yet; the CQ keeps their records\n",
 				static_cast<unsigned long long>(d.queue->outstanding()));

@@ -20,7 +20,7 @@ namespace {
 
 Framing *framing_of(const WorkQueue &queue) noexcept
 {
-	return static_cast<Framing *>(queue.framing.get());
+	return static_cast<Framing *>(queue.framing());
 }
 
 /* At most this many buffers per endpoint: a sender that finds them all

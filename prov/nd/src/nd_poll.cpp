@@ -38,8 +38,8 @@ int PollSet::add(fid *member)
 			ND_WARN(FI_LOG_DOMAIN, "fi_poll_add: the counter belongs to another domain\n");
 			return -FI_EINVAL;
 		}
-		m.seen_value = m.counter->value.load(std::memory_order_acquire);
-		m.seen_errors = m.counter->errors.load(std::memory_order_acquire);
+		m.seen_value = m.counter->words.success.load(std::memory_order_acquire);
+		m.seen_errors = m.counter->words.errors.load(std::memory_order_acquire);
 	} else {
 		ND_WARN(FI_LOG_DOMAIN, "fi_poll_add: class %zu; a poll set holds CQs and counters\n",
 			member->fclass);
@@ -92,8 +92,8 @@ int PollSet::poll(void **context, int count)
 			continue;
 		}
 		m.counter->progress();
-		const uint64_t value = m.counter->value.load(std::memory_order_acquire);
-		const uint64_t errors = m.counter->errors.load(std::memory_order_acquire);
+		const uint64_t value = m.counter->words.success.load(std::memory_order_acquire);
+		const uint64_t errors = m.counter->words.errors.load(std::memory_order_acquire);
 		if (value != m.seen_value || errors != m.seen_errors) {
 			m.seen_value = value;
 			m.seen_errors = errors;

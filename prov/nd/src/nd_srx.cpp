@@ -18,7 +18,7 @@ SharedRx::SharedRx(Domain *d, uint32_t depth)
 	  min_multi_recv(kDefaultMinMultiRecv)
 {
 	/* Completed receives go back to the pool under the lock that posts. */
-	queue.pool_lock = &lock;
+	queue.set_pool_lock(&lock);
 	lock.enable(d->threading != FI_THREAD_DOMAIN && d->threading != FI_THREAD_COMPLETION);
 }
 
@@ -44,15 +44,15 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 	if (multi)
 		return post_behind_multi(sge, static_cast<size_t>(built), total, context, true);
 	std::unique_lock<OptionalLock> guard(lock);
-	if (queue.multi) {
+	if (queue.multi()) {
 		/* Made under this lock by another poster, and kept until the
 		 * context closes: from now on every receive goes behind it. */
 		guard.unlock();
 		return post_behind_multi(sge, static_cast<size_t>(built), total, context, false);
 	}
-	if (queue.free_slots.empty())
+	if (queue.free_slots().empty())
 		return -FI_EAGAIN;
-	uint32_t slot = queue.free_slots.back();
+	uint32_t slot = queue.free_slots().back();
 	OpRecord &record = queue.records[slot];
 	record.context = context;
 	record.flags = FI_RECV | FI_MSG;
@@ -69,7 +69,7 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);
 	}
-	queue.free_slots.pop_back();
+	queue.free_slots().pop_back();
 	return 0;
 }
 
@@ -83,16 +83,16 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 	OpRecord *record;
 	{
 		std::lock_guard<OptionalLock> guard(lock);
-		if (queue.free_slots.empty())
+		if (queue.free_slots().empty())
 			return -FI_EAGAIN;
-		if (!queue.multi) {
+		if (!queue.multi()) {
 			auto made = std::make_unique<MultiRecv>(min_multi_recv);
 			made->srq = srq.get();
 			made->ready = true;
 			queue.set_multi(std::move(made));
 		}
-		record = &queue.records[queue.free_slots.back()];
-		queue.free_slots.pop_back();
+		record = &queue.records[queue.free_slots().back()];
+		queue.free_slots().pop_back();
 	}
 	record->context = context;
 	record->flags = FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0);
@@ -101,16 +101,16 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 	record->report = true;
 	int rc;
 	{
-		std::lock_guard<std::mutex> hold(queue.multi->lock);
+		std::lock_guard<std::mutex> hold(queue.multi()->lock);
 		try {
-			rc = queue.multi->submit(record, sge, count, multi);
+			rc = queue.multi()->submit(record, sge, count, multi);
 		} catch (const std::bad_alloc &) {
 			rc = ENOMEM;
 		}
 	}
 	if (rc) {
 		std::lock_guard<OptionalLock> guard(lock);
-		queue.free_slots.push_back(static_cast<uint32_t>(record - queue.records.get()));
+		queue.free_slots().push_back(static_cast<uint32_t>(record - queue.records.get()));
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);
 	}
@@ -121,9 +121,9 @@ void SharedRx::set_min_multi_recv(size_t bytes)
 {
 	std::lock_guard<OptionalLock> guard(lock);
 	min_multi_recv = bytes;
-	if (queue.multi) {
-		std::lock_guard<std::mutex> hold(queue.multi->lock);
-		queue.multi->min_free = bytes;
+	if (queue.multi()) {
+		std::lock_guard<std::mutex> hold(queue.multi()->lock);
+		queue.multi()->min_free = bytes;
 	}
 }
 

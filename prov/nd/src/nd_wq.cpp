@@ -40,10 +40,21 @@ WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal, uint
 	update_plain();
 	if (kind == QueueKind::shared_recv) {
 		/* Every slot's index fits, so giving one back never allocates. */
-		free_slots.reserve(depth);
+		std::vector<uint32_t> &free = extras().free_slots;
+		free.reserve(depth);
 		for (uint32_t i = depth; i > 0; i--)
-			free_slots.push_back(i - 1);
+			free.push_back(i - 1);
 	}
+}
+
+QueueExtras::QueueExtras() = default;
+QueueExtras::~QueueExtras() = default;
+
+QueueExtras &WorkQueue::extras()
+{
+	if (!extras_)
+		extras_ = std::make_unique<QueueExtras>();
+	return *extras_;
 }
 
 uint32_t WorkQueue::growth() const noexcept
@@ -64,14 +75,17 @@ bool WorkQueue::grow() noexcept
 		return false;
 	const uint64_t h = head.load(std::memory_order_relaxed);
 	const uint64_t t = tail.load(std::memory_order_acquire);
-	/* Rings whose requests all retired go (the reaper reads nothing of a
-	 * record once tail passed it: retire_through). */
-	old_rings.erase(std::remove_if(old_rings.begin(), old_rings.end(),
-				       [t](const OldRing &old) { return old.end <= t; }),
-			old_rings.end());
 	try {
-		if (t != h)
-			old_rings.push_back(OldRing{std::move(records), mask, ring_first, h});
+		if (t != h || extras_) {
+			/* Rings whose requests all retired go (the reaper reads
+			 * nothing of a record once tail passed it: retire_through). */
+			std::vector<OldRing> &old_rings = extras().old_rings;
+			old_rings.erase(std::remove_if(old_rings.begin(), old_rings.end(),
+						       [t](const OldRing &old) { return old.end <= t; }),
+					old_rings.end());
+			if (t != h)
+				old_rings.push_back(OldRing{std::move(records), mask, ring_first, h});
+		}
 	} catch (const std::bad_alloc &) {
 		return false;
 	}
@@ -84,9 +98,9 @@ bool WorkQueue::grow() noexcept
 
 OpRecord &WorkQueue::record_at(uint64_t seq) noexcept
 {
-	if (seq >= ring_first)
+	if (seq >= ring_first || !extras_)
 		return records[seq & mask];
-	for (OldRing &old : old_rings)
+	for (OldRing &old : extras_->old_rings)
 		if (seq >= old.first && seq < old.end)
 			return old.records[seq & old.mask];
 	return records[seq & mask]; /* not outstanding: a caller's bug */
@@ -94,13 +108,13 @@ OpRecord &WorkQueue::record_at(uint64_t seq) noexcept
 
 WorkQueue::~WorkQueue()
 {
-	if (budget)
-		budget->used.fetch_sub(outstanding(), std::memory_order_acq_rel);
+	if (SendBudget *b = budget())
+		b->used.fetch_sub(outstanding(), std::memory_order_acq_rel);
 }
 
-void WorkQueue::set_multi(std::unique_ptr<MultiRecv> m) noexcept
+void WorkQueue::set_multi(std::unique_ptr<MultiRecv> m)
 {
-	multi = std::move(m);
+	extras().multi = std::move(m);
 	update_plain();
 }
 
@@ -111,6 +125,8 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *p
 	bool ok = wc.status == IBV_WC_SUCCESS;
 	const bool placed_by_nd = record.flags & kPlacedByNd;
 	bool release = true;
+	MultiRecv *const multi = this->multi();
+	PlacedReceiver *const framing = this->framing();
 	if (placed_by_nd && multi) {
 		/* A message in a multi-receive buffer: the slot stays the
 		 * buffer's until it is released (then FI_MULTI_RECV says so). */
@@ -130,12 +146,12 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *p
 	if (!release) {
 		/* counted below, as every message is */
 	} else if (kind == QueueKind::shared_recv) {
-		std::lock_guard<OptionalLock> guard(*pool_lock);
-		free_slots.push_back(static_cast<uint32_t>(&record - records.get()));
+		std::lock_guard<OptionalLock> guard(*extras_->pool_lock);
+		extras_->free_slots.push_back(static_cast<uint32_t>(&record - records.get()));
 	} else {
 		const uint64_t retired = retire_through(&record);
-		if (budget)
-			budget->used.fetch_sub(retired, std::memory_order_acq_rel);
+		if (SendBudget *b = budget())
+			b->used.fetch_sub(retired, std::memory_order_acq_rel);
 		if (targets.room)
 			targets.room(targets.owner);
 	}

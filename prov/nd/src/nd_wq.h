@@ -203,15 +203,21 @@ inline OpRecord *record_of(uint64_t wr_id) noexcept
 	return reinterpret_cast<OpRecord *>(static_cast<uintptr_t>(wr_id));
 }
 
-/* A counter's two cells (nd_cntr.h): completions and errors. */
-struct CounterCells {
-	std::atomic<uint64_t> *success = nullptr;
-	std::atomic<uint64_t> *errors = nullptr;
+/* A counter's two words (nd_cntr.h): completions and errors. */
+struct CounterWords {
+	std::atomic<uint64_t> success{0};
+	std::atomic<uint64_t> errors{0};
+};
 
-	explicit operator bool() const noexcept { return success != nullptr; }
+/* Where a request's completion is counted: one pointer, since every queue
+ * of thousands of endpoints keeps one per kind of request. */
+struct CounterCells {
+	CounterWords *words = nullptr;
+
+	explicit operator bool() const noexcept { return words != nullptr; }
 	void count(bool ok) const noexcept
 	{
-		(ok ? success : errors)->fetch_add(1, std::memory_order_release);
+		(ok ? words->success : words->errors).fetch_add(1, std::memory_order_release);
 	}
 };
 
@@ -281,6 +287,31 @@ struct OldRing {
 	uint64_t first, end;		/* the requests it holds: [first, end) */
 };
 
+/* What only some queues use, made by the first call that needs it
+ * (WorkQueue::extras): 88 bytes that most queues of thousands of
+ * endpoints never touch. */
+struct QueueExtras {
+	/* A ring that grew: earlier rings still holding requests. */
+	std::vector<OldRing> old_rings;
+	/* shared_recv: a shared receive context completes out of order, so
+	 * its records are a pool of free slots instead of a ring, under the
+	 * context's lock (set by the context). */
+	std::vector<uint32_t> free_slots;
+	OptionalLock *pool_lock = nullptr;
+	/* recv, shared_recv: FI_MULTI_RECV buffers and what waits behind
+	 * them (nd_multi_recv.h); made at the first such buffer. */
+	std::unique_ptr<MultiRecv> multi;
+	/* recv: an endpoint with FI_TAGGED (nd_framing.h): nd's own buffers
+	 * fill the queue and every completion goes to the framing. */
+	std::unique_ptr<PlacedReceiver> framing;
+	/* send: the budget of the shared transmit context bound, if any;
+	 * shared, since the queue may outlive the context as an orphan. */
+	std::shared_ptr<SendBudget> budget;
+
+	QueueExtras();
+	~QueueExtras(); /* nd_wq.cpp, where MultiRecv is complete */
+};
+
 struct WorkQueue {
 	QueueKind kind;
 	/* The ring requests take slots in: request number s (head when it
@@ -293,7 +324,6 @@ struct WorkQueue {
 	uint32_t depth;			/* most requests outstanding at once */
 	uint32_t limit;			/* most the ring holds now (<= depth) */
 	uint64_t ring_first = 0;	/* the first request in records */
-	std::vector<OldRing> old_rings;	/* earlier rings still holding requests */
 	bool counted = false;		/* a counter is bound to some of its requests */
 	/* retire()'s inline path may take the queue's successes: a ring with
 	 * no counter, no shared budget and no multi-receive buffer (the rest
@@ -320,23 +350,18 @@ struct WorkQueue {
 	uint32_t reads_fenced = 0;		/* poster only: reads_posted when a
 						 * send or write was last fenced */
 
-	/* shared_recv: a shared receive context completes out of order, so its
-	 * records are a pool of free slots instead of a ring, under the
-	 * context's lock (set by the context). */
-	std::vector<uint32_t> free_slots;
-	OptionalLock *pool_lock = nullptr;
+	/* Null until a queue needs one of its parts. */
+	std::unique_ptr<QueueExtras> extras_;
 
-	/* recv, shared_recv: FI_MULTI_RECV buffers and what waits behind them
-	 * (nd_multi_recv.h); made at the first such buffer. */
-	std::unique_ptr<MultiRecv> multi;
-
-	/* recv: an endpoint with FI_TAGGED (nd_framing.h): nd's own buffers
-	 * fill the queue and every completion goes to the framing. */
-	std::unique_ptr<PlacedReceiver> framing;
-
-	/* send: the budget of the shared transmit context bound, if any;
-	 * shared, since the queue may outlive the context as an orphan. */
-	std::shared_ptr<SendBudget> budget;
+	/* The rarely used parts, made on first need; throws std::bad_alloc. */
+	QueueExtras &extras(); /* nd_wq.cpp */
+	MultiRecv *multi() const noexcept { return extras_ ? extras_->multi.get() : nullptr; }
+	PlacedReceiver *framing() const noexcept { return extras_ ? extras_->framing.get() : nullptr; }
+	SendBudget *budget() const noexcept { return extras_ ? extras_->budget.get() : nullptr; }
+	size_t old_ring_count() const noexcept { return extras_ ? extras_->old_rings.size() : 0; }
+	/* shared_recv's pool of free slots (made with the queue). */
+	std::vector<uint32_t> &free_slots() noexcept { return extras_->free_slots; }
+	void set_pool_lock(OptionalLock *lock) noexcept { extras_->pool_lock = lock; }
 
 	/* Allocates the ring (or pool); throws std::bad_alloc. `internal`
 	 * slots beyond the depth are the provider's own (receive-credit
@@ -358,24 +383,25 @@ struct WorkQueue {
 			counted = counted || static_cast<bool>(cells);
 		update_plain();
 	}
-	/* A shared transmit context's budget (fi_enable, before any post). */
-	void set_budget(std::shared_ptr<SendBudget> b) noexcept
+	/* A shared transmit context's budget (fi_enable, before any post).
+	 * These three throw std::bad_alloc (extras). */
+	void set_budget(std::shared_ptr<SendBudget> b)
 	{
-		budget = std::move(b);
+		extras().budget = std::move(b);
 		update_plain();
 	}
 	/* The first multi-receive buffer's state, made before its record is
 	 * posted (so that its completion cannot take the inline path). */
-	void set_multi(std::unique_ptr<MultiRecv> m) noexcept; /* nd_wq.cpp */
+	void set_multi(std::unique_ptr<MultiRecv> m); /* nd_wq.cpp */
 	/* A framed endpoint's receive state, before any buffer is posted. */
-	void set_framing(std::unique_ptr<PlacedReceiver> f) noexcept
+	void set_framing(std::unique_ptr<PlacedReceiver> f)
 	{
-		framing = std::move(f);
+		extras().framing = std::move(f);
 		update_plain();
 	}
 	void update_plain() noexcept
 	{
-		plain = kind != QueueKind::shared_recv && !counted && !budget && !multi && !framing &&
+		plain = kind != QueueKind::shared_recv && !counted && !budget() && !multi() && !framing() &&
 			!targets.room;
 	}
 
@@ -427,12 +453,16 @@ struct WorkQueue {
 	 * under the CQ's lock). */
 	OpRecord &record_at(uint64_t seq) noexcept;
 	/* The ring or the shared budget is full (the slow paths' check). */
-	bool no_room() const noexcept { return full() || (budget && budget->exhausted()); }
+	bool no_room() const noexcept
+	{
+		const SendBudget *b = budget();
+		return full() || (b && b->exhausted());
+	}
 	/* Counts the request about to be committed against the budget. */
 	void count_budget() noexcept
 	{
-		if (budget)
-			budget->used.fetch_add(1, std::memory_order_acq_rel);
+		if (SendBudget *b = budget())
+			b->used.fetch_add(1, std::memory_order_acq_rel);
 	}
 
 	/* The next free slot, filled by the poster and published by commit. */
@@ -459,8 +489,8 @@ struct WorkQueue {
 		if (__builtin_expect(h < ring_first, 0))
 			ring_first = h; /* those slots are taken again from the new ring */
 		head.store(h, std::memory_order_release);
-		if (budget)
-			budget->used.fetch_sub(n, std::memory_order_acq_rel);
+		if (SendBudget *b = budget())
+			b->used.fetch_sub(n, std::memory_order_acq_rel);
 	}
 
 	/* The flag a send or RDMA write needs (`fence`: IBV_SEND_FENCE where

@@ -28,10 +28,8 @@ constexpr uint32_t kRecvFlags = FI_RECV | FI_MSG;
 
 void *ctx(uintptr_t n) { return reinterpret_cast<void *>(n); }
 
-struct Cells {
-	std::atomic<uint64_t> success{0};
-	std::atomic<uint64_t> errors{0};
-	CounterCells cells() { return {&success, &errors}; }
+struct Cells : CounterWords {
+	CounterCells cells() { return {this}; }
 };
 
 } // namespace
@@ -113,7 +111,7 @@ Test(work_queue, a_small_ring_grows_and_keeps_its_records)
 		posted[i] = &post(queue, ctx(i + 1), kSendFlags, i == 99);
 	}
 	cr_assert_eq(queue.limit, 127u, "limit %u", queue.limit);
-	cr_assert_eq(queue.old_rings.size(), 6u); /* of 2, 4, ..., 64 slots, each still holding requests */
+	cr_assert_eq(queue.old_ring_count(), 6u); /* of 2, 4, ..., 64 slots, each still holding requests */
 	for (uintptr_t i = 0; i < 100; i++) {
 		cr_assert_eq(posted[i]->context, ctx(i + 1), "request %lu moved", (unsigned long)i);
 		cr_assert_eq(&queue.record_at(i), posted[i]);
@@ -127,7 +125,7 @@ Test(work_queue, a_small_ring_grows_and_keeps_its_records)
 		post(queue, ctx(i), kSendFlags, false);
 	cr_assert(queue.full());
 	cr_assert(queue.grow());
-	cr_assert_eq(queue.old_rings.size(), 1u, "%zu old rings", queue.old_rings.size());
+	cr_assert_eq(queue.old_ring_count(), 1u, "%zu old rings", queue.old_ring_count());
 	cr_assert_eq(queue.limit, 255u);
 }
 
@@ -312,7 +310,7 @@ OpRecord &post_recv(WorkQueue &queue, void *context, uint8_t *buf, uint32_t len,
 	record.read_mark = 0;
 	queue.commit();
 	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), len, 7};
-	cr_assert_eq(queue.multi->submit(&record, &sge, 1, multi), 0);
+	cr_assert_eq(queue.multi()->submit(&record, &sge, 1, multi), 0);
 	return record;
 }
 
@@ -330,8 +328,8 @@ Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 	posted.clear();
 	WorkQueue queue(QueueKind::recv, 8);
 	queue.set_multi(std::make_unique<MultiRecv>(16));
-	queue.multi->post_wr = record_post;
-	queue.multi->ready = true;
+	queue.multi()->post_wr = record_post;
+	queue.multi()->ready = true;
 	uint8_t buffer[100], other[32];
 	OpRecord &multi = post_recv(queue, ctx(1), buffer, sizeof(buffer), true);
 	OpRecord &next = post_recv(queue, ctx(2), other, sizeof(other), false);
@@ -368,17 +366,17 @@ Test(multi_recv, a_flush_releases_the_buffer_and_what_waited_behind_it_follows)
 	posted.clear();
 	WorkQueue queue(QueueKind::recv, 8);
 	queue.set_multi(std::make_unique<MultiRecv>(0));
-	queue.multi->post_wr = record_post;
-	queue.multi->ready = false; /* before the connection: everything waits */
+	queue.multi()->post_wr = record_post;
+	queue.multi()->ready = false; /* before the connection: everything waits */
 	uint8_t a[64], b[64], c[8];
 	OpRecord &first = post_recv(queue, ctx(1), a, sizeof(a), true);
 	OpRecord &second = post_recv(queue, ctx(2), b, sizeof(b), true);
 	OpRecord &plain = post_recv(queue, ctx(3), c, sizeof(c), false);
 	cr_assert(posted.empty());
 	{
-		std::lock_guard<std::mutex> hold(queue.multi->lock);
-		queue.multi->ready = true;
-		queue.multi->pump();
+		std::lock_guard<std::mutex> hold(queue.multi()->lock);
+		queue.multi()->ready = true;
+		queue.multi()->pump();
 	}
 	cr_assert_eq(posted.size(), 1u, "the first buffer only");
 
@@ -399,25 +397,25 @@ Test(work_queue, a_shared_receive_pool_takes_slots_back_in_any_order)
 {
 	OptionalLock lock;
 	WorkQueue queue(QueueKind::shared_recv, 3);
-	queue.pool_lock = &lock;
-	cr_assert_eq(queue.free_slots.size(), 3u);
+	queue.set_pool_lock(&lock);
+	cr_assert_eq(queue.free_slots().size(), 3u);
 	OpRecord *taken[3];
 	for (int i = 0; i < 3; i++) {
-		const uint32_t slot = queue.free_slots.back();
-		queue.free_slots.pop_back();
+		const uint32_t slot = queue.free_slots().back();
+		queue.free_slots().pop_back();
 		taken[i] = &queue.records[slot];
 		taken[i]->context = ctx(static_cast<uintptr_t>(i + 1));
 		taken[i]->flags = kRecvFlags;
 		taken[i]->report = true;
 	}
-	cr_assert(queue.free_slots.empty());
+	cr_assert(queue.free_slots().empty());
 	const Retired second = WorkQueue::retire(completion_of(*taken[1], IBV_WC_SUCCESS, IBV_WC_RECV));
 	cr_assert_eq(second.context, ctx(2));
-	cr_assert_eq(queue.free_slots.size(), 1u);
-	cr_assert_eq(&queue.records[queue.free_slots.back()], taken[1]);
+	cr_assert_eq(queue.free_slots().size(), 1u);
+	cr_assert_eq(&queue.records[queue.free_slots().back()], taken[1]);
 	WorkQueue::retire(completion_of(*taken[2], IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
 	WorkQueue::retire(completion_of(*taken[0], IBV_WC_LOC_LEN_ERR, IBV_WC_RECV));
-	cr_assert_eq(queue.free_slots.size(), 3u, "every slot back, whatever the status");
+	cr_assert_eq(queue.free_slots().size(), 3u, "every slot back, whatever the status");
 }
 
 Test(work_queue, counter_kind_follows_the_cq_flags)
