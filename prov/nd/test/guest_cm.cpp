@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <initializer_list>
+#include <poll.h>
 #include <thread>
 
 using namespace nd::test;
@@ -603,6 +604,66 @@ Test(cm, concurrent_connections, .timeout = 600)
 	for (int i = 0; i < n; i++)
 		cr_assert_eq(seen[i], 1, "request %d seen %d times", i, seen[i]);
 	expect_quiet(f.eq, 300);
+	for (fid_ep *ep : clients)
+		cr_assert_eq(fi_close(&ep->fid), 0);
+	for (fid_ep *ep : servers)
+		cr_assert_eq(fi_close(&ep->fid), 0);
+	f.close();
+}
+
+/* The EQ reads its CM channel a batch at a time (kCmEventsPerProgress,
+ * 32): a backlog beyond one batch is read whole by an application that
+ * sleeps on the EQ's fd whenever fi_trywait says it may, and every request
+ * arrives once. */
+Test(cm, a_backlog_beyond_one_batch_wakes_a_sleeper_until_read_whole, .timeout = 300)
+{
+	CmFixture f;
+	f.open(nullptr, 256);
+	const int n = 80;
+	std::vector<fid_ep *> clients(n), servers;
+	for (int i = 0; i < n; i++) {
+		clients[i] = f.client();
+		CmFixture::enable(clients[i]);
+		cr_assert_eq(fi_connect(clients[i], &f.listen_addr, &i, sizeof(i)), 0);
+	}
+	int fd = -1;
+	cr_assert_eq(fi_control(&f.eq->fid, FI_GETWAIT, &fd), 0);
+	/* Requests (and the clients' own steps) pile up in the channel. */
+	std::this_thread::sleep_for(std::chrono::seconds(1));
+	std::vector<int> seen(n, 0);
+	int requests = 0, connected = 0, sleeps = 0;
+	while (connected < 2 * n) {
+		Event ev = next_event(f.eq, 0);
+		if (ev.rc == -FI_EAGAIN) {
+			fid *fids[] = {&f.eq->fid};
+			if (fi_trywait(f.fabric, fids, 1) == 0) {
+				pollfd pfd{fd, POLLIN, 0};
+				cr_assert_eq(poll(&pfd, 1, 20000), 1,
+					     "fi_trywait let the application sleep with %d of %d requests and %d of %d "
+					     "connections read; nothing woke it",
+					     requests, n, connected, 2 * n);
+				sleeps++;
+			}
+			continue;
+		}
+		cr_assert_geq(ev.rc, 0, "rc %zd err %d", ev.rc, ev.err.err);
+		if (ev.type == FI_CONNREQ) {
+			int who;
+			std::memcpy(&who, ev.data.data(), sizeof(who));
+			cr_assert(who >= 0 && who < n);
+			seen[who]++;
+			requests++;
+			servers.push_back(f.server(ev));
+			cr_assert_eq(fi_accept(servers.back(), nullptr, 0), 0);
+		} else {
+			cr_assert_eq(ev.type, (uint32_t)FI_CONNECTED);
+			connected++;
+		}
+	}
+	cr_assert_eq(requests, n);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(seen[i], 1, "request %d seen %d times", i, seen[i]);
+	cr_log_info("slept on the fd %d times\n", sleeps);
 	for (fid_ep *ep : clients)
 		cr_assert_eq(fi_close(&ep->fid), 0);
 	for (fid_ep *ep : servers)
