@@ -569,6 +569,44 @@ Test(cm, sequential_cycles_leave_nothing_behind, .timeout = 600)
 	f.close();
 }
 
+namespace {
+
+/* n clients connect at once, each naming itself (an int) in its
+ * connection data: the listener's side accepts every request and counts
+ * the FI_CONNECTED events of both sides. */
+struct Establishing {
+	explicit Establishing(int clients) : seen(clients, 0) {}
+	void take(CmFixture &f, Event &ev)
+	{
+		if (ev.type == FI_CONNREQ) {
+			int who;
+			cr_assert_eq(ev.data.size(), sizeof(who));
+			std::memcpy(&who, ev.data.data(), sizeof(who));
+			cr_assert(who >= 0 && who < static_cast<int>(seen.size()));
+			seen[who]++;
+			requests++;
+			servers.push_back(f.server(ev));
+			cr_assert_eq(fi_accept(servers.back(), nullptr, 0), 0);
+		} else {
+			cr_assert_eq(ev.type, (uint32_t)FI_CONNECTED);
+			connected++;
+		}
+	}
+	bool done() const { return connected == 2 * static_cast<int>(seen.size()); }
+	void expect_each_request_once() const
+	{
+		cr_assert_eq(requests, static_cast<int>(seen.size()));
+		for (size_t i = 0; i < seen.size(); i++)
+			cr_assert_eq(seen[i], 1, "request %zu seen %d times", i, seen[i]);
+	}
+
+	std::vector<int> seen;
+	std::vector<fid_ep *> servers;
+	int requests = 0, connected = 0;
+};
+
+} // namespace
+
 Test(cm, concurrent_connections, .timeout = 600)
 {
 	CmFixture f;
@@ -580,33 +618,18 @@ Test(cm, concurrent_connections, .timeout = 600)
 		CmFixture::enable(clients[i]);
 		cr_assert_eq(fi_connect(clients[i], &f.listen_addr, &i, sizeof(i)), 0);
 	}
-	int requests = 0, connected = 0;
-	std::vector<int> seen(n, 0);
-	while (connected < 2 * n) {
+	Establishing up(n);
+	while (!up.done()) {
 		Event ev = next_event(f.eq, 20000);
-		cr_assert_geq(ev.rc, 0, "event %d of %d: rc %zd err %d", connected, 2 * n, ev.rc,
+		cr_assert_geq(ev.rc, 0, "event %d of %d: rc %zd err %d", up.connected, 2 * n, ev.rc,
 			      ev.err.err);
-		if (ev.type == FI_CONNREQ) {
-			int who;
-			cr_assert_eq(ev.data.size(), sizeof(who));
-			std::memcpy(&who, ev.data.data(), sizeof(who));
-			cr_assert(who >= 0 && who < n);
-			seen[who]++;
-			requests++;
-			servers.push_back(f.server(ev));
-			cr_assert_eq(fi_accept(servers.back(), nullptr, 0), 0);
-		} else {
-			cr_assert_eq(ev.type, (uint32_t)FI_CONNECTED);
-			connected++;
-		}
+		up.take(f, ev);
 	}
-	cr_assert_eq(requests, n);
-	for (int i = 0; i < n; i++)
-		cr_assert_eq(seen[i], 1, "request %d seen %d times", i, seen[i]);
+	up.expect_each_request_once();
 	expect_quiet(f.eq, 300);
 	for (fid_ep *ep : clients)
 		cr_assert_eq(fi_close(&ep->fid), 0);
-	for (fid_ep *ep : servers)
+	for (fid_ep *ep : up.servers)
 		cr_assert_eq(fi_close(&ep->fid), 0);
 	f.close();
 }
@@ -620,7 +643,7 @@ Test(cm, a_backlog_beyond_one_batch_wakes_a_sleeper_until_read_whole, .timeout =
 	CmFixture f;
 	f.open(nullptr, 256);
 	const int n = 80;
-	std::vector<fid_ep *> clients(n), servers;
+	std::vector<fid_ep *> clients(n);
 	for (int i = 0; i < n; i++) {
 		clients[i] = f.client();
 		CmFixture::enable(clients[i]);
@@ -630,9 +653,9 @@ Test(cm, a_backlog_beyond_one_batch_wakes_a_sleeper_until_read_whole, .timeout =
 	cr_assert_eq(fi_control(&f.eq->fid, FI_GETWAIT, &fd), 0);
 	/* Requests (and the clients' own steps) pile up in the channel. */
 	std::this_thread::sleep_for(std::chrono::seconds(1));
-	std::vector<int> seen(n, 0);
-	int requests = 0, connected = 0, sleeps = 0;
-	while (connected < 2 * n) {
+	Establishing up(n);
+	int sleeps = 0;
+	while (!up.done()) {
 		Event ev = next_event(f.eq, 0);
 		if (ev.rc == -FI_EAGAIN) {
 			fid *fids[] = {&f.eq->fid};
@@ -641,32 +664,19 @@ Test(cm, a_backlog_beyond_one_batch_wakes_a_sleeper_until_read_whole, .timeout =
 				cr_assert_eq(poll(&pfd, 1, 20000), 1,
 					     "fi_trywait let the application sleep with %d of %d requests and %d of %d "
 					     "connections read; nothing woke it",
-					     requests, n, connected, 2 * n);
+					     up.requests, n, up.connected, 2 * n);
 				sleeps++;
 			}
 			continue;
 		}
 		cr_assert_geq(ev.rc, 0, "rc %zd err %d", ev.rc, ev.err.err);
-		if (ev.type == FI_CONNREQ) {
-			int who;
-			std::memcpy(&who, ev.data.data(), sizeof(who));
-			cr_assert(who >= 0 && who < n);
-			seen[who]++;
-			requests++;
-			servers.push_back(f.server(ev));
-			cr_assert_eq(fi_accept(servers.back(), nullptr, 0), 0);
-		} else {
-			cr_assert_eq(ev.type, (uint32_t)FI_CONNECTED);
-			connected++;
-		}
+		up.take(f, ev);
 	}
-	cr_assert_eq(requests, n);
-	for (int i = 0; i < n; i++)
-		cr_assert_eq(seen[i], 1, "request %d seen %d times", i, seen[i]);
+	up.expect_each_request_once();
 	cr_log_info("slept on the fd %d times\n", sleeps);
 	for (fid_ep *ep : clients)
 		cr_assert_eq(fi_close(&ep->fid), 0);
-	for (fid_ep *ep : servers)
+	for (fid_ep *ep : up.servers)
 		cr_assert_eq(fi_close(&ep->fid), 0);
 	f.close();
 }
