@@ -518,9 +518,7 @@ bool CompletionQueue::reserve_one(ibv_cq *where, uint32_t *reserved_by_endpoint)
 void CompletionQueue::adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept
 {
 	std::lock_guard<OptionalLock> guard(lock);
-	/* Its endpoint (link, peer_lost) and counters go; a late completion
-	 * only retires its record. */
-	queue->set_targets(RetireTargets{});
+	queue->clear_targets();
 	try {
 		orphans.push_back(std::move(queue));
 	} catch (const std::bad_alloc &) {
@@ -848,17 +846,15 @@ void CompletionQueue::look_for_stalls() noexcept
 		const auto still_s = std::chrono::duration_cast<std::chrono::seconds>(now - e.since).count();
 		ND_WARN(FI_LOG_CQ, "CQ %p: %llu request(s) of endpoint %p made no progress for %lld s "
 			"(FI_ND_PEER_TIMEOUT %d): the peer is taken as lost\n", static_cast<void *>(this),
-			static_cast<unsigned long long>(head - tail), q.targets.owner, static_cast<long long>(still_s),
+			static_cast<unsigned long long>(head - tail), q.owner, static_cast<long long>(still_s),
 			e.timeout_s);
 		q.stalled.store(true, std::memory_order_relaxed);
-		if (q.targets.link)
-			q.targets.link->on(Link::Event::failed);
+		if (q.link)
+			q.link->on(Link::Event::failed);
 		/* Everything outstanding is flushed now, whether or not the
 		 * application reads its EQ; the EQ then ends the connection. */
-		if (q.targets.stall)
-			q.targets.stall(q.targets.owner);
-		if (q.targets.peer_lost)
-			q.targets.peer_lost(q.targets.owner);
+		q.tell_stall();
+		q.tell_peer_lost();
 	}
 }
 

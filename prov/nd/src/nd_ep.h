@@ -360,7 +360,7 @@ struct CreditsAfterUnlock {
 
 /* The queue pair's asynchronous events (nd_async.h). */
 void ep_async_event(void *owner, ibv_event_type type, int error);
-/* A request failed with its retries exhausted (RetireTargets::peer_lost),
+/* A request failed with its retries exhausted (QueueHooks::peer_lost),
  * from the poller: asks the endpoint's EQ to end the connection. */
 void ep_peer_lost(void *owner);
 /* A framed endpoint received a message without nd's frame (Framing::

@@ -19,6 +19,37 @@
 
 namespace nd {
 
+namespace {
+
+/* The CQ's StallWatch (nd_cq.h) found nothing moving: the queue pair goes
+ * to the error state at once (under the CQ's lock: a verbs call, no lock
+ * of nd's), whether or not the EQ is read. */
+void stall_queue_pair(void *owner) noexcept
+{
+	auto *ep = static_cast<Endpoint *>(owner);
+	if (!ep->data.qp)
+		return;
+	ibv_qp_attr attr{};
+	attr.qp_state = IBV_QPS_ERR;
+	if (int rc = ibv_modify_qp(ep->data.qp.get(), &attr, IBV_QP_STATE))
+		ND_WARN(FI_LOG_EP_DATA, "endpoint %p: ibv_modify_qp(ERR): %s\n", owner, std::strerror(rc));
+}
+
+/* A credit write that found the ring full goes when room is made, even if
+ * this side never posts again (its peer may be waiting for it). */
+void send_waiting_credits(void *owner) noexcept
+{
+	auto *ep = static_cast<Endpoint *>(owner);
+	if (ep->data.credits->pending.load(std::memory_order_acquire))
+		ep->advertise_credits(true);
+}
+
+/* What a send queue tells its endpoint (nd_wq.h). */
+constexpr QueueHooks kSendHooks{ep_peer_lost, nullptr, stall_queue_pair};
+constexpr QueueHooks kSendHooksWithCredits{ep_peer_lost, send_waiting_credits, stall_queue_pair};
+
+} // namespace
+
 int Endpoint::setup_data_path()
 {
 	/* A shared transmit context's attributes stand for the endpoint's own. */
@@ -101,32 +132,12 @@ int Endpoint::setup_data_path()
 	auto cells = [](Counter *c) { return c ? c->cells() : CounterCells{}; };
 	RetireTargets send_targets;
 	send_targets.link = &data.link;
-	send_targets.peer_lost = ep_peer_lost;
+	send_targets.hooks = data.credits ? &kSendHooksWithCredits : &kSendHooks;
 	send_targets.owner = this;
 	send_targets.flush_breaks_link = domain->iwarp;
-	/* The CQ's StallWatch (nd_cq.h) found nothing moving: the queue
-	 * pair goes to the error state at once (under the CQ's lock: a
-	 * verbs call, no lock of nd's), whether or not the EQ is read. */
-	send_targets.stall = [](void *owner) noexcept {
-		auto *ep = static_cast<Endpoint *>(owner);
-		if (!ep->data.qp)
-			return;
-		ibv_qp_attr attr{};
-		attr.qp_state = IBV_QPS_ERR;
-		if (int rc = ibv_modify_qp(ep->data.qp.get(), &attr, IBV_QP_STATE))
-			ND_WARN(FI_LOG_EP_DATA, "endpoint %p: ibv_modify_qp(ERR): %s\n", owner, std::strerror(rc));
-	};
 	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(bindings.send_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(bindings.read_cntr);
 	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(bindings.write_cntr);
-	/* A credit write that found the ring full goes when room is made, even
-	 * if this side never posts again (its peer may be waiting for it). */
-	if (data.credits)
-		send_targets.room = [](void *owner) noexcept {
-			auto *ep = static_cast<Endpoint *>(owner);
-			if (ep->data.credits->pending.load(std::memory_order_acquire))
-				ep->advertise_credits(true);
-		};
 	data.sq->set_targets(send_targets);
 	if (watches_stalls())
 		bindings.tx_cq->watch_stalls(data.sq.get(), domain->stall_timeout_s);

@@ -222,7 +222,7 @@ ssize_t Endpoint::cancel(void *context)
 	data.rq->uncommit();
 	if (hold.owns_lock())
 		hold.unlock(); /* the CQ takes its own lock, then this one, when it retires */
-	if (const CounterCells &cells = data.rq->targets.counters[static_cast<size_t>(CounterKind::recv)])
+	if (const CounterCells cells = data.rq->counter(CounterKind::recv))
 		cells.count(false);
 	/* A multi-receive buffer's entry says it is released. */
 	const uint64_t flags = (canceled.flags & kPlacedByNd) ? (canceled.flags & ~kPlacedByNd) | FI_MULTI_RECV

@@ -55,7 +55,7 @@ int Endpoint::setup_framing(uint32_t rx)
 		};
 	framing->unframed = ep_peer_broke_framing;
 	framing->posted_limit = rx;
-	framing->recv_counter = data.rq->targets.counters[static_cast<size_t>(CounterKind::recv)];
+	framing->recv_counter = data.rq->counter(CounterKind::recv);
 	/* Every buffer waits for the queue pair's INIT, with the receives
 	 * made before the connection (post_pending_receives). */
 	for (uint32_t i = 0; i < count; i++) {

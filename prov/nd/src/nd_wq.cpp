@@ -152,8 +152,7 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *p
 		const uint64_t retired = retire_through(&record);
 		if (SendBudget *b = budget())
 			b->used.fetch_sub(retired, std::memory_order_acq_rel);
-		if (targets.room)
-			targets.room(targets.owner);
+		tell_room();
 	}
 	if (framed_buffer) {
 		done.report = false;
@@ -169,12 +168,12 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *p
 		 * makes every request of its kind signaled. */
 		const CounterKind which = counter_kind(done.flags);
 		if (counted && which != CounterKind::none)
-			if (const CounterCells &cells = targets.counters[static_cast<size_t>(which)])
+			if (const CounterCells cells = counter(which))
 				cells.count(ok);
 	}
 	/* The one place a link breaks on a completion. */
-	if (!ok && wc.status == IBV_WC_WR_FLUSH_ERR && targets.flush_breaks_link && targets.link) {
-		if (targets.link->on(Link::Event::stream_ended))
+	if (!ok && wc.status == IBV_WC_WR_FLUSH_ERR && flush_breaks_link && link) {
+		if (link->on(Link::Event::stream_ended))
 			ND_INFO(FI_LOG_CQ, "work request %p flushed while connected: the peer ended the stream\n",
 				done.context);
 	} else if (!ok) {
@@ -182,11 +181,10 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *p
 			ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", done.context,
 				ibv_wc_status_str(wc.status), wc.vendor_err);
 		if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-			if (targets.link)
-				targets.link->on(Link::Event::failed);
-			if (targets.peer_lost &&
-			    (wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR))
-				targets.peer_lost(targets.owner);
+			if (link)
+				link->on(Link::Event::failed);
+			if (wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR)
+				tell_peer_lost();
 		}
 	}
 	return done;

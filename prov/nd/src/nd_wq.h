@@ -36,7 +36,9 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_eq.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -234,23 +236,29 @@ constexpr CounterKind counter_kind(uint64_t cq_flags) noexcept
 				       : CounterKind::none;
 }
 
+/* What a queue tells its endpoint, from the poller: one table per kind of
+ * endpoint, static, so that each queue of thousands keeps one pointer to
+ * it rather than a pointer per hook. */
+struct QueueHooks {
+	/* A request failed because the peer stopped answering (transport or
+	 * RNR retries exhausted): the connection is over, though the CM says
+	 * nothing until its own timeouts. */
+	void (*peer_lost)(void *owner) = nullptr;
+	/* A send-queue request retired: room for a receive-credit write that
+	 * had to wait (nd_credits.h). */
+	void (*room)(void *owner) noexcept = nullptr;
+	/* The CQ's StallWatch (nd_cq.h), under the CQ's lock: nothing moved
+	 * for too long; the queue pair goes to the error state. */
+	void (*stall)(void *owner) noexcept = nullptr;
+};
+
 /* What retiring a queue's requests touches besides the ring, handed to the
- * queue by its endpoint at fi_enable. */
+ * queue by its endpoint at fi_enable (WorkQueue::set_targets). */
 struct RetireTargets {
 	CounterCells counters[kCounterKinds];	/* by CounterKind; empty: none bound */
 	Link *link = nullptr;			/* broken by a real failure */
-	/* Told, from the poller, when a request failed because the peer
-	 * stopped answering (transport or RNR retries exhausted): the
-	 * connection is over, though the CM says nothing until its own
-	 * timeouts. Cleared with the rest when the queue is orphaned. */
-	void (*peer_lost)(void *owner) = nullptr;
-	/* Told, from the poller, after a send-queue request retired: room for
-	 * a receive-credit write that had to wait (nd_credits.h). */
-	void (*room)(void *owner) noexcept = nullptr;
-	/* Told by the CQ's StallWatch (nd_cq.h) under the CQ's lock: nothing
-	 * moved for too long; the queue pair goes to the error state. */
-	void (*stall)(void *owner) noexcept = nullptr;
-	void *owner = nullptr;
+	const QueueHooks *hooks = nullptr;	/* static; null: none */
+	void *owner = nullptr;			/* the hooks' argument */
 	/* iWARP: a refused request ends the stream with a terminate, which
 	 * flushes everything with no error of its own; a flush while the link
 	 * is up is then the failure (elsewhere the failed request completes
@@ -288,7 +296,7 @@ struct OldRing {
 };
 
 /* What only some queues use, made by the first call that needs it
- * (WorkQueue::extras): 88 bytes that most queues of thousands of
+ * (WorkQueue::extras): 120 bytes that most queues of thousands of
  * endpoints never touch. */
 struct QueueExtras {
 	/* A ring that grew: earlier rings still holding requests. */
@@ -307,13 +315,27 @@ struct QueueExtras {
 	/* send: the budget of the shared transmit context bound, if any;
 	 * shared, since the queue may outlive the context as an orphan. */
 	std::shared_ptr<SendBudget> budget;
+	/* A queue with a counter bound for some kind of its requests. */
+	CounterCells counters[kCounterKinds];
 
 	QueueExtras();
 	~QueueExtras(); /* nd_wq.cpp, where MultiRecv is complete */
 };
 
 struct WorkQueue {
+	/* 120 bytes (a 128-byte block of malloc's), two per endpoint: the
+	 * small words packed together. */
 	QueueKind kind;
+	bool counted = false;		/* a counter is bound to some of its requests */
+	/* retire()'s inline path may take the queue's successes: a ring with
+	 * no counter, no shared budget, no multi-receive buffer and no room
+	 * hook (the rest is retire_other's). Kept by update_plain. */
+	bool plain = true;
+	bool flush_breaks_link = false;	/* RetireTargets' */
+	/* Set by the CQ's StallWatch: the connection ends because nothing
+	 * moved; the first flushed request reports FI_ETIMEDOUT. */
+	std::atomic<bool> stalled{false};
+	uint32_t depth;			/* most requests outstanding at once */
 	/* The ring requests take slots in: request number s (head when it
 	 * was posted) in records[s & mask], from ring_first on. A queue
 	 * whose CQ can grow starts small and grows when it fills (grow):
@@ -321,32 +343,27 @@ struct WorkQueue {
 	 * not the depth it may have, which for thousands of endpoints of
 	 * one process is most of their memory. */
 	std::unique_ptr<OpRecord[]> records;
-	uint32_t depth;			/* most requests outstanding at once */
 	uint32_t limit;			/* most the ring holds now (<= depth) */
-	uint64_t ring_first = 0;	/* the first request in records */
-	bool counted = false;		/* a counter is bound to some of its requests */
-	/* retire()'s inline path may take the queue's successes: a ring with
-	 * no counter, no shared budget and no multi-receive buffer (the rest
-	 * is retire_other's). Kept by update_plain. */
-	bool plain = true;
-	RetireTargets targets;
 	uint32_t internal_slots = 0;	/* beyond depth, for the provider's own */
 	uint32_t mask;			/* ring size - 1 (a power of two > depth +
 					 * internal_slots: one slot always free for the
 					 * close marker) */
+	uint32_t unsignaled_run = 0;	/* poster only: unsignaled since the last signal */
+	uint64_t ring_first = 0;	/* the first request in records */
+	/* RetireTargets' link, hooks and their owner (its counters are in
+	 * the extras, made for a counted queue only). */
+	Link *link = nullptr;
+	const QueueHooks *hooks = nullptr;
+	void *owner = nullptr;
 	std::atomic<uint64_t> head{0};	/* posted: written by the poster */
 	std::atomic<uint64_t> tail{0};	/* retired: written by the reaper */
-	uint32_t unsignaled_run = 0;	/* poster only: unsignaled since the last signal */
+	/* head just after the last signaled request (the poster's): a request
+	 * that will complete is outstanding while this is above tail. */
+	std::atomic<uint64_t> signaled_head{0};
 	uint32_t unsignaled_reads = 0;	/* poster only: unsignaled reads since then */
 	/* RDMA reads posted and retired, wrapping: in flight is the difference. */
 	uint32_t reads_posted = 0;		/* written by the poster */
 	std::atomic<uint32_t> reads_retired{0};	/* written by the reaper */
-	/* head just after the last signaled request (the poster's): a request
-	 * that will complete is outstanding while this is above tail. */
-	std::atomic<uint64_t> signaled_head{0};
-	/* Set by the CQ's StallWatch: the connection ends because nothing
-	 * moved; the first flushed request reports FI_ETIMEDOUT. */
-	std::atomic<bool> stalled{false};
 	uint32_t reads_fenced = 0;		/* poster only: reads_posted when a
 						 * send or write was last fenced */
 
@@ -359,6 +376,27 @@ struct WorkQueue {
 	PlacedReceiver *framing() const noexcept { return extras_ ? extras_->framing.get() : nullptr; }
 	SendBudget *budget() const noexcept { return extras_ ? extras_->budget.get() : nullptr; }
 	size_t old_ring_count() const noexcept { return extras_ ? extras_->old_rings.size() : 0; }
+	/* The counter bound for a kind of request; empty when none. */
+	CounterCells counter(CounterKind which) const noexcept
+	{
+		return extras_ ? extras_->counters[static_cast<size_t>(which)] : CounterCells{};
+	}
+	/* The hooks', each a no-op where none is set. */
+	void tell_peer_lost() const
+	{
+		if (hooks && hooks->peer_lost)
+			hooks->peer_lost(owner);
+	}
+	void tell_room() const noexcept
+	{
+		if (hooks && hooks->room)
+			hooks->room(owner);
+	}
+	void tell_stall() const noexcept
+	{
+		if (hooks && hooks->stall)
+			hooks->stall(owner);
+	}
 	/* shared_recv's pool of free slots (made with the queue). */
 	std::vector<uint32_t> &free_slots() noexcept { return extras_->free_slots; }
 	void set_pool_lock(OptionalLock *lock) noexcept { extras_->pool_lock = lock; }
@@ -374,13 +412,32 @@ struct WorkQueue {
 	WorkQueue(const WorkQueue &) = delete;
 	WorkQueue &operator=(const WorkQueue &) = delete;
 
-	/* Where completions leave their marks (fi_enable), before any post. */
-	void set_targets(const RetireTargets &t) noexcept
+	/* Where completions leave their marks (fi_enable), before any post;
+	 * throws std::bad_alloc where a counter is bound (extras). */
+	void set_targets(const RetireTargets &t)
 	{
-		targets = t;
 		counted = false;
-		for (const CounterCells &cells : targets.counters)
+		for (const CounterCells &cells : t.counters)
 			counted = counted || static_cast<bool>(cells);
+		if (counted || extras_)
+			std::copy(std::begin(t.counters), std::end(t.counters), extras().counters);
+		link = t.link;
+		hooks = t.hooks;
+		owner = t.owner;
+		flush_breaks_link = t.flush_breaks_link;
+		update_plain();
+	}
+	/* An orphaned queue's (CompletionQueue::adopt_orphan): its endpoint
+	 * and counters go; a late completion only retires its record. */
+	void clear_targets() noexcept
+	{
+		if (extras_)
+			std::fill(std::begin(extras_->counters), std::end(extras_->counters), CounterCells{});
+		counted = false;
+		link = nullptr;
+		hooks = nullptr;
+		owner = nullptr;
+		flush_breaks_link = false;
 		update_plain();
 	}
 	/* A shared transmit context's budget (fi_enable, before any post).
@@ -402,7 +459,7 @@ struct WorkQueue {
 	void update_plain() noexcept
 	{
 		plain = kind != QueueKind::shared_recv && !counted && !budget() && !multi() && !framing() &&
-			!targets.room;
+			!(hooks && hooks->room);
 	}
 
 	/*

@@ -251,6 +251,50 @@ Test(work_queue, no_targets_means_no_counting)
 	cr_assert_eq(queue.outstanding(), 0u);
 }
 
+/* A queue of thousands keeps its counters, hooks' table and link in few
+ * words: the counters only where one is bound. */
+static int hook_calls;
+static void count_peer_lost(void *owner)
+{
+	cr_assert_eq(owner, ctx(77));
+	hook_calls++;
+}
+
+Test(work_queue, a_queue_without_counters_makes_no_extras_and_hooks_go_through_one_table)
+{
+	static constexpr QueueHooks hooks{count_peer_lost, nullptr, nullptr};
+	Link link;
+	link.on(Link::Event::ready);
+	WorkQueue queue(QueueKind::send, 4);
+	RetireTargets targets;
+	targets.link = &link;
+	targets.hooks = &hooks;
+	targets.owner = ctx(77);
+	queue.set_targets(targets);
+	cr_assert_null(queue.extras_.get(), "no counter bound: nothing made on the side");
+	cr_assert(queue.plain, "a hook for lost peers keeps the inline path");
+	hook_calls = 0;
+	WorkQueue::retire(completion_of(post(queue, ctx(1), kSendFlags), IBV_WC_RETRY_EXC_ERR));
+	cr_assert_eq(hook_calls, 1, "retries exhausted: the endpoint is told, once");
+	cr_assert_eq(link.state(), LinkState::broken);
+}
+
+Test(work_queue, an_orphan_stops_counting)
+{
+	Cells sends;
+	WorkQueue queue(QueueKind::send, 4);
+	RetireTargets targets;
+	targets.counters[static_cast<size_t>(CounterKind::send)] = sends.cells();
+	queue.set_targets(targets);
+	cr_assert_not_null(queue.extras_.get());
+	WorkQueue::retire(completion_of(post(queue, ctx(1), kSendFlags)));
+	queue.clear_targets();
+	cr_assert_not(queue.counted);
+	cr_assert_not(static_cast<bool>(queue.counter(CounterKind::send)));
+	WorkQueue::retire(completion_of(post(queue, ctx(2), kSendFlags)));
+	cr_assert_eq(sends.success.load(), 1u, "the orphan's completion counts nothing");
+}
+
 Test(work_queue, a_shared_send_budget_spans_its_queues)
 {
 	auto budget = std::make_shared<SendBudget>(3);
