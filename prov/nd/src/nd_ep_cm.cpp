@@ -202,7 +202,7 @@ int Endpoint::create_queue_pair()
 		return fi_error_of_errno(err);
 	}
 	if (data.rq && data.rq->framing())
-		static_cast<Framing *>(data.rq->framing())->qp.store(data.qp.get(), std::memory_order_release);
+		framing_of(*data.rq)->qp.store(data.qp.get(), std::memory_order_release);
 	async::add_qp(domain->context, data.qp.get(), ep_async_event, this);
 	return 0;
 }

@@ -228,7 +228,7 @@ void Endpoint::release_queues() noexcept
 	if (data.rq && data.rq->framing()) {
 		/* Receives waiting in nd complete now; nd's own buffers are
 		 * flushed with the queue pair and not reposted. */
-		Framing *framing = static_cast<Framing *>(data.rq->framing());
+		Framing *framing = framing_of(*data.rq);
 		framing->qp.store(nullptr, std::memory_order_release);
 		framing->cancel_all(*bindings.rx_cq);
 	}
@@ -237,10 +237,10 @@ void Endpoint::release_queues() noexcept
 		if (!d.queue || !d.cq)
 			continue;
 		if (!d.cq->drain(*d.queue, kDrainMs) && d.cq != bindings.own_cq) {
-			if (d.queue->multi()) {
+			if (MultiRecv *const behind = d.queue->multi()) {
 				/* The queue pair goes below: nothing more reaches it. */
-				std::lock_guard<std::mutex> hold(d.queue->multi()->lock);
-				d.queue->multi()->qp = nullptr;
+				std::lock_guard<std::mutex> hold(behind->lock);
+				behind->qp = nullptr;
 			}
 			ND_WARN(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) not flushed yet; the CQ keeps their records\n",
 				static_cast<unsigned long long>(d.queue->outstanding()));

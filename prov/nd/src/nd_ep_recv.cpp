@@ -83,13 +83,13 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	record.len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
 	record.read_mark = 0;
 	record.report = report;
-	if (data.rq->multi()) {
+	if (MultiRecv *const behind = data.rq->multi()) {
 		/* Behind a multi-receive buffer (or to become one), in order. */
 		data.rq->commit();
-		std::lock_guard<std::mutex> hold(data.rq->multi()->lock);
+		std::lock_guard<std::mutex> hold(behind->lock);
 		int rc;
 		try {
-			rc = data.rq->multi()->submit(&record, sge, static_cast<size_t>(built), multi);
+			rc = behind->submit(&record, sge, static_cast<size_t>(built), multi);
 		} catch (const std::bad_alloc &) {
 			rc = ENOMEM;
 		}
@@ -145,10 +145,10 @@ void Endpoint::post_pending_receives() noexcept
 				std::strerror(rc));
 	}
 	data.pending_recvs.clear();
-	if (data.rq && data.rq->multi()) {
-		std::lock_guard<std::mutex> hold(data.rq->multi()->lock);
-		data.rq->multi()->ready = true;
-		data.rq->multi()->pump();
+	if (MultiRecv *const behind = data.rq ? data.rq->multi() : nullptr) {
+		std::lock_guard<std::mutex> hold(behind->lock);
+		behind->ready = true;
+		behind->pump();
 	}
 }
 
@@ -172,8 +172,8 @@ ssize_t Endpoint::cancel(void *context)
 		ND_INFO(FI_LOG_EP_DATA, "fi_cancel: no receive is posted before fi_enable\n");
 		return -FI_ENOENT;
 	}
-	if (data.rq->framing())
-		return static_cast<Framing *>(data.rq->framing())->cancel(context, *bindings.rx_cq);
+	if (Framing *const framing = framing_of(*data.rq))
+		return framing->cancel(context, *bindings.rx_cq);
 	/* The unposted receives, in ring order: those made before the
 	 * connection, then those waiting behind a multi-receive buffer. */
 	std::vector<OpRecord **> unposted;
@@ -184,9 +184,10 @@ ssize_t Endpoint::cancel(void *context)
 	for (OpRecord *&r : pending_records)
 		unposted.push_back(&r);
 	std::unique_lock<std::mutex> hold;
-	if (data.rq->multi()) {
-		hold = std::unique_lock<std::mutex>(data.rq->multi()->lock);
-		for (MultiRecv::Held &h : data.rq->multi()->held)
+	MultiRecv *const behind = data.rq->multi();
+	if (behind) {
+		hold = std::unique_lock<std::mutex>(behind->lock);
+		for (MultiRecv::Held &h : behind->held)
 			unposted.push_back(&h.record);
 	}
 	size_t found = unposted.size();
@@ -216,7 +217,7 @@ ssize_t Endpoint::cancel(void *context)
 		for (size_t i = found; i < data.pending_recvs.size(); i++)
 			data.pending_recvs[i].wr.wr_id = reinterpret_cast<uintptr_t>(pending_records[i]);
 	} else {
-		auto &held = data.rq->multi()->held;
+		auto &held = behind->held;
 		held.erase(held.begin() + static_cast<std::ptrdiff_t>(found - pending_records.size()));
 	}
 	data.rq->uncommit();
@@ -235,9 +236,9 @@ void Endpoint::set_min_multi_recv(size_t bytes)
 {
 	options.min_multi_recv = bytes;
 	std::lock_guard<OptionalLock> guard(data.rx_lock);
-	if (data.rq && data.rq->multi()) {
-		std::lock_guard<std::mutex> hold(data.rq->multi()->lock);
-		data.rq->multi()->min_free = bytes;
+	if (MultiRecv *const behind = data.rq ? data.rq->multi() : nullptr) {
+		std::lock_guard<std::mutex> hold(behind->lock);
+		behind->min_free = bytes;
 	}
 }
 

@@ -18,11 +18,6 @@ namespace nd {
 
 namespace {
 
-Framing *framing_of(const WorkQueue &queue) noexcept
-{
-	return static_cast<Framing *>(queue.framing());
-}
-
 /* At most this many buffers per endpoint: a sender that finds them all
  * taken waits for the receiver-not-ready retry, as any RC sender does. */
 constexpr uint32_t kMaxBounceBuffers = 64;

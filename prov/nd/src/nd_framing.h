@@ -208,6 +208,13 @@ private:
 	void repost(uint8_t *bounce) noexcept;
 };
 
+/* A receive queue's framing, where it has one (WorkQueue::framing): a
+ * framed endpoint's is always a Framing. */
+inline Framing *framing_of(const WorkQueue &queue) noexcept
+{
+	return static_cast<Framing *>(queue.framing());
+}
+
 } // namespace nd
 
 #endif /* ND_FRAMING_H */

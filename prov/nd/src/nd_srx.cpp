@@ -101,9 +101,10 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 	record->report = true;
 	int rc;
 	{
-		std::lock_guard<std::mutex> hold(queue.multi()->lock);
+		MultiRecv *const behind = queue.multi(); /* made above, kept until close */
+		std::lock_guard<std::mutex> hold(behind->lock);
 		try {
-			rc = queue.multi()->submit(record, sge, count, multi);
+			rc = behind->submit(record, sge, count, multi);
 		} catch (const std::bad_alloc &) {
 			rc = ENOMEM;
 		}
@@ -121,9 +122,9 @@ void SharedRx::set_min_multi_recv(size_t bytes)
 {
 	std::lock_guard<OptionalLock> guard(lock);
 	min_multi_recv = bytes;
-	if (queue.multi()) {
-		std::lock_guard<std::mutex> hold(queue.multi()->lock);
-		queue.multi()->min_free = bytes;
+	if (MultiRecv *const behind = queue.multi()) {
+		std::lock_guard<std::mutex> hold(behind->lock);
+		behind->min_free = bytes;
 	}
 }
 

@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <iterator>
 #include <cstdint>
 #include <memory>
@@ -398,8 +399,16 @@ struct WorkQueue {
 			hooks->stall(owner);
 	}
 	/* shared_recv's pool of free slots (made with the queue). */
-	std::vector<uint32_t> &free_slots() noexcept { return extras_->free_slots; }
-	void set_pool_lock(OptionalLock *lock) noexcept { extras_->pool_lock = lock; }
+	std::vector<uint32_t> &free_slots() noexcept
+	{
+		assert(extras_ && kind == QueueKind::shared_recv);
+		return extras_->free_slots;
+	}
+	void set_pool_lock(OptionalLock *lock) noexcept
+	{
+		assert(extras_ && kind == QueueKind::shared_recv);
+		extras_->pool_lock = lock;
+	}
 
 	/* Allocates the ring (or pool); throws std::bad_alloc. `internal`
 	 * slots beyond the depth are the provider's own (receive-credit
