@@ -9,6 +9,7 @@
 #include "nd_eq.h"
 #include "nd_info.h"
 #include "nd_pep.h"
+#include "nd_slab.h"
 #include "nd_unsupported.h"
 
 #include <rdma/fi_cm.h>
@@ -16,24 +17,65 @@
 
 #include <cstring>
 #include <memory>
+#include <new>
 
 namespace nd {
 
 EndpointAttributes::EndpointAttributes(const fi_info &info) noexcept
-	: caps(info.caps), tx(TxAttributes::of(*info.tx_attr)), rx(RxAttributes::of(*info.rx_attr)),
-	  max_msg_size(info.ep_attr ? info.ep_attr->max_msg_size : 0),
-	  shared_tx(info.ep_attr && info.ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT),
+	: caps(info.caps), shared_tx(info.ep_attr && info.ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT),
 	  resource_mgmt(info.domain_attr && api::enum_value(info.domain_attr->resource_mgmt) == FI_RM_ENABLED)
+{
+}
+
+ConnectionSetup::ConnectionSetup(const fi_info &info) noexcept
+	: tx(TxAttributes::of(*info.tx_attr)), rx(RxAttributes::of(*info.rx_attr)),
+	  max_msg_size(info.ep_attr ? info.ep_attr->max_msg_size : 0)
 {
 	if (info.src_addr && sockaddr_copy(info.src_addr, info.src_addrlen, &source) != 0)
 		source = SockAddr{};
 }
 
+namespace {
+
+/* Never destroyed: an endpoint the application leaves open at exit may
+ * still be closed by a later destructor. */
+SlabPool &setup_pool()
+{
+	alignas(SlabPool) static unsigned char storage[sizeof(SlabPool)];
+	static SlabPool *pool = new (storage) SlabPool(sizeof(ConnectionSetup));
+	return *pool;
+}
+
+} // namespace
+
+void *ConnectionSetup::operator new(size_t size)
+{
+	if (size != sizeof(ConnectionSetup))
+		throw std::bad_alloc();
+	return setup_pool().allocate();
+}
+
+void ConnectionSetup::operator delete(void *object) noexcept
+{
+	setup_pool().deallocate(object);
+}
+
 Endpoint::Endpoint(Domain *d, const fi_info &info, cm::Side side)
 	: ep{}, domain(d), attr(info), target{CmTargetKind::endpoint, this}, cm{}, fsm(side, false),
-	  options{.wanted = d->adapter_read_limits}
+	  setup(std::make_unique<ConnectionSetup>(info)), options{.wanted = d->adapter_read_limits}
 {
 	fsm.set_iwarp(d->iwarp);
+}
+
+void Endpoint::release_setup() noexcept
+{
+	if (!setup || setup->cm_home || fsm.state() != EpState::connected)
+		return;
+	/* fi_cancel reads the pending receives under rx_lock; none is left
+	 * once the queue pair took receives, which it did before connecting. */
+	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	if (data.recv_ready && setup->pending_recvs.empty() && setup->held_events.empty())
+		setup.reset();
 }
 
 cm::ReadLimits Endpoint::offered() const noexcept
@@ -55,11 +97,15 @@ int bind_eq(Endpoint *ep, EventQueue *eq)
 	/* A passive-side endpoint's events came through the listener's EQ
 	 * until now, under that EQ's progress lock, and were held: they go to
 	 * its own EQ before any later one can. */
-	return bind_cm_to_eq(eq, ep->cm, &ep->eq, ep->cm_home, [ep] {
-		ep->cm_home = nullptr;
-		for (EqEntry &entry : ep->held_events)
+	return bind_cm_to_eq(eq, ep->cm, &ep->eq, ep->cm_home(), [ep] {
+		if (!ep->setup)
+			return;
+		ep->setup->cm_home = nullptr;
+		for (EqEntry &entry : ep->setup->held_events)
 			ep->eq->push(std::move(entry));
-		ep->held_events.clear();
+		ep->setup->held_events.clear();
+		/* Accepted before the EQ was bound: nothing else is left. */
+		ep->release_setup();
 	});
 }
 
@@ -351,7 +397,7 @@ int bind_id(Endpoint *ep, const SockAddr &address, const char *call)
  * from a passive endpoint at fi_endpoint). Under the progress lock. */
 int bind_endpoint(Endpoint *ep, const SockAddr &address, const char *call)
 {
-	if (ep->fsm.bound() || ep->fsm.state() != EpState::idle || ep->conn.has_request) {
+	if (ep->fsm.bound() || ep->fsm.state() != EpState::idle || ep->conn.has_request || !ep->setup) {
 		ND_WARN(FI_LOG_EP_CTRL, "%s: the endpoint already has an address\n", call);
 		return -FI_EOPBADSTATE;
 	}
@@ -361,7 +407,7 @@ int bind_endpoint(Endpoint *ep, const SockAddr &address, const char *call)
 	if ((ret = bind_id(ep, address, call)))
 		return ret;
 	ep->fsm.mark_bound();
-	ep->bound_address = local_address(ep->cm.id);
+	ep->setup->bound_address = local_address(ep->cm.id);
 	return 0;
 }
 
@@ -384,8 +430,8 @@ int ep_getname(struct fid *fid, void *addr, size_t *addrlen) noexcept
 	return guarded("fi_getname(ep)", [&] {
 		return under_progress_lock(ep->progress_eq(), [&] {
 			SockAddr local = local_address(ep->cm.id);
-			if (!local.length())
-				local = ep->attr.source;
+			if (!local.length() && ep->setup)
+				local = ep->setup->source;
 			return copy_out_address(local, addr, addrlen);
 		});
 	});
@@ -511,12 +557,12 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 				return false;
 			}
 			ep->cm.adopt(r.id, &ep->target);
-			ep->cm_home = r.pep->eq;
-			ep->cm_home->bound.acquire();
+			ep->setup->cm_home = r.pep->eq;
+			ep->setup->cm_home->bound.acquire();
 			ep->conn.has_request = true;
 			ep->conn.request_peer_gone = r.peer_gone;
 			ep->conn.peer_offer = r.offer();
-			ep->conn.request_credit_offer = r.credit_offer;
+			ep->setup->request_credit_offer = r.credit_offer;
 			if (domain->iwarp && r.credit_offer)
 				ep->conn.peer_offer = cm::peer_offer(r.credit_offer->outbound, r.credit_offer->inbound);
 			ep->conn.peer = peer_address(r.id);
@@ -565,13 +611,14 @@ int Endpoint::renew_cm_id()
 	conn.negotiated = false;
 	conn.effective = {};
 	conn.peer_offer = {};
-	conn.response_data.clear();
-	conn.connect_wire.clear();
+	if (!setup)
+		return -FI_EOPBADSTATE; /* never: only an attempt that did not connect is retried */
+	setup->connect_wire.clear();
 	int ret = ensure_cm_id(eq, cm, &target);
 	if (ret)
 		return ret;
 	/* The application's address (port included) stays the endpoint's. */
-	return fsm.bound() ? bind_id(this, bound_address, "fi_connect retry") : 0;
+	return fsm.bound() ? bind_id(this, setup->bound_address, "fi_connect retry") : 0;
 }
 
 int Endpoint::close()
@@ -594,11 +641,11 @@ int Endpoint::close()
 		 * is ever reported after a local close. */
 		cm.reset();
 	};
-	if (cm_home) {
+	if (EventQueue *home = cm_home()) {
 		/* Never bound: its id still lives on the listener's channel. */
-		under_progress_lock(cm_home, teardown);
-		cm_home->bound.release();
-		held_events.clear();
+		under_progress_lock(home, teardown);
+		home->bound.release();
+		setup->held_events.clear();
 	} else {
 		teardown_and_unbind(eq, &ep.fid, teardown);
 	}

@@ -106,15 +106,47 @@ struct RxAttributes {
 };
 struct EndpointAttributes {
 	uint64_t caps = 0;
-	TxAttributes tx;			/* a bound shared context's replace them */
-	RxAttributes rx;
-	size_t max_msg_size = 0;		/* ep_attr's; 0 when none was given */
 	bool shared_tx = false;			/* ep_attr->tx_ctx_cnt == FI_SHARED_CONTEXT */
 	bool resource_mgmt = false;		/* domain_attr->resource_mgmt == FI_RM_ENABLED */
+
+	explicit EndpointAttributes(const fi_info &info) noexcept;
+};
+
+/*
+ * What only connecting reads: made with the endpoint and freed once it is
+ * connected with its own EQ bound (Endpoint::release_setup), so that a
+ * connected endpoint, of which an MPI job holds thousands, keeps only what
+ * its data path and its teardown read. They live in a SlabPool
+ * (nd_slab.h), out of malloc's heap: thousands are made together at a
+ * job's start and freed together as the connections come up, and in the
+ * heap the holes they left among the endpoints stayed resident.
+ */
+struct ConnectionSetup {
+	/* The info's, read at fi_enable (setup_data_path); a bound shared
+	 * transmit context's replace tx. */
+	TxAttributes tx;
+	RxAttributes rx;
+	size_t max_msg_size = 0;		/* ep_attr's; 0 when none was given */
 	SockAddr source;			/* src_addr; length() 0 when none */
+	SockAddr bound_address;			/* as bound, port assigned: kept for a retry */
+	/* A passive-side endpoint not yet bound to an EQ: the listener's EQ,
+	 * whose channel carries its id and whose progress lock its handlers
+	 * run under; the events they report are held until fi_ep_bind. */
+	EventQueue *cm_home = nullptr;
+	std::vector<EqEntry> held_events;
+	std::vector<uint8_t> connect_wire;	/* framed, until rdma_connect */
+	/* iWARP (nd_credits.h): the requester's credit offer, from its
+	 * connection request. */
+	std::optional<cm::CreditOffer> request_credit_offer;
+	/* Receives posted before the queue pair could take them (before
+	 * INIT), under rx_lock. */
+	std::vector<PendingRecv> pending_recvs;
 
 	/* Needs info.tx_attr and info.rx_attr (fi_endpoint checks). */
-	explicit EndpointAttributes(const fi_info &info) noexcept;
+	explicit ConnectionSetup(const fi_info &info) noexcept;
+	/* From a SlabPool; throws std::bad_alloc. */
+	static void *operator new(size_t size);
+	static void operator delete(void *object) noexcept;
 };
 
 /* What fi_ep_bind attached (before fi_enable), and the CQs the endpoint
@@ -162,7 +194,6 @@ struct DataPath {
 	OptionalLock rx_lock;
 	Link link;
 	bool recv_ready = false;			/* the QP takes receives (INIT or later) */
-	std::vector<PendingRecv> pending_recvs;	/* under rx_lock */
 	uint32_t signal_interval = 1;
 	/* The fi_inject family's: signal_interval, or 1 where a counter
 	 * counts that kind of request and needs every completion. */
@@ -204,14 +235,9 @@ struct Connection {
 	SockAddr peer;
 	SockAddr tuple_local;			/* claimed (shared endpoints) */
 	bool tuple_claimed = false;
-	std::vector<uint8_t> connect_wire;	/* framed, until rdma_connect */
-	std::vector<uint8_t> response_data;	/* the accepter's, for FI_CONNECTED */
 	bool negotiated = false;
 	cm::ReadLimits effective;
 	cm::ReadLimits peer_offer;
-	/* iWARP (nd_credits.h): the requester's credit offer, from its
-	 * connection request. */
-	std::optional<cm::CreditOffer> request_credit_offer;
 	/* Passive side: a connection request was taken from a listener. */
 	bool has_request = false;
 	bool request_peer_gone = false;
@@ -230,17 +256,13 @@ struct Endpoint {
 	Domain *domain;
 	EndpointAttributes attr;
 	EventQueue *eq = nullptr;
-	/* A passive-side endpoint not yet bound to an EQ: the listener's EQ,
-	 * whose channel carries its id and whose progress lock its handlers
-	 * run under; the events they report are held until fi_ep_bind. */
-	EventQueue *cm_home = nullptr;
-	std::vector<EqEntry> held_events;
 	CmTarget target;
 	CmIdHolder cm;
 	/* The connection's state, and the object's own lifecycle (fi_setname,
 	 * fi_enable, fi_close). */
 	EpStateMachine fsm;
-	SockAddr bound_address;			/* as bound, port assigned: kept for a retry */
+	/* Null once connected with an EQ bound (release_setup). */
+	std::unique_ptr<ConnectionSetup> setup;
 
 	/* Its parts, held by value: a field of a part costs what a field of
 	 * the endpoint costs. */
@@ -264,7 +286,11 @@ struct Endpoint {
 	 * bound (under the progress lock the handlers run under). */
 	void post_event(EqEntry &&entry);
 	/* The EQ whose progress lock guards this endpoint's connection state. */
-	EventQueue *progress_eq() const noexcept { return eq ? eq : cm_home; }
+	EventQueue *progress_eq() const noexcept { return eq ? eq : cm_home(); }
+	EventQueue *cm_home() const noexcept { return setup ? setup->cm_home : nullptr; }
+	/* Frees the connection-setup state once nothing reads it any more:
+	 * connected, an EQ of its own bound (under its progress lock). */
+	void release_setup() noexcept;
 	/* A retryable attempt ended (EpStateMachine::attempt_failed): a fresh
 	 * rdma_cm id, bound where the old one was, replaces the used one, which
 	 * rdma_cm cannot connect again (nd_ep.cpp). Returns 0 or -FI_E*. */

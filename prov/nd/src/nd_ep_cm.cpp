@@ -357,13 +357,13 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 	 * device (an unbound id would take whatever the route says). */
 	SockAddr source;
 	sockaddr *source_arg = nullptr;
-	if (!fsm.bound() && attr.source.length()) {
-		source = attr.source;
+	if (!fsm.bound() && setup->source.length()) {
+		source = setup->source;
 		source.set_port(0);
 		source_arg = &source.sa;
 	}
 	conn.peer = dest;
-	conn.connect_wire = std::move(wire);
+	setup->connect_wire = std::move(wire);
 	if (rdma_resolve_addr(cm.id, source_arg, &dest.sa, domain->resolve_timeout_ms)) {
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_connect to %s: %s\n", dest.to_string().c_str(),
@@ -428,7 +428,7 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		}
 		return ret;
 	}
-	take_credit_offer(conn.request_credit_offer);
+	take_credit_offer(setup->request_credit_offer);
 	add_credit_offer(&wire, conn.effective);
 	rdma_conn_param param_out{};
 	param_out.private_data = wire.data();
@@ -520,6 +520,7 @@ int Endpoint::complete_connect()
 		return ret;
 	}
 	post_event(cm_entry(this, FI_CONNECTED, {}));
+	release_setup();
 	return 0;
 }
 
@@ -569,8 +570,10 @@ void Endpoint::post_event(EqEntry &&entry)
 {
 	if (eq)
 		eq->push(std::move(entry));
-	else
-		held_events.push_back(std::move(entry));
+	else if (setup)
+		setup->held_events.push_back(std::move(entry));
+	else /* never: the setup state goes once an EQ is bound */
+		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: an event with no EQ bound is dropped\n", static_cast<void *>(this));
 }
 
 void Endpoint::on_cm_event(const CmEventCopy &event)
@@ -613,10 +616,11 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			return;
 		}
 		const cm::ReadLimits offer = offered();
-		add_credit_offer(&conn.connect_wire, offer);
+		std::vector<uint8_t> &wire = setup->connect_wire;
+		add_credit_offer(&wire, offer);
 		rdma_conn_param param{};
-		param.private_data = conn.connect_wire.data();
-		param.private_data_len = static_cast<uint8_t>(conn.connect_wire.size());
+		param.private_data = wire.data();
+		param.private_data_len = static_cast<uint8_t>(wire.size());
 		param.responder_resources = static_cast<uint8_t>(offer.inbound);
 		param.initiator_depth = static_cast<uint8_t>(offer.outbound);
 		param.flow_control = 1;
@@ -629,7 +633,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 				std::strerror(err));
 			attempt_over(this, fsm.attempt_failed(-fi_error_of_errno(err)), err);
 		}
-		conn.connect_wire.clear();
+		wire.clear();
 		return;
 	}
 	case EpAction::report_response:
@@ -645,10 +649,10 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		conn.peer_offer = cm::peer_offer(granted_in, granted_out);
 		conn.effective = cm::negotiate(offered(), granted_in, granted_out);
 		conn.negotiated = true;
-		conn.response_data = unframed_copy(event, "connect response");
+		const std::vector<uint8_t> response_data = unframed_copy(event, "connect response");
 		take_credit_offer(offer);
 		if (step.action == EpAction::report_response) {
-			post_event(cm_entry(this, FI_ND_CONNRESP, conn.response_data));
+			post_event(cm_entry(this, FI_ND_CONNRESP, response_data));
 			return;
 		}
 		int ret = complete(this);
@@ -657,7 +661,8 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			attempt_over(this, {EpState::failed, EpAction::report_error, FI_ECONNABORTED}, -ret);
 			return;
 		}
-		post_event(cm_entry(this, FI_CONNECTED, conn.response_data));
+		post_event(cm_entry(this, FI_CONNECTED, response_data));
+		release_setup();
 		return;
 	}
 	case EpAction::report_connected:
@@ -667,6 +672,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 			advertise_credits(false); /* receives posted since the offer */
 		}
 		post_event(cm_entry(this, FI_CONNECTED, {}));
+		release_setup();
 		return;
 	case EpAction::report_error: {
 		std::vector<uint8_t> data;

@@ -53,11 +53,16 @@ constexpr QueueHooks kSendHooksWithCredits{ep_peer_lost, send_waiting_credits, s
 int Endpoint::setup_data_path()
 {
 	/* A shared transmit context's attributes stand for the endpoint's own. */
-	const TxAttributes tx_attr = bindings.stx ? TxAttributes::of(bindings.stx->attr) : attr.tx;
+	if (!setup) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: the endpoint is past connecting\n");
+		return -FI_EOPBADSTATE;
+	}
+	const RxAttributes &rx_attr = setup->rx;
+	const TxAttributes tx_attr = bindings.stx ? TxAttributes::of(bindings.stx->attr) : setup->tx;
 	const uint32_t tx = static_cast<uint32_t>(tx_attr.size ? tx_attr.size : 1);
-	const uint32_t rx = static_cast<uint32_t>(attr.rx.size ? attr.rx.size : 1);
+	const uint32_t rx = static_cast<uint32_t>(rx_attr.size ? rx_attr.size : 1);
 	data.tx_iov_limit = static_cast<uint32_t>(tx_attr.iov_limit ? tx_attr.iov_limit : 1);
-	data.rx_iov_limit = static_cast<uint32_t>(attr.rx.iov_limit ? attr.rx.iov_limit : 1);
+	data.rx_iov_limit = static_cast<uint32_t>(rx_attr.iov_limit ? rx_attr.iov_limit : 1);
 	if (data.tx_iov_limit > kMaxSge || data.rx_iov_limit > kMaxSge) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: iov_limit %u/%u > %zu\n", data.tx_iov_limit, data.rx_iov_limit,
 			kMaxSge);
@@ -163,8 +168,8 @@ int Endpoint::setup_data_path()
 		return watch_error;
 	update_signal_intervals();
 	data.max_inline = static_cast<uint32_t>(tx_attr.inject_size);
-	data.read_fence = ((tx_attr.msg_order | attr.rx.msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
-	data.max_msg = attr.max_msg_size ? attr.max_msg_size : UINT32_MAX;
+	data.read_fence = ((tx_attr.msg_order | rx_attr.msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
+	data.max_msg = setup->max_msg_size ? setup->max_msg_size : UINT32_MAX;
 	if (options.framed) {
 		/* The header rides inline too; a message fits a receive buffer. */
 		data.max_inline += static_cast<uint32_t>(kFrameHeaderSize);
@@ -175,7 +180,7 @@ int Endpoint::setup_data_path()
 	/* FI_MORE is a promise about the next call, so it is taken from a
 	 * call's own flags only, never as a default for every call. */
 	data.tx_op_flags = tx_attr.op_flags & ~FI_MORE;
-	data.rx_op_flags = attr.rx.op_flags;
+	data.rx_op_flags = rx_attr.op_flags;
 	const bool locked = domain->threading == FI_THREAD_SAFE;
 	data.tx_lock.enable(locked);
 	data.rx_lock.enable(locked);

@@ -109,7 +109,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		/* Before INIT the queue pair takes no receives: keep it for then. */
 		try {
 			PendingRecv pending{wr, std::vector<ibv_sge>(sge, sge + built)};
-			data.pending_recvs.push_back(std::move(pending));
+			setup->pending_recvs.push_back(std::move(pending));
 		} catch (const std::bad_alloc &) {
 			return -FI_ENOMEM;
 		}
@@ -136,7 +136,8 @@ void Endpoint::post_pending_receives() noexcept
 {
 	std::lock_guard<OptionalLock> guard(data.rx_lock);
 	data.recv_ready = true;
-	for (PendingRecv &pending : data.pending_recvs) {
+	std::vector<PendingRecv> none;
+	for (PendingRecv &pending : setup ? setup->pending_recvs : none) {
 		pending.wr.sg_list = pending.sge.data();
 		ibv_recv_wr *bad = nullptr;
 		int rc = ibv_post_recv(data.qp.get(), &pending.wr, &bad);
@@ -144,7 +145,8 @@ void Endpoint::post_pending_receives() noexcept
 			ND_WARN(FI_LOG_EP_DATA, "posting a receive made before the connection: %s\n",
 				std::strerror(rc));
 	}
-	data.pending_recvs.clear();
+	if (setup)
+		std::vector<PendingRecv>().swap(setup->pending_recvs);
 	if (MultiRecv *const behind = data.rq ? data.rq->multi() : nullptr) {
 		std::lock_guard<std::mutex> hold(behind->lock);
 		behind->ready = true;
@@ -178,8 +180,10 @@ ssize_t Endpoint::cancel(void *context)
 	 * connection, then those waiting behind a multi-receive buffer. */
 	std::vector<OpRecord **> unposted;
 	std::vector<OpRecord *> pending_records;
-	pending_records.reserve(data.pending_recvs.size());
-	for (PendingRecv &p : data.pending_recvs)
+	std::vector<PendingRecv> none;
+	std::vector<PendingRecv> &pending_recvs = setup ? setup->pending_recvs : none;
+	pending_records.reserve(pending_recvs.size());
+	for (PendingRecv &p : pending_recvs)
 		pending_records.push_back(record_of(p.wr.wr_id));
 	for (OpRecord *&r : pending_records)
 		unposted.push_back(&r);
@@ -212,10 +216,10 @@ ssize_t Endpoint::cancel(void *context)
 		*unposted[i] = to;
 	}
 	if (found < pending_records.size()) {
-		data.pending_recvs.erase(data.pending_recvs.begin() + static_cast<std::ptrdiff_t>(found));
+		pending_recvs.erase(pending_recvs.begin() + static_cast<std::ptrdiff_t>(found));
 		pending_records.erase(pending_records.begin() + static_cast<std::ptrdiff_t>(found));
-		for (size_t i = found; i < data.pending_recvs.size(); i++)
-			data.pending_recvs[i].wr.wr_id = reinterpret_cast<uintptr_t>(pending_records[i]);
+		for (size_t i = found; i < pending_recvs.size(); i++)
+			pending_recvs[i].wr.wr_id = reinterpret_cast<uintptr_t>(pending_records[i]);
 	} else {
 		auto &held = behind->held;
 		held.erase(held.begin() + static_cast<std::ptrdiff_t>(found - pending_records.size()));

@@ -58,7 +58,7 @@ int Endpoint::setup_framing(uint32_t rx)
 		ibv_recv_wr wr;
 		ibv_sge sge;
 		framing->fill_bounce(record, framing->slot(i), wr, sge);
-		data.pending_recvs.push_back(PendingRecv{wr, std::vector<ibv_sge>(1, sge)});
+		setup->pending_recvs.push_back(PendingRecv{wr, std::vector<ibv_sge>(1, sge)});
 		data.rq->commit();
 	}
 	data.rq->set_framing(std::move(framing));
