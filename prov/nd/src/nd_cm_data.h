@@ -103,7 +103,7 @@ ReadLimits peer_offer(uint8_t responder_resources, uint8_t initiator_depth) noex
 
 /* Which side of a connection an endpoint is: it changes what a rejection or
  * a lost peer means. */
-enum class Side { active, passive };
+enum class Side : uint8_t { active, passive };
 
 /* IB CM reject reasons rdma_cm reports as the status of REJECTED. */
 constexpr int kRejectConsumer = 28;	/* the peer's application rejected */

@@ -633,8 +633,8 @@ int Endpoint::close()
 		if (cm.id && (s == EpState::connected || s == EpState::shutting_down ||
 			      s == EpState::accepting || s == EpState::response_pending))
 			rdma_disconnect(cm.id); /* the peer learns at once, not at a timeout */
-		if (conn.tuple_claimed)
-			release_tuple(conn.tuple_local, conn.peer);
+		if (conn.tuple_local)
+			release_tuple(*conn.tuple_local, conn.peer);
 		/* Everything outstanding completes with FI_ECANCELED. */
 		flush_queue_pair();
 		/* Events of this id not yet read die with it: no FI_SHUTDOWN

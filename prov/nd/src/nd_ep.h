@@ -28,6 +28,7 @@
 
 #include <rdma/fi_endpoint.h>
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -46,6 +47,13 @@ struct SharedTx;
 struct PendingRecv {
 	ibv_recv_wr wr;
 	std::vector<ibv_sge> sge;
+};
+
+/* A framed endpoint's message headers (nd_framing.h): one per send-queue
+ * ring slot, kFrameHeaderSize each, registered. */
+struct FrameHeaders {
+	std::unique_ptr<uint8_t[]> bytes;
+	VerbsHandle<ibv_mr, ibv_dereg_mr> mr;
 };
 
 /* One send-queue request as the msg and rma calls describe it. */
@@ -71,9 +79,9 @@ struct TxRequest {
  * with that decides how it works. */
 struct EndpointOptions {
 	cm::ReadLimits wanted;			/* as set; capped when offered */
+	size_t min_multi_recv = kDefaultMinMultiRecv;	/* FI_OPT_MIN_MULTI_RECV */
 	bool manual_complete = false;
 	bool shared_addr = false;
-	size_t min_multi_recv = kDefaultMinMultiRecv;	/* FI_OPT_MIN_MULTI_RECV */
 	/* Opened with FI_TAGGED: every message is framed (nd_framing.h). */
 	bool framed = false;
 };
@@ -157,22 +165,28 @@ struct EndpointBindings {
 	CompletionQueue *user_tx_cq = nullptr;
 	CompletionQueue *user_rx_cq = nullptr;
 	CompletionQueue *own_cq = nullptr;		/* internal; closed with the endpoint */
-	bool tx_selective = false;
-	bool rx_selective = false;
-	Counter *send_cntr = nullptr;
-	Counter *recv_cntr = nullptr;
-	Counter *read_cntr = nullptr;
-	Counter *write_cntr = nullptr;
+	/* The counters bound, by CounterKind: made at the first counter's
+	 * fi_ep_bind, since most endpoints have none. */
+	std::unique_ptr<std::array<Counter *, kCounterKinds>> counters;
 	SharedRx *srx = nullptr;
 	SharedTx *stx = nullptr;			/* its attributes replace tx_attr's */
+	bool tx_selective = false;
+	bool rx_selective = false;
 	bool counters_watch = false;		/* the bound counters watch tx_cq/rx_cq */
 
+	/* The counter bound for a kind of request, or nullptr. */
+	Counter *counter(CounterKind which) const noexcept
+	{
+		return counters ? (*counters)[static_cast<size_t>(which)] : nullptr;
+	}
 	/* Each distinct counter bound to the endpoint, once. */
 	template <typename Fn>
 	void for_each_counter(Fn &&fn) const
 	{
-		Counter *const all[] = {send_cntr, recv_cntr, read_cntr, write_cntr};
-		for (size_t i = 0; i < 4; i++) {
+		if (!counters)
+			return;
+		const std::array<Counter *, kCounterKinds> &all = *counters;
+		for (size_t i = 0; i < all.size(); i++) {
 			bool seen = !all[i];
 			for (size_t j = 0; j < i && !seen; j++)
 				seen = all[j] == all[i];
@@ -190,10 +204,11 @@ struct DataPath {
 	std::unique_ptr<WorkQueue> rq;
 	std::unique_ptr<SendBatch> batch;	/* FI_MORE requests not yet posted */
 	OptionalLock tx_lock;
-	bool slow_tx = false;			/* locked, or a shared budget: fi_inject goes out of line */
 	OptionalLock rx_lock;
+	bool slow_tx = false;			/* locked, or a shared budget: fi_inject goes out of line */
 	Link link;
 	bool recv_ready = false;			/* the QP takes receives (INIT or later) */
+	bool marker_reserved = true;		/* tx_reserved counts the close marker's */
 	uint32_t signal_interval = 1;
 	/* The fi_inject family's: signal_interval, or 1 where a counter
 	 * counts that kind of request and needs every completion. */
@@ -207,15 +222,13 @@ struct DataPath {
 	uint32_t max_inline = 0;		/* bytes a send may carry inline (a
 						 * framed send's header included) */
 	/* Framed endpoints: each send-queue ring slot's header, registered. */
-	std::unique_ptr<uint8_t[]> tx_headers;	/* kFrameHeaderSize each */
-	VerbsHandle<ibv_mr, ibv_dereg_mr> tx_headers_mr;
+	std::unique_ptr<FrameHeaders> tx_headers;
 	size_t max_msg = 0;
 	uint32_t tx_iov_limit = 1;
 	uint32_t rx_iov_limit = 1;
 	uint64_t tx_op_flags = 0;
 	uint64_t rx_op_flags = 0;
 	uint32_t tx_reserved = 0;			/* entries reserved on tx_cq / rx_cq */
-	bool marker_reserved = true;			/* tx_reserved counts the close marker's */
 	uint32_t rx_reserved = 0;
 	uint32_t tx_promised = 0;			/* what those may grow to */
 	uint32_t rx_promised = 0;
@@ -233,11 +246,9 @@ struct DataPath {
 /* The connection: the peer, what was negotiated with it, and how it ended. */
 struct Connection {
 	SockAddr peer;
-	SockAddr tuple_local;			/* claimed (shared endpoints) */
-	bool tuple_claimed = false;
-	bool negotiated = false;
 	cm::ReadLimits effective;
 	cm::ReadLimits peer_offer;
+	bool negotiated = false;
 	/* Passive side: a connection request was taken from a listener. */
 	bool has_request = false;
 	bool request_peer_gone = false;
@@ -247,6 +258,9 @@ struct Connection {
 	 * message came without its frame: the EQ's progress was asked to end
 	 * the connection (once). */
 	std::atomic<bool> peer_lost_noted{false};
+	/* A shared endpoint's local address, claimed with the peer's as its
+	 * connection's tuple (released at the attempt's end or at close). */
+	std::unique_ptr<SockAddr> tuple_local;
 };
 
 /* Every member starts from the default given here; the constructor sets

@@ -71,17 +71,21 @@ int Endpoint::bind_cntr(Counter *cntr, uint64_t flags)
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): receive counters with a shared receive context are not supported\n");
 		return -FI_ENOSYS;
 	}
-	Counter **slots[] = {&bindings.send_cntr, &bindings.recv_cntr, &bindings.read_cntr, &bindings.write_cntr};
-	const uint64_t bits[] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE};
-	for (int i = 0; i < 4; i++) {
-		if ((flags & bits[i]) && *slots[i]) {
+	const std::pair<uint64_t, CounterKind> kinds[] = {{FI_SEND, CounterKind::send},
+							   {FI_RECV, CounterKind::recv},
+							   {FI_READ, CounterKind::read},
+							   {FI_WRITE, CounterKind::write}};
+	for (const auto &[bit, kind] : kinds) {
+		if ((flags & bit) && bindings.counter(kind)) {
 			ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): a counter is already bound for those events\n");
 			return -FI_EINVAL;
 		}
 	}
-	for (int i = 0; i < 4; i++)
-		if (flags & bits[i])
-			*slots[i] = cntr;
+	if (!bindings.counters)
+		bindings.counters = std::make_unique<std::array<Counter *, kCounterKinds>>();
+	for (const auto &[bit, kind] : kinds)
+		if (flags & bit)
+			(*bindings.counters)[static_cast<size_t>(kind)] = cntr;
 	cntr->attach(this);
 	return 0;
 }
@@ -115,7 +119,7 @@ int Endpoint::bind_srx(SharedRx *rx)
 	}
 	if (int ret = check_context_bind("fi_ep_bind(srx)", fsm.enabled(), bindings.srx, rx->domain == domain))
 		return ret;
-	if (bindings.recv_cntr) {
+	if (bindings.counter(CounterKind::recv)) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): receive counters with a shared receive context are not supported\n");
 		return -FI_ENOSYS;
 	}
@@ -141,10 +145,8 @@ int Endpoint::bind_stx(SharedTx *tx)
 /* At close: the CQs, counters and shared contexts let go. */
 void Endpoint::unbind_all() noexcept
 {
-	for (Counter *c : {bindings.send_cntr, bindings.recv_cntr, bindings.read_cntr, bindings.write_cntr})
-		if (c)
-			c->detach(this);
-	bindings.send_cntr = bindings.recv_cntr = bindings.read_cntr = bindings.write_cntr = nullptr;
+	bindings.for_each_counter([this](Counter *c) { c->detach(this); });
+	bindings.counters.reset();
 	if (bindings.user_tx_cq)
 		bindings.user_tx_cq->bound.release();
 	if (bindings.user_rx_cq)

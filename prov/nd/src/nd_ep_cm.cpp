@@ -61,9 +61,9 @@ void report_error(Endpoint *ep, int err, int prov_errno, const uint8_t *data = n
 void attempt_over(Endpoint *ep, const EpStep &step, int prov_errno, const uint8_t *data = nullptr,
 		  size_t len = 0)
 {
-	if (ep->conn.tuple_claimed) {
-		release_tuple(ep->conn.tuple_local, ep->conn.peer);
-		ep->conn.tuple_claimed = false;
+	if (ep->conn.tuple_local) {
+		release_tuple(*ep->conn.tuple_local, ep->conn.peer);
+		ep->conn.tuple_local.reset();
 	}
 	bool retry = step.next == EpState::idle;
 	if (retry) {
@@ -337,14 +337,14 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 		if (ret)
 			return ret;
 		if (options.shared_addr && fsm.bound()) {
-			SockAddr local = local_address(cm.id);
-			if (!claim_tuple(local, dest)) {
+			/* Made before the claim, so that a claim is always recorded. */
+			auto local = std::make_unique<SockAddr>(local_address(cm.id));
+			if (!claim_tuple(*local, dest)) {
 				ND_WARN(FI_LOG_EP_CTRL, "fi_connect: %s to %s is already connected\n",
-					local.to_string().c_str(), dest.to_string().c_str());
+					local->to_string().c_str(), dest.to_string().c_str());
 				return -FI_EADDRINUSE;
 			}
-			conn.tuple_claimed = true;
-			conn.tuple_local = local;
+			conn.tuple_local = std::move(local);
 		}
 	}
 	ret = fsm.begin_connect();
@@ -373,9 +373,9 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 		 * try again follows ND's rule as for a reported failure. */
 		if (fsm.attempt_failed(-ret).next == EpState::idle && renew_cm_id())
 			fsm.fail();
-		if (conn.tuple_claimed) {
-			release_tuple(conn.tuple_local, conn.peer);
-			conn.tuple_claimed = false;
+		if (conn.tuple_local) {
+			release_tuple(*conn.tuple_local, conn.peer);
+			conn.tuple_local.reset();
 		}
 		return ret;
 	}

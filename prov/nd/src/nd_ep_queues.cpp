@@ -140,9 +140,9 @@ int Endpoint::setup_data_path()
 	send_targets.hooks = data.credits ? &kSendHooksWithCredits : &kSendHooks;
 	send_targets.owner = this;
 	send_targets.flush_breaks_link = domain->iwarp;
-	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(bindings.send_cntr);
-	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(bindings.read_cntr);
-	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(bindings.write_cntr);
+	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(bindings.counter(CounterKind::send));
+	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(bindings.counter(CounterKind::read));
+	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(bindings.counter(CounterKind::write));
 	data.sq->set_targets(send_targets);
 	if (watches_stalls())
 		bindings.tx_cq->watch_stalls(data.sq.get(), domain->stall_timeout_s);
@@ -152,7 +152,7 @@ int Endpoint::setup_data_path()
 		RetireTargets recv_targets;
 		recv_targets.link = &data.link;
 		recv_targets.flush_breaks_link = domain->iwarp;
-		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(bindings.recv_cntr);
+		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(bindings.counter(CounterKind::recv));
 		data.rq->set_targets(recv_targets);
 	}
 	/* Reading a bound counter progresses the CQs its completions reach. */
@@ -214,8 +214,8 @@ void Endpoint::update_signal_intervals() noexcept
 	 * wait for that could hold the budget that the signaled one needs. So
 	 * every request on a shared transmit context is signaled. */
 	data.signal_interval = bindings.stx ? 1 : std::max<uint32_t>(data.sq->limit / 2, 1);
-	data.send_signal_interval = bindings.send_cntr ? 1 : data.signal_interval;
-	data.write_signal_interval = bindings.write_cntr ? 1 : data.signal_interval;
+	data.send_signal_interval = bindings.counter(CounterKind::send) ? 1 : data.signal_interval;
+	data.write_signal_interval = bindings.counter(CounterKind::write) ? 1 : data.signal_interval;
 }
 
 /* At close (or when fi_enable fails), after the queue pair was flushed:

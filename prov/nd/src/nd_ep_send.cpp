@@ -70,9 +70,10 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 			r.call);
 		return -FI_EACCES;
 	}
-	Counter *counter = r.opcode == IBV_WR_RDMA_READ ? bindings.read_cntr
-			   : (r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM) ? bindings.send_cntr
-											     : bindings.write_cntr;
+	Counter *counter = bindings.counter(r.opcode == IBV_WR_RDMA_READ ? CounterKind::read
+					    : (r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM)
+						    ? CounterKind::send
+						    : CounterKind::write);
 	if (r.report && bindings.tx_cq == bindings.own_cq) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: a completion is wanted but no CQ is bound with FI_TRANSMIT\n", r.call);
 		return -FI_ENOCQ;
@@ -111,12 +112,12 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	record.report = r.report;
 	if (r.header) {
 		/* The slot's header lives as long as the request does. */
-		uint8_t *header = data.tx_headers.get() +
+		uint8_t *header = data.tx_headers->bytes.get() +
 				  static_cast<size_t>(&record - data.sq->records.get()) * kFrameHeaderSize;
 		std::memcpy(header, r.header, kFrameHeaderSize);
 		sge[0].addr = reinterpret_cast<uintptr_t>(header);
 		sge[0].length = static_cast<uint32_t>(kFrameHeaderSize);
-		sge[0].lkey = data.tx_headers_mr->lkey;
+		sge[0].lkey = data.tx_headers->mr->lkey;
 	}
 
 	ibv_send_wr wr;

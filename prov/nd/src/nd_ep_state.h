@@ -19,7 +19,7 @@
 
 namespace nd {
 
-enum class EpState {
+enum class EpState : uint8_t {
 	idle,		  /* nothing sent (or a retryable attempt ended); a passive-side
 			   * endpoint may hold a request */
 	resolving_addr,	  /* fi_connect: address resolution running */

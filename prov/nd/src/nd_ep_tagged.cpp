@@ -27,9 +27,11 @@ constexpr uint32_t kMaxBounceBuffers = 64;
 int Endpoint::setup_framing(uint32_t rx)
 {
 	const size_t ring = size_t{data.sq->mask} + 1;
-	data.tx_headers = std::make_unique<uint8_t[]>(ring * kFrameHeaderSize);
-	data.tx_headers_mr.reset(ibv_reg_mr(domain->pd.get(), data.tx_headers.get(), ring * kFrameHeaderSize, 0));
-	if (!data.tx_headers_mr) {
+	data.tx_headers = std::make_unique<FrameHeaders>();
+	FrameHeaders &headers = *data.tx_headers;
+	headers.bytes = std::make_unique<uint8_t[]>(ring * kFrameHeaderSize);
+	headers.mr.reset(ibv_reg_mr(domain->pd.get(), headers.bytes.get(), ring * kFrameHeaderSize, 0));
+	if (!headers.mr) {
 		const int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: registering the message headers: %s\n", std::strerror(err));
 		return fi_error_of_errno(err);
