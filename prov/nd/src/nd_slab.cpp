@@ -77,6 +77,16 @@ SlabPool::Slab *SlabPool::map_slab()
 	return new (reinterpret_cast<void *>(aligned)) Slab;
 }
 
+void SlabPool::link(Slab *slab) noexcept
+{
+	slab->prev = nullptr;
+	slab->next = with_room_;
+	if (with_room_)
+		with_room_->prev = slab;
+	with_room_ = slab;
+	slab->linked = true;
+}
+
 void SlabPool::unlink(Slab *slab) noexcept
 {
 	if (slab->prev)
@@ -103,11 +113,7 @@ void *SlabPool::allocate()
 		} else {
 			slab = map_slab();
 		}
-		slab->next = with_room_;
-		if (with_room_)
-			with_room_->prev = slab;
-		with_room_ = slab;
-		slab->linked = true;
+		link(slab);
 	}
 	void *object;
 	if (slab->free) {
@@ -135,13 +141,8 @@ void SlabPool::deallocate(void *object) noexcept
 	std::lock_guard<std::mutex> guard(lock_);
 	*static_cast<void **>(object) = slab->free;
 	slab->free = object;
-	if (!slab->linked) {
-		slab->next = with_room_;
-		if (with_room_)
-			with_room_->prev = slab;
-		with_room_ = slab;
-		slab->linked = true;
-	}
+	if (!slab->linked)
+		link(slab);
 	if (--slab->live)
 		return;
 	/* Empty: kept, its objects' pages returned, if none is kept yet;

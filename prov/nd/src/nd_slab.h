@@ -52,6 +52,7 @@ public:
 private:
 	struct Slab;
 	Slab *map_slab();
+	void link(Slab *slab) noexcept;		/* into with_room_ */
 	void unlink(Slab *slab) noexcept;
 
 	const size_t object_size_;
