@@ -67,6 +67,14 @@ Endpoint::Endpoint(Domain *d, const fi_info &info, cm::Side side)
 	fsm.set_iwarp(d->iwarp);
 }
 
+void Endpoint::release_claimed_tuple() noexcept
+{
+	if (!conn.tuple_local)
+		return;
+	release_tuple(*conn.tuple_local, conn.peer);
+	conn.tuple_local.reset();
+}
+
 void Endpoint::release_setup() noexcept
 {
 	if (!setup || setup->cm_home || fsm.state() != EpState::connected)
@@ -633,8 +641,7 @@ int Endpoint::close()
 		if (cm.id && (s == EpState::connected || s == EpState::shutting_down ||
 			      s == EpState::accepting || s == EpState::response_pending))
 			rdma_disconnect(cm.id); /* the peer learns at once, not at a timeout */
-		if (conn.tuple_local)
-			release_tuple(*conn.tuple_local, conn.peer);
+		release_claimed_tuple();
 		/* Everything outstanding completes with FI_ECANCELED. */
 		flush_queue_pair();
 		/* Events of this id not yet read die with it: no FI_SHUTDOWN

@@ -305,6 +305,9 @@ struct Endpoint {
 	/* Frees the connection-setup state once nothing reads it any more:
 	 * connected, an EQ of its own bound (under its progress lock). */
 	void release_setup() noexcept;
+	/* A shared endpoint's tuple, claimed at fi_connect, given back at the
+	 * attempt's end or at close (nothing where none is claimed). */
+	void release_claimed_tuple() noexcept;
 	/* A retryable attempt ended (EpStateMachine::attempt_failed): a fresh
 	 * rdma_cm id, bound where the old one was, replaces the used one, which
 	 * rdma_cm cannot connect again (nd_ep.cpp). Returns 0 or -FI_E*. */

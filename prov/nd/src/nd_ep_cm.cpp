@@ -61,10 +61,7 @@ void report_error(Endpoint *ep, int err, int prov_errno, const uint8_t *data = n
 void attempt_over(Endpoint *ep, const EpStep &step, int prov_errno, const uint8_t *data = nullptr,
 		  size_t len = 0)
 {
-	if (ep->conn.tuple_local) {
-		release_tuple(*ep->conn.tuple_local, ep->conn.peer);
-		ep->conn.tuple_local.reset();
-	}
+	ep->release_claimed_tuple();
 	bool retry = step.next == EpState::idle;
 	if (retry) {
 		int ret = ep->renew_cm_id();
@@ -373,10 +370,7 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 		 * try again follows ND's rule as for a reported failure. */
 		if (fsm.attempt_failed(-ret).next == EpState::idle && renew_cm_id())
 			fsm.fail();
-		if (conn.tuple_local) {
-			release_tuple(*conn.tuple_local, conn.peer);
-			conn.tuple_local.reset();
-		}
+		release_claimed_tuple();
 		return ret;
 	}
 	return 0;
