@@ -334,9 +334,14 @@ ibv_cq *CompletionQueue::create_verbs_cq(int size) noexcept
 	return ibv_create_cq(domain->context, size, this, channel.get(), vector);
 }
 
-/* Entries a verbs CQ starts with at most (it doubles as endpoints join
- * and their rings grow). */
+/* Entries a chained verbs CQ starts with at most (it doubles as endpoints
+ * join and their rings grow). */
 constexpr int kVerbsCqBase = 64;
+/* Entries the first verbs CQ is made with at most, when more were asked:
+ * room for 4,096 endpoints at rest (each queue's ring starts with room for
+ * one request), a 1 MiB mapping at Soft-RoCE's 128 bytes an entry, where
+ * ofi_rxm asks for 262,144 (32 MiB). */
+constexpr int kFirstVerbsCqMax = 8192;
 
 int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 {
@@ -387,14 +392,18 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 			if (int ret = make_wait_objects("fi_enable"))
 				return ret;
 		VerbsCqSlot added;
-		/* As large as this endpoint needs, doubling (above) as more join
-		 * and as their rings grow (grow): nothing can overflow it, so a
-		 * size the application asked beyond that (ofi_rxm asks for
-		 * 262,144 entries) sets no device memory aside. A CQ that cannot
-		 * grow is made as large as asked (or as the first), so that it
-		 * holds more than one endpoint. */
-		const int base = resizable ? std::min(requested_size, kVerbsCqBase)
-					   : slots.empty() ? requested_size : slots.front().capacity;
+		/* The first at the size asked, up to kFirstVerbsCqMax, as the
+		 * application sized it for what it expects outstanding: the
+		 * endpoints that join later reserve their room in it and
+		 * resize nothing until they need more than that (size once,
+		 * then double). It is made here rather than at fi_cq_open, so
+		 * that a CQ no endpoint uses costs no device memory. One
+		 * chained past the device's largest starts small and doubles.
+		 * Where CQs cannot be resized, each is made as large as asked
+		 * (or as the first), so that it holds more than one endpoint. */
+		const int base = !resizable     ? (slots.empty() ? requested_size : slots.front().capacity)
+				 : slots.empty() ? std::min(requested_size, kFirstVerbsCqMax)
+						 : std::min(requested_size, kVerbsCqBase);
 		const int size = std::min(max_cqe, std::max(count, base));
 		added.cq.reset(create_verbs_cq(size));
 		if (!added.cq) {
@@ -404,6 +413,7 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 			return fi_error_of_errno(err, -FI_ENOSPC);
 		}
 		added.capacity = added.cq->cqe;
+		added.floor = added.capacity;
 		if (waitable) /* armed like its siblings: a waiter asleep now wakes for it */
 			ibv_req_notify_cq(added.cq.get(), 0);
 		if (slots.empty())
@@ -531,13 +541,14 @@ void CompletionQueue::shrink(VerbsCqSlot &slot) noexcept
 	/* A verbs CQ grown for many endpoints (one CQ for thousands, as
 	 * ofi_rxm binds them) gives its memory back as they close: halved
 	 * once a quarter of it is reserved, so that growing again takes as
-	 * many endpoints joining. What it holds is at most what is reserved
-	 * there, unless a closed endpoint's requests may still complete
-	 * (orphans): then it keeps its size. */
-	if (!resizable || !orphans.empty() || slot.capacity <= 2 * kVerbsCqBase ||
+	 * many endpoints joining, down to the size it was made with. What it
+	 * holds is at most what is reserved there, unless a closed
+	 * endpoint's requests may still complete (orphans): then it keeps its
+	 * size. */
+	if (!resizable || !orphans.empty() || slot.capacity <= slot.floor ||
 	    slot.reserved > slot.capacity / 4)
 		return;
-	const int target = std::max(slot.capacity / 2, kVerbsCqBase);
+	const int target = std::max(slot.capacity / 2, slot.floor);
 	if (int rc = ibv_resize_cq(slot.cq.get(), target)) {
 		ND_INFO(FI_LOG_CQ, "CQ %p: ibv_resize_cq(%d) to shrink a verbs CQ of %d entries (%d reserved): %s; kept\n",
 			static_cast<void *>(this), target, slot.capacity, slot.reserved, std::strerror(rc));

@@ -217,6 +217,7 @@ struct VerbsCqSlot {
 	int capacity = 0;			/* entries it holds */
 	int reserved = 0;			/* requests that may complete into it now */
 	int promised = 0;			/* what they may grow to (their depths) */
+	int floor = 0;				/* what it was made with: it never shrinks below */
 };
 
 /*
@@ -245,10 +246,12 @@ struct CompletionQueue {
 	bool waitable;
 	int vector;				/* completion vector of its verbs CQs */
 	UniqueCompChannel channel;
-	/* [0] made for the first endpoint (reserve), as large as it needs
-	 * (64 entries at least, or the size asked if less), doubling as more
-	 * is reserved; another chained when the depths of the endpoints on
-	 * the last would pass the device's largest CQ. After channel:
+	/* [0] made for the first endpoint (reserve) at the size asked, up
+	 * to 8,192 entries (or as large as that endpoint needs, if more),
+	 * doubling as more is
+	 * reserved and never below its first size; another chained when the
+	 * depths of the endpoints on the last would pass the device's
+	 * largest CQ. After channel:
 	 * destroyed first. A chained one goes when no endpoint completes there
 	 * any more (unreserve). */
 	std::vector<VerbsCqSlot> slots;

@@ -2542,19 +2542,20 @@ static std::vector<long> device_mapping_kib()
 }
 
 /* A verbs CQ grown for 200 connections gives its memory back as they close
- * (CompletionQueue::shrink halves it once a quarter is reserved), and
- * loses nothing on the way: the completions of the connection left open,
- * unread while the others closed, arrive after, and it carries more. (200:
- * on Soft-RoCE their 800 entries make a 1,023-entry verbs CQ, whose 132 KiB
- * mapping is the size of no queue pair's at the default depth, as 100's
- * 68 KiB would be.) */
+ * (CompletionQueue::shrink halves it once a quarter is reserved), down to
+ * the size it was made with, and loses nothing on the way: the
+ * completions of the connection left open, unread while the others
+ * closed, arrive after, and it carries more. (Asked for 16 entries, so
+ * that the connections outgrow it; 200: on Soft-RoCE their 800 entries
+ * make a 1,023-entry verbs CQ, whose 132 KiB mapping is the size of no
+ * queue pair's at the default depth, as 100's 68 KiB would be.) */
 Test(data, a_verbs_cq_shrinks_as_endpoints_close_and_loses_nothing, .timeout = 300)
 {
 	constexpr size_t kConnections = 200, kLen = 64;
 	std::vector<long> at_one;
 	DataFixture f;
 	f.open();
-	fid_cq *cq = f.open_cq(0, FI_WAIT_NONE);
+	fid_cq *cq = f.open_cq(16, FI_WAIT_NONE);
 	/* Registered first: what the domain maps for them is there at one
 	 * connection too. */
 	Buffer &out = f.buffer(2 * kLen);
@@ -2567,6 +2568,11 @@ Test(data, a_verbs_cq_shrinks_as_endpoints_close_and_loses_nothing, .timeout = 3
 		if (i == 0)
 			at_one = device_mapping_kib();
 	}
+	/* The CQ grew: a mapping of a size none had with one connection. */
+	const std::vector<long> at_all = device_mapping_kib();
+	cr_assert(std::any_of(at_all.begin(), at_all.end(),
+			      [&](long kib) { return std::find(at_one.begin(), at_one.end(), kib) == at_one.end(); }),
+		  "with %zu connections open the verbs CQ did not grow", kConnections);
 	for (int round = 0; round < 2; round++) {
 		std::vector<uint8_t> p = pattern(kLen, static_cast<uint8_t>(0x40 + round));
 		std::copy(p.begin(), p.end(), out.data() + round * kLen);
