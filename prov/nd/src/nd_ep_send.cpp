@@ -113,7 +113,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	if (r.header) {
 		/* The slot's header lives as long as the request does. */
 		uint8_t *header = data.tx_headers->bytes.get() +
-				  static_cast<size_t>(&record - data.sq->records.get()) * kFrameHeaderSize;
+				  static_cast<size_t>(&record - data.sq->records) * kFrameHeaderSize;
 		std::memcpy(header, r.header, kFrameHeaderSize);
 		sge[0].addr = reinterpret_cast<uintptr_t>(header);
 		sge[0].length = static_cast<uint32_t>(kFrameHeaderSize);

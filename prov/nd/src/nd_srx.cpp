@@ -111,7 +111,7 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 	}
 	if (rc) {
 		std::lock_guard<OptionalLock> guard(lock);
-		queue.free_slots().push_back(static_cast<uint32_t>(record - queue.records.get()));
+		queue.free_slots().push_back(static_cast<uint32_t>(record - queue.records));
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);
 	}

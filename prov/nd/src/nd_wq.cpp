@@ -19,6 +19,13 @@ static std::unique_ptr<OpRecord[]> make_ring(WorkQueue *owner, uint32_t size, bo
 	return ring;
 }
 
+/* Owned storage of a ring that is not the queue's inline one. */
+static void free_ring(const WorkQueue &queue, OpRecord *ring) noexcept
+{
+	if (ring != queue.inline_ring)
+		delete[] ring;
+}
+
 /* The most requests a ring of `size` slots holds: one slot always stays
  * free for the close marker (nd_ep_queues.cpp), and `internal` are the
  * provider's own. */
@@ -36,7 +43,13 @@ WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal, uint
 		size <<= 1;
 	mask = size - 1;
 	limit = ring_limit(size, internal_slots, depth);
-	records = make_ring(this, size, false);
+	if (size <= kInlineRingSlots) {
+		for (OpRecord &slot : inline_ring)
+			slot.owner = this;
+		records = inline_ring;
+	} else {
+		records = make_ring(this, size, false).release();
+	}
 	update_plain();
 	if (kind == QueueKind::shared_recv) {
 		/* Every slot's index fits, so giving one back never allocates. */
@@ -83,13 +96,25 @@ bool WorkQueue::grow() noexcept
 			old_rings.erase(std::remove_if(old_rings.begin(), old_rings.end(),
 						       [t](const OldRing &old) { return old.end <= t; }),
 					old_rings.end());
-			if (t != h)
-				old_rings.push_back(OldRing{std::move(records), mask, ring_first, h});
+			if (t != h) {
+				OldRing old{records, nullptr, mask, ring_first, h};
+				if (records != inline_ring)
+					old.storage.reset(records);
+				try {
+					old_rings.push_back(std::move(old));
+				} catch (const std::bad_alloc &) {
+					(void)old.storage.release(); /* still the queue's */
+					throw;
+				}
+				records = nullptr; /* the old ring owns it now */
+			}
 		}
 	} catch (const std::bad_alloc &) {
 		return false;
 	}
-	records = std::move(ring);
+	if (records)
+		free_ring(*this, records);
+	records = ring.release();
 	mask = size - 1;
 	ring_first = h;
 	limit += more;
@@ -108,6 +133,7 @@ OpRecord &WorkQueue::record_at(uint64_t seq) noexcept
 
 WorkQueue::~WorkQueue()
 {
+	free_ring(*this, records);
 	if (SendBudget *b = budget())
 		b->used.fetch_sub(outstanding(), std::memory_order_acq_rel);
 }
@@ -147,7 +173,7 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *p
 		/* counted below, as every message is */
 	} else if (kind == QueueKind::shared_recv) {
 		std::lock_guard<OptionalLock> guard(*extras_->pool_lock);
-		extras_->free_slots.push_back(static_cast<uint32_t>(&record - records.get()));
+		extras_->free_slots.push_back(static_cast<uint32_t>(&record - records));
 	} else {
 		const uint64_t retired = retire_through(&record);
 		if (SendBudget *b = budget())

@@ -291,7 +291,8 @@ struct Placement {
 /* A ring a growing queue left behind (WorkQueue::grow): its records stay
  * where the adapter knows them until the requests in it retire. */
 struct OldRing {
-	std::unique_ptr<OpRecord[]> records;
+	OpRecord *records;
+	std::unique_ptr<OpRecord[]> storage;	/* null: the queue's inline ring */
 	uint32_t mask;
 	uint64_t first, end;		/* the requests it holds: [first, end) */
 };
@@ -323,9 +324,15 @@ struct QueueExtras {
 	~QueueExtras(); /* nd_wq.cpp, where MultiRecv is complete */
 };
 
+/* Slots a queue's first ring holds in the queue itself: an endpoint's
+ * queues start with room for one request (and the close marker's slot), so
+ * that thousands of endpoints at rest cost one allocation a queue. */
+constexpr uint32_t kInlineRingSlots = 2;
+
 struct WorkQueue {
-	/* 120 bytes (a 128-byte block of malloc's), two per endpoint: the
-	 * small words packed together. */
+	/* 184 bytes (a 192-byte block of malloc's), two per endpoint: the
+	 * small words packed together, and the first ring inline (the two
+	 * were blocks of 128 and 80 bytes). */
 	QueueKind kind;
 	bool counted = false;		/* a counter is bound to some of its requests */
 	/* retire()'s inline path may take the queue's successes: a ring with
@@ -342,8 +349,9 @@ struct WorkQueue {
 	 * whose CQ can grow starts small and grows when it fills (grow):
 	 * memory follows the requests an endpoint has in flight at once,
 	 * not the depth it may have, which for thousands of endpoints of
-	 * one process is most of their memory. */
-	std::unique_ptr<OpRecord[]> records;
+	 * one process is most of their memory. inline_ring while it fits
+	 * there, else owned (new[]). */
+	OpRecord *records;
 	uint32_t limit;			/* most the ring holds now (<= depth) */
 	uint32_t internal_slots = 0;	/* beyond depth, for the provider's own */
 	uint32_t mask;			/* ring size - 1 (a power of two > depth +
@@ -370,6 +378,8 @@ struct WorkQueue {
 
 	/* Null until a queue needs one of its parts. */
 	std::unique_ptr<QueueExtras> extras_;
+	/* The first ring, where it fits (see kInlineRingSlots). */
+	OpRecord inline_ring[kInlineRingSlots];
 
 	/* The rarely used parts, made on first need; throws std::bad_alloc. */
 	QueueExtras &extras(); /* nd_wq.cpp */
@@ -418,7 +428,7 @@ struct WorkQueue {
 	WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal = 0, uint32_t initial = 0);
 	/* Requests still counted go back to the budget with the queue. */
 	~WorkQueue();
-	WorkQueue(const WorkQueue &) = delete;
+	WorkQueue(const WorkQueue &) = delete; /* its records point at it */
 	WorkQueue &operator=(const WorkQueue &) = delete;
 
 	/* Where completions leave their marks (fi_enable), before any post;
