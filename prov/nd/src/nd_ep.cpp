@@ -69,10 +69,11 @@ Endpoint::Endpoint(Domain *d, const fi_info &info, cm::Side side)
 
 void Endpoint::release_claimed_tuple() noexcept
 {
-	if (!conn.tuple_local)
+	EndpointExtras *extras = bindings.extras.get();
+	if (!extras || !extras->tuple_claimed)
 		return;
-	release_tuple(*conn.tuple_local, conn.peer);
-	conn.tuple_local.reset();
+	release_tuple(extras->tuple_local, conn.peer);
+	extras->tuple_claimed = false;
 }
 
 void Endpoint::release_setup() noexcept
@@ -166,7 +167,7 @@ int enable(Endpoint *ep)
 	}
 	if (ep->fsm.enabled())
 		return 0;
-	if (ep->attr.shared_tx && !ep->bindings.stx) {
+	if (ep->attr.shared_tx && !ep->bindings.stx()) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: the endpoint was opened with a shared transmit "
 			"context (tx_ctx_cnt FI_SHARED_CONTEXT); bind one (fi_stx_context) first\n");
 		return -FI_ENOENT;
@@ -296,7 +297,7 @@ int ep_getopt(struct fid *fid, int level, int optname, void *optval, size_t *opt
 			case FI_OPT_ND_SHARED_ADDR:
 				return put_option<int>(ep->options.shared_addr ? 1 : 0, optval, optlen);
 			case FI_OPT_MIN_MULTI_RECV:
-				return put_option<size_t>(ep->options.min_multi_recv, optval, optlen);
+				return put_option<size_t>(ep->bindings.min_multi_recv(), optval, optlen);
 			default:
 				return -FI_ENOPROTOOPT;
 			}

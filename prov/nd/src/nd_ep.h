@@ -79,7 +79,6 @@ struct TxRequest {
  * with that decides how it works. */
 struct EndpointOptions {
 	cm::ReadLimits wanted;			/* as set; capped when offered */
-	size_t min_multi_recv = kDefaultMinMultiRecv;	/* FI_OPT_MIN_MULTI_RECV */
 	bool manual_complete = false;
 	bool shared_addr = false;
 	/* Opened with FI_TAGGED: every message is framed (nd_framing.h). */
@@ -157,6 +156,21 @@ struct ConnectionSetup {
 	static void operator delete(void *object) noexcept;
 };
 
+/* What few endpoints use, made by the first call that needs it (a counter
+ * or a shared context bound, FI_OPT_MIN_MULTI_RECV set, a shared endpoint's
+ * connect): with thousands of endpoints in a process, each of these words
+ * in every endpoint was memory most never used. */
+struct EndpointExtras {
+	std::array<Counter *, kCounterKinds> counters{};	/* by CounterKind */
+	SharedRx *srx = nullptr;
+	SharedTx *stx = nullptr;			/* its attributes replace tx_attr's */
+	size_t min_multi_recv = kDefaultMinMultiRecv;	/* FI_OPT_MIN_MULTI_RECV */
+	/* A shared endpoint's local address, claimed with the peer's as its
+	 * connection's tuple (released at the attempt's end or at close). */
+	SockAddr tuple_local;
+	bool tuple_claimed = false;
+};
+
 /* What fi_ep_bind attached (before fi_enable), and the CQs the endpoint
  * completes into: what the application bound, else internal CQs. */
 struct EndpointBindings {
@@ -165,27 +179,35 @@ struct EndpointBindings {
 	CompletionQueue *user_tx_cq = nullptr;
 	CompletionQueue *user_rx_cq = nullptr;
 	CompletionQueue *own_cq = nullptr;		/* internal; closed with the endpoint */
-	/* The counters bound, by CounterKind: made at the first counter's
-	 * fi_ep_bind, since most endpoints have none. */
-	std::unique_ptr<std::array<Counter *, kCounterKinds>> counters;
-	SharedRx *srx = nullptr;
-	SharedTx *stx = nullptr;			/* its attributes replace tx_attr's */
+	/* The counters and shared contexts bound, and the endpoint's other
+	 * rarely used parts; null while it has none. */
+	std::unique_ptr<EndpointExtras> extras;
 	bool tx_selective = false;
 	bool rx_selective = false;
 	bool counters_watch = false;		/* the bound counters watch tx_cq/rx_cq */
 
+	/* The rarely used parts, made on first need; throws std::bad_alloc. */
+	EndpointExtras &extras_made()
+	{
+		if (!extras)
+			extras = std::make_unique<EndpointExtras>();
+		return *extras;
+	}
 	/* The counter bound for a kind of request, or nullptr. */
 	Counter *counter(CounterKind which) const noexcept
 	{
-		return counters ? (*counters)[static_cast<size_t>(which)] : nullptr;
+		return extras ? extras->counters[static_cast<size_t>(which)] : nullptr;
 	}
+	SharedRx *srx() const noexcept { return extras ? extras->srx : nullptr; }
+	SharedTx *stx() const noexcept { return extras ? extras->stx : nullptr; }
+	size_t min_multi_recv() const noexcept { return extras ? extras->min_multi_recv : kDefaultMinMultiRecv; }
 	/* Each distinct counter bound to the endpoint, once. */
 	template <typename Fn>
 	void for_each_counter(Fn &&fn) const
 	{
-		if (!counters)
+		if (!extras)
 			return;
-		const std::array<Counter *, kCounterKinds> &all = *counters;
+		const std::array<Counter *, kCounterKinds> &all = extras->counters;
 		for (size_t i = 0; i < all.size(); i++) {
 			bool seen = !all[i];
 			for (size_t j = 0; j < i && !seen; j++)
@@ -258,9 +280,6 @@ struct Connection {
 	 * message came without its frame: the EQ's progress was asked to end
 	 * the connection (once). */
 	std::atomic<bool> peer_lost_noted{false};
-	/* A shared endpoint's local address, claimed with the peer's as its
-	 * connection's tuple (released at the attempt's end or at close). */
-	std::unique_ptr<SockAddr> tuple_local;
 };
 
 /* Every member starts from the default given here; the constructor sets

@@ -67,7 +67,7 @@ int Endpoint::bind_cntr(Counter *cntr, uint64_t flags)
 			static_cast<unsigned long long>(flags));
 		return -FI_EBADFLAGS;
 	}
-	if ((flags & FI_RECV) && bindings.srx) {
+	if ((flags & FI_RECV) && bindings.srx()) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): receive counters with a shared receive context are not supported\n");
 		return -FI_ENOSYS;
 	}
@@ -81,11 +81,10 @@ int Endpoint::bind_cntr(Counter *cntr, uint64_t flags)
 			return -FI_EINVAL;
 		}
 	}
-	if (!bindings.counters)
-		bindings.counters = std::make_unique<std::array<Counter *, kCounterKinds>>();
+	EndpointExtras &extras = bindings.extras_made();
 	for (const auto &[bit, kind] : kinds)
 		if (flags & bit)
-			(*bindings.counters)[static_cast<size_t>(kind)] = cntr;
+			extras.counters[static_cast<size_t>(kind)] = cntr;
 	cntr->attach(this);
 	return 0;
 }
@@ -117,27 +116,27 @@ int Endpoint::bind_srx(SharedRx *rx)
 			"and takes no shared receive context\n");
 		return -FI_EOPNOTSUPP;
 	}
-	if (int ret = check_context_bind("fi_ep_bind(srx)", fsm.enabled(), bindings.srx, rx->domain == domain))
+	if (int ret = check_context_bind("fi_ep_bind(srx)", fsm.enabled(), bindings.srx(), rx->domain == domain))
 		return ret;
 	if (bindings.counter(CounterKind::recv)) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(srx): receive counters with a shared receive context are not supported\n");
 		return -FI_ENOSYS;
 	}
-	bindings.srx = rx;
+	bindings.extras_made().srx = rx;
 	rx->bound.acquire();
 	return 0;
 }
 
 int Endpoint::bind_stx(SharedTx *tx)
 {
-	if (int ret = check_context_bind("fi_ep_bind(stx)", fsm.enabled(), bindings.stx, tx->domain == domain))
+	if (int ret = check_context_bind("fi_ep_bind(stx)", fsm.enabled(), bindings.stx(), tx->domain == domain))
 		return ret;
 	if (!attr.shared_tx) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(stx): the endpoint was opened with its own transmit "
 			"context; ask for ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT\n");
 		return -FI_EINVAL;
 	}
-	bindings.stx = tx;
+	bindings.extras_made().stx = tx;
 	tx->bound.acquire();
 	return 0;
 }
@@ -146,18 +145,21 @@ int Endpoint::bind_stx(SharedTx *tx)
 void Endpoint::unbind_all() noexcept
 {
 	bindings.for_each_counter([this](Counter *c) { c->detach(this); });
-	bindings.counters.reset();
 	if (bindings.user_tx_cq)
 		bindings.user_tx_cq->bound.release();
 	if (bindings.user_rx_cq)
 		bindings.user_rx_cq->bound.release();
-	if (bindings.srx)
-		bindings.srx->bound.release();
-	if (bindings.stx)
-		bindings.stx->bound.release();
+	if (SharedRx *srx = bindings.srx())
+		srx->bound.release();
+	if (SharedTx *stx = bindings.stx())
+		stx->bound.release();
 	bindings.user_tx_cq = bindings.user_rx_cq = nullptr;
-	bindings.srx = nullptr;
-	bindings.stx = nullptr;
+	if (EndpointExtras *extras = bindings.extras.get()) {
+		/* A claimed tuple stays until release_claimed_tuple. */
+		extras->counters = {};
+		extras->srx = nullptr;
+		extras->stx = nullptr;
+	}
 }
 
 } // namespace nd

@@ -182,7 +182,7 @@ int Endpoint::create_queue_pair()
 	ibv_qp_init_attr attr{};
 	attr.send_cq = data.tx_verbs_cq;
 	attr.recv_cq = data.rx_verbs_cq;
-	attr.srq = bindings.srx ? bindings.srx->srq.get() : nullptr;
+	attr.srq = bindings.srx() ? bindings.srx()->srq.get() : nullptr;
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 0;
 	attr.cap.max_send_wr = data.sq->depth + 1 + data.sq->internal_slots; /* + the close marker */
@@ -335,13 +335,21 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 			return ret;
 		if (options.shared_addr && fsm.bound()) {
 			/* Made before the claim, so that a claim is always recorded. */
-			auto local = std::make_unique<SockAddr>(local_address(cm.id));
-			if (!claim_tuple(*local, dest)) {
+			EndpointExtras *extras;
+			try {
+				extras = &bindings.extras_made();
+			} catch (const std::bad_alloc &) {
+				ND_WARN(FI_LOG_EP_CTRL, "fi_connect: out of memory\n");
+				return -FI_ENOMEM;
+			}
+			const SockAddr local = local_address(cm.id);
+			if (!claim_tuple(local, dest)) {
 				ND_WARN(FI_LOG_EP_CTRL, "fi_connect: %s to %s is already connected\n",
-					local->to_string().c_str(), dest.to_string().c_str());
+					local.to_string().c_str(), dest.to_string().c_str());
 				return -FI_EADDRINUSE;
 			}
-			conn.tuple_local = std::move(local);
+			extras->tuple_local = local;
+			extras->tuple_claimed = true;
 		}
 	}
 	ret = fsm.begin_connect();

@@ -35,7 +35,7 @@ std::unique_ptr<ReceiveCredits> ReceiveCredits::open(ibv_pd *pd) noexcept
  * receive ring of its own without multi-receive buffers (nd_credits.h). */
 bool Endpoint::wants_credits() const noexcept
 {
-	return domain->iwarp && attr.resource_mgmt && !bindings.srx &&
+	return domain->iwarp && attr.resource_mgmt && !bindings.srx() &&
 	       !(attr.caps & FI_MULTI_RECV);
 }
 

@@ -58,7 +58,7 @@ int Endpoint::setup_data_path()
 		return -FI_EOPBADSTATE;
 	}
 	const RxAttributes &rx_attr = setup->rx;
-	const TxAttributes tx_attr = bindings.stx ? TxAttributes::of(bindings.stx->attr) : setup->tx;
+	const TxAttributes tx_attr = bindings.stx() ? TxAttributes::of(bindings.stx()->attr) : setup->tx;
 	const uint32_t tx = static_cast<uint32_t>(tx_attr.size ? tx_attr.size : 1);
 	const uint32_t rx = static_cast<uint32_t>(rx_attr.size ? rx_attr.size : 1);
 	data.tx_iov_limit = static_cast<uint32_t>(tx_attr.iov_limit ? tx_attr.iov_limit : 1);
@@ -81,14 +81,14 @@ int Endpoint::setup_data_path()
 	 * their whole depth. */
 	const bool small_rings = domain->cqs_resize() && !options.framed && !credit_slots;
 	data.sq = std::make_unique<WorkQueue>(QueueKind::send, tx, credit_slots,
-					      small_rings && !bindings.stx ? 1 : 0);
-	if (!bindings.srx)
+					      small_rings && !bindings.stx() ? 1 : 0);
+	if (!bindings.srx())
 		data.rq = std::make_unique<WorkQueue>(QueueKind::recv, rx, 0, small_rings ? 1 : 0);
-	const uint32_t rx_completions = bindings.srx ? bindings.srx->queue.depth : data.rq->limit;
+	const uint32_t rx_completions = bindings.srx() ? bindings.srx()->queue.depth : data.rq->limit;
 	/* The request that drains the send queue at close (post_drain_marker)
 	 * reserves its entry then where rings grow: with thousands of
 	 * endpoints on one CQ a third of what they reserve at rest. */
-	data.marker_reserved = !small_rings || bindings.stx;
+	data.marker_reserved = !small_rings || bindings.stx();
 	const uint32_t tx_completions = data.sq->limit + (data.marker_reserved ? 1 : 0) + credit_slots;
 	if (!bindings.user_tx_cq || !bindings.user_rx_cq) {
 		/* Sized for the reservations below, so that they never resize
@@ -112,7 +112,7 @@ int Endpoint::setup_data_path()
 	const bool one_cq = bindings.tx_cq == bindings.rx_cq;
 	/* What the rings may grow to: their depths. */
 	const uint32_t tx_promise = data.sq->depth + 1 + credit_slots;
-	const uint32_t rx_promise = bindings.srx ? rx_completions : data.rq->depth;
+	const uint32_t rx_promise = bindings.srx() ? rx_completions : data.rq->depth;
 	data.tx_promised = tx_promise + (one_cq ? rx_promise : 0);
 	int ret = bindings.tx_cq->reserve(static_cast<int>(tx_completions + (one_cq ? rx_completions : 0)),
 					  static_cast<int>(data.tx_promised), &data.tx_verbs_cq);
@@ -146,9 +146,9 @@ int Endpoint::setup_data_path()
 	data.sq->set_targets(send_targets);
 	if (watches_stalls())
 		bindings.tx_cq->watch_stalls(data.sq.get(), domain->stall_timeout_s);
-	if (bindings.stx)
-		data.sq->set_budget(bindings.stx->budget);
-	if (!bindings.srx) {
+	if (bindings.stx())
+		data.sq->set_budget(bindings.stx()->budget);
+	if (!bindings.srx()) {
 		RetireTargets recv_targets;
 		recv_targets.link = &data.link;
 		recv_targets.flush_breaks_link = domain->iwarp;
@@ -185,7 +185,7 @@ int Endpoint::setup_data_path()
 	data.tx_lock.enable(locked);
 	data.rx_lock.enable(locked);
 	/* Sends on an endpoint with receive credits look at them first. */
-	data.slow_tx = locked || bindings.stx || data.credits;
+	data.slow_tx = locked || bindings.stx() || data.credits;
 	return 0;
 }
 
@@ -213,7 +213,7 @@ void Endpoint::update_signal_intervals() noexcept
 	 * queue completes; under a shared budget, requests that completed but
 	 * wait for that could hold the budget that the signaled one needs. So
 	 * every request on a shared transmit context is signaled. */
-	data.signal_interval = bindings.stx ? 1 : std::max<uint32_t>(data.sq->limit / 2, 1);
+	data.signal_interval = bindings.stx() ? 1 : std::max<uint32_t>(data.sq->limit / 2, 1);
 	data.send_signal_interval = bindings.counter(CounterKind::send) ? 1 : data.signal_interval;
 	data.write_signal_interval = bindings.counter(CounterKind::write) ? 1 : data.signal_interval;
 }

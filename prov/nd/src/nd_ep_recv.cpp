@@ -18,7 +18,7 @@ namespace nd {
 
 ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
 {
-	if (bindings.srx) {
+	if (bindings.srx()) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: the endpoint takes its receives from its shared receive context\n");
 		return -FI_EOPNOTSUPP;
 	}
@@ -69,7 +69,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 	if (multi && !data.rq->multi()) {
 		try {
-			auto made = std::make_unique<MultiRecv>(options.min_multi_recv);
+			auto made = std::make_unique<MultiRecv>(bindings.min_multi_recv());
 			made->qp = data.qp.get();
 			made->ready = data.recv_ready;
 			data.rq->set_multi(std::move(made));
@@ -238,7 +238,7 @@ ssize_t Endpoint::cancel(void *context)
 
 void Endpoint::set_min_multi_recv(size_t bytes)
 {
-	options.min_multi_recv = bytes;
+	bindings.extras_made().min_multi_recv = bytes;
 	std::lock_guard<OptionalLock> guard(data.rx_lock);
 	if (MultiRecv *const behind = data.rq ? data.rq->multi() : nullptr) {
 		std::lock_guard<std::mutex> hold(behind->lock);
