@@ -394,7 +394,8 @@ static long resident_kib(long *all)
 }
 
 /* ND_CM_BENCH_SMAPS=FILE (-m): a copy of /proc/self/smaps with the
- * connections open, to see where the memory went. */
+ * connections open, to see where the memory went; ND_CM_BENCH_SMAPS_BEFORE,
+ * one before the round's first endpoint, to see what grew. */
 static void copy_smaps(const char *to)
 {
 	if (!to)
@@ -464,8 +465,10 @@ static double round_of(int n, double *connect_us, double *accept_us)
 	size_t addrlen = sizeof(addr);
 	CHECK(fi_getname(&pep->fid, &addr, &addrlen));
 	memset(conns, 0, sizeof(conns));
-	if (measure_open)
+	if (measure_open) {
 		before_round = footprint_now();
+		copy_smaps(getenv("ND_CM_BENCH_SMAPS_BEFORE"));
+	}
 
 	double start = now_us();
 	start_clients(n, &addr);
@@ -477,6 +480,14 @@ static double round_of(int n, double *connect_us, double *accept_us)
 	if (measure_open) {
 		while_open = footprint_now();
 		copy_smaps(getenv("ND_CM_BENCH_SMAPS"));
+		/* ND_CM_BENCH_EXIT_OPEN: ends the process here in the first
+		 * round after the warm-up's single connection, so that a heap
+		 * profiler's "leaks" are what is held with the connections
+		 * open. */
+		if (n > 1 && getenv("ND_CM_BENCH_EXIT_OPEN")) {
+			fflush(stdout);
+			exit(0);
+		}
 		if (getenv("ND_CM_BENCH_MALLOC_INFO")) /* where the heap went, open */
 			malloc_stats();
 		print_empty_read(n);
