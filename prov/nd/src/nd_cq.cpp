@@ -339,8 +339,8 @@ ibv_cq *CompletionQueue::create_verbs_cq(int size) noexcept
 constexpr int kVerbsCqBase = 64;
 /* Entries the first verbs CQ is made with at most, when more were asked:
  * room for 4,096 endpoints at rest (each queue's ring starts with room for
- * one request), a 1 MiB mapping at Soft-RoCE's 128 bytes an entry, where
- * ofi_rxm asks for 262,144 (32 MiB). */
+ * one request), 1 MiB at Soft-RoCE's 128 bytes an entry (2 MiB there: it
+ * rounds 8,192 up to 16,383), where ofi_rxm asks for 262,144. */
 constexpr int kFirstVerbsCqMax = 8192;
 
 int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
