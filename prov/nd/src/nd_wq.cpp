@@ -35,8 +35,9 @@ static uint32_t ring_limit(uint32_t size, uint32_t internal, uint32_t depth)
 }
 
 WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal, uint32_t initial)
-	: kind(k), depth(std::max<uint32_t>(wanted_depth, 1)), internal_slots(internal)
+	: kind(k), internal_slots(static_cast<uint16_t>(internal)), depth(std::max<uint32_t>(wanted_depth, 1))
 {
+	assert(internal <= UINT16_MAX);
 	const uint32_t first = kind == QueueKind::shared_recv || initial == 0 ? depth : std::min(initial, depth);
 	uint32_t size = 1;
 	while (size <= first + internal_slots)
@@ -97,7 +98,7 @@ bool WorkQueue::grow() noexcept
 						       [t](const OldRing &old) { return old.end <= t; }),
 					old_rings.end());
 			if (t != h) {
-				OldRing old{records, nullptr, mask, ring_first, h};
+				OldRing old{records, nullptr, mask, extras_->ring_first, h};
 				if (records != inline_ring)
 					old.storage.reset(records);
 				try {
@@ -116,14 +117,15 @@ bool WorkQueue::grow() noexcept
 		free_ring(*this, records);
 	records = ring.release();
 	mask = size - 1;
-	ring_first = h;
+	if (extras_) /* without, nothing is outstanding in an older ring */
+		extras_->ring_first = h;
 	limit += more;
 	return true;
 }
 
 OpRecord &WorkQueue::record_at(uint64_t seq) noexcept
 {
-	if (seq >= ring_first || !extras_)
+	if (!extras_ || seq >= extras_->ring_first)
 		return records[seq & mask];
 	for (OldRing &old : extras_->old_rings)
 		if (seq >= old.first && seq < old.end)

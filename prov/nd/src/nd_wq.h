@@ -319,6 +319,10 @@ struct QueueExtras {
 	std::shared_ptr<SendBudget> budget;
 	/* A queue with a counter bound for some kind of its requests. */
 	CounterCells counters[kCounterKinds];
+	/* The first request in the queue's ring once it grew with requests
+	 * outstanding (those before it are in old_rings); 0 (all of them)
+	 * for a queue without extras. */
+	uint64_t ring_first = 0;
 
 	QueueExtras();
 	~QueueExtras(); /* nd_wq.cpp, where MultiRecv is complete */
@@ -330,9 +334,10 @@ struct QueueExtras {
 constexpr uint32_t kInlineRingSlots = 2;
 
 struct WorkQueue {
-	/* 184 bytes (a 192-byte block of malloc's), two per endpoint: the
-	 * small words packed together, and the first ring inline (the two
-	 * were blocks of 128 and 80 bytes). */
+	/* 168 bytes (a 176-byte block of malloc's), two per endpoint: the
+	 * small words packed together, where the ring starts once it grew
+	 * with requests outstanding among the extras, and the first ring
+	 * inline (the two were blocks of 128 and 80 bytes). */
 	QueueKind kind;
 	bool counted = false;		/* a counter is bound to some of its requests */
 	/* retire()'s inline path may take the queue's successes: a ring with
@@ -343,22 +348,21 @@ struct WorkQueue {
 	/* Set by the CQ's StallWatch: the connection ends because nothing
 	 * moved; the first flushed request reports FI_ETIMEDOUT. */
 	std::atomic<bool> stalled{false};
+	uint16_t internal_slots = 0;	/* beyond depth, for the provider's own */
 	uint32_t depth;			/* most requests outstanding at once */
+	uint32_t limit;			/* most the ring holds now (<= depth) */
 	/* The ring requests take slots in: request number s (head when it
-	 * was posted) in records[s & mask], from ring_first on. A queue
+	 * was posted) in records[s & mask], from ring_first() on. A queue
 	 * whose CQ can grow starts small and grows when it fills (grow):
 	 * memory follows the requests an endpoint has in flight at once,
 	 * not the depth it may have, which for thousands of endpoints of
 	 * one process is most of their memory. inline_ring while it fits
 	 * there, else owned (new[]). */
 	OpRecord *records;
-	uint32_t limit;			/* most the ring holds now (<= depth) */
-	uint32_t internal_slots = 0;	/* beyond depth, for the provider's own */
 	uint32_t mask;			/* ring size - 1 (a power of two > depth +
 					 * internal_slots: one slot always free for the
 					 * close marker) */
 	uint32_t unsignaled_run = 0;	/* poster only: unsignaled since the last signal */
-	uint64_t ring_first = 0;	/* the first request in records */
 	/* RetireTargets' link, hooks and their owner (its counters are in
 	 * the extras, made for a counted queue only). */
 	Link *link = nullptr;
@@ -387,6 +391,7 @@ struct WorkQueue {
 	PlacedReceiver *framing() const noexcept { return extras_ ? extras_->framing.get() : nullptr; }
 	SendBudget *budget() const noexcept { return extras_ ? extras_->budget.get() : nullptr; }
 	size_t old_ring_count() const noexcept { return extras_ ? extras_->old_rings.size() : 0; }
+	uint64_t ring_first() const noexcept { return extras_ ? extras_->ring_first : 0; }
 	/* The counter bound for a kind of request; empty when none. */
 	CounterCells counter(CounterKind which) const noexcept
 	{
@@ -562,8 +567,8 @@ struct WorkQueue {
 	void uncommit(uint64_t n = 1) noexcept
 	{
 		const uint64_t h = head.load(std::memory_order_relaxed) - n;
-		if (__builtin_expect(h < ring_first, 0))
-			ring_first = h; /* those slots are taken again from the new ring */
+		if (__builtin_expect(extras_ && h < extras_->ring_first, 0))
+			extras_->ring_first = h; /* those slots are taken again from the new ring */
 		head.store(h, std::memory_order_release);
 		if (SendBudget *b = budget())
 			b->used.fetch_sub(n, std::memory_order_acq_rel);
