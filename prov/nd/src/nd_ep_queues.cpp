@@ -50,6 +50,11 @@ constexpr QueueHooks kSendHooksWithCredits{ep_peer_lost, send_waiting_credits, s
 
 } // namespace
 
+CompletionQueue *EndpointBindings::own_cq() const noexcept
+{
+	return tx_cq && tx_cq->internal ? tx_cq : rx_cq && rx_cq->internal ? rx_cq : nullptr;
+}
+
 int Endpoint::setup_data_path()
 {
 	/* A shared transmit context's attributes stand for the endpoint's own. */
@@ -100,12 +105,16 @@ int Endpoint::setup_data_path()
 		bool counter_waits = false;
 		bindings.for_each_counter([&](Counter *c) { counter_waits |= c->waitable; });
 		attr.wait_obj = counter_waits ? FI_WAIT_FD : FI_WAIT_NONE;
-		int ret = CompletionQueue::open(domain, &attr, nullptr, true, &bindings.own_cq);
+		CompletionQueue *own = nullptr;
+		int ret = CompletionQueue::open(domain, &attr, nullptr, true, &own);
 		if (ret)
 			return ret;
+		bindings.tx_cq = bindings.user_tx_cq ? bindings.user_tx_cq : own;
+		bindings.rx_cq = bindings.user_rx_cq ? bindings.user_rx_cq : own;
+	} else {
+		bindings.tx_cq = bindings.user_tx_cq;
+		bindings.rx_cq = bindings.user_rx_cq;
 	}
-	bindings.tx_cq = bindings.user_tx_cq ? bindings.user_tx_cq : bindings.own_cq;
-	bindings.rx_cq = bindings.user_rx_cq ? bindings.user_rx_cq : bindings.own_cq;
 	/* Both sides on one CQ reserve in one step, so that a CQ that has to
 	 * grow grows once (on Soft-RoCE each resize is a system call and a new
 	 * mapping of the queue, and connection setup paid for two). */
@@ -241,7 +250,7 @@ void Endpoint::release_queues() noexcept
 	for (Direction d : {Direction{data.sq, bindings.tx_cq}, Direction{data.rq, bindings.rx_cq}}) {
 		if (!d.queue || !d.cq)
 			continue;
-		if (!d.cq->drain(*d.queue, kDrainMs) && d.cq != bindings.own_cq) {
+		if (!d.cq->drain(*d.queue, kDrainMs) && !d.cq->internal) {
 			if (MultiRecv *const behind = d.queue->multi()) {
 				/* The queue pair goes below: nothing more reaches it. */
 				std::lock_guard<std::mutex> hold(behind->lock);
@@ -273,9 +282,9 @@ void Endpoint::release_queues() noexcept
 	data.tx_promised = data.rx_promised = 0;
 	data.sq.reset();
 	data.rq.reset();
-	if (bindings.own_cq)
-		bindings.own_cq->close();
-	bindings.own_cq = bindings.tx_cq = bindings.rx_cq = nullptr;
+	if (CompletionQueue *own = bindings.own_cq())
+		own->close();
+	bindings.tx_cq = bindings.rx_cq = nullptr;
 }
 
 /*

@@ -30,7 +30,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	if (state == LinkState::down || state == LinkState::broken)
 		return link_error("fi_recv");
 	const bool report = !bindings.rx_selective || (flags & FI_COMPLETION);
-	if (report && bindings.rx_cq == bindings.own_cq) {
+	if (report && !bindings.user_rx_cq) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: no CQ is bound with FI_RECV\n");
 		return -FI_ENOCQ;
 	}

@@ -74,7 +74,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 					    : (r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM)
 						    ? CounterKind::send
 						    : CounterKind::write);
-	if (r.report && bindings.tx_cq == bindings.own_cq) {
+	if (r.report && !bindings.user_tx_cq) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: a completion is wanted but no CQ is bound with FI_TRANSMIT\n", r.call);
 		return -FI_ENOCQ;
 	}

@@ -94,7 +94,7 @@ ssize_t Endpoint::post_framed_rx(const iovec *iov, size_t count, void *context, 
 		return -FI_EINVAL;
 	}
 	const bool report = !bindings.rx_selective || (flags & FI_COMPLETION);
-	if (report && bindings.rx_cq == bindings.own_cq) {
+	if (report && !bindings.user_rx_cq) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: no CQ is bound with FI_RECV\n", call);
 		return -FI_ENOCQ;
 	}
