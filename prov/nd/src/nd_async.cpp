@@ -104,9 +104,18 @@ void unwatch(int epoll_fd) noexcept
 	watchers.erase(std::remove(watchers.begin(), watchers.end(), epoll_fd), watchers.end());
 }
 
+/* Queue pairs a bucket of the table holds on average: the table is read
+ * only when an event names a queue pair, and written when one is made or
+ * destroyed, so a short chain costs nothing that matters, while with one
+ * queue pair a bucket the bucket arrays (and the ones each rehash freed)
+ * took about 18 bytes of heap an endpoint. */
+constexpr float kQpsPerBucket = 4.0f;
+
 void add_qp(ibv_context *context, ibv_qp *qp, Handler handler, void *owner)
 {
 	std::lock_guard<std::mutex> guard(registry_lock);
+	if (qps.empty())
+		qps.max_load_factor(kQpsPerBucket);
 	qps[qp] = {context, handler, owner};
 }
 
