@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <cstring>
 
@@ -33,6 +34,8 @@ EqEntry &EqEntry::operator=(EqEntry &&other) noexcept
 		error = other.error;
 		err_data = std::move(other.err_data);
 		owned_info = std::exchange(other.owned_info, nullptr);
+		make_info = std::exchange(other.make_info, nullptr);
+		make_info_arg = other.make_info_arg;
 	}
 	return *this;
 }
@@ -286,6 +289,21 @@ ssize_t EventQueue::read(uint32_t *event, void *buf, size_t len, uint64_t flags)
 		ND_INFO(FI_LOG_EQ, "fi_eq_read: buffer of %zu bytes, the event needs %zu; kept\n",
 			len, head.data.size());
 		return -FI_ETOOSMALL;
+	}
+	if (head.make_info && !head.owned_info) {
+		fi_info *info = nullptr;
+		if (int made = head.make_info(head.make_info_arg, &info)) {
+			if (made != -FI_ENOENT) {
+				ND_WARN(FI_LOG_EQ, "fi_eq_read: out of memory for a connection request's info; the event is kept\n");
+				return made;
+			}
+			ND_INFO(FI_LOG_EQ, "fi_eq_read: a connection request of a closing listener dropped\n");
+			pop_locked();
+			return -FI_EAGAIN;
+		}
+		head.owned_info = info;
+		if (head.data.size() >= sizeof(fi_eq_cm_entry))
+			std::memcpy(head.data.data() + offsetof(fi_eq_cm_entry, info), &info, sizeof(info));
 	}
 	*event = head.event;
 	if (!head.data.empty())

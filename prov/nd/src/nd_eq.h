@@ -41,6 +41,13 @@ struct EqEntry {
 	fi_eq_err_entry error{};		/* valid when is_error */
 	std::vector<uint8_t> err_data;		/* error.err_data points here */
 	fi_info *owned_info = nullptr;		/* FI_CONNREQ: freed unless read */
+	/* FI_CONNREQ: makes the info when the event is first read (or
+	 * peeked): 0, -FI_ENOMEM (the event stays), or -FI_ENOENT (the
+	 * request went with its closing listener: the event goes). A burst of
+	 * requests then holds one info at a time, not one per event queued,
+	 * and leaves no holes in the heap among the endpoints they make. */
+	int (*make_info)(void *arg, fi_info **out) noexcept = nullptr;
+	void *make_info_arg = nullptr;
 	bool from_provider = false;		/* a connection event, not fi_eq_write's */
 
 	EqEntry() = default;

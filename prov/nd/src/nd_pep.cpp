@@ -56,6 +56,24 @@ fi_info *request_info(PassiveEndpoint *pep, ConnRequest *request)
 	return info.release();
 }
 
+/* EqEntry::make_info of a request's FI_CONNREQ, when it is first read. The
+ * request may have gone with its listener between fi_close's teardown and
+ * the removal of its events: it is read only while live, under
+ * request_lock (a leaf lock: the EQ's lock may be held). */
+int make_request_info(void *arg, fi_info **out) noexcept
+{
+	auto *request = static_cast<ConnRequest *>(arg);
+	std::lock_guard<std::mutex> guard(request_lock);
+	if (!live_requests.count(request))
+		return -FI_ENOENT;
+	try {
+		*out = request_info(request->pep, request);
+	} catch (const std::bad_alloc &) {
+		return -FI_ENOMEM;
+	}
+	return 0;
+}
+
 void on_connect_request(PassiveEndpoint *pep, const CmEventCopy &event)
 {
 	/* ND's backlog: the requests the listener holds that nobody took or
@@ -93,10 +111,11 @@ void on_connect_request(PassiveEndpoint *pep, const CmEventCopy &event)
 
 		entry.event = FI_CONNREQ;
 		entry.data.resize(sizeof(fi_eq_cm_entry) + data.len);
-		entry.owned_info = request_info(pep, request.get());
+		entry.make_info = make_request_info;
+		entry.make_info_arg = request.get();
 		fi_eq_cm_entry cm_entry{};
 		cm_entry.fid = &pep->pep.fid;
-		cm_entry.info = entry.owned_info;
+		cm_entry.info = nullptr; /* made when read (make_request_info) */
 		std::memcpy(entry.data.data(), &cm_entry, sizeof(cm_entry));
 		if (data.len)
 			std::memcpy(entry.data.data() + sizeof(cm_entry), data.data, data.len);

@@ -890,6 +890,42 @@ Test(cm, closing_an_object_removes_its_queued_events)
 	f.close();
 }
 
+/* A connection request's info is made when its event is first read, not
+ * when the EQ queues it (a burst of requests holds one at a time): FI_PEEK
+ * makes it, the read after gives that same info, with the addresses of
+ * both ends, and its handle takes the request. */
+Test(cm, a_peeked_connection_request_reads_with_the_info_it_showed)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *c = f.client();
+	CmFixture::enable(c);
+	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	peek_until_head_names(f.eq, &f.pep->fid, {});
+	uint32_t event = 0;
+	alignas(fi_eq_cm_entry) uint8_t peeked[sizeof(fi_eq_cm_entry) + 256];
+	cr_assert_geq(fi_eq_read(f.eq, &event, peeked, sizeof(peeked), FI_PEEK), (ssize_t)sizeof(fi_eq_cm_entry));
+	cr_assert_eq(event, (uint32_t)FI_CONNREQ);
+	fi_info *shown = reinterpret_cast<fi_eq_cm_entry *>(peeked)->info;
+	cr_assert_not_null(shown, "FI_PEEK shows the request's info");
+	cr_assert_not_null(shown->handle);
+	cr_assert_not_null(shown->src_addr);
+	cr_assert_not_null(shown->dest_addr);
+	cr_assert_eq(CmFixture::port_of(*static_cast<sockaddr_storage *>(shown->src_addr)),
+		     CmFixture::port_of(f.listen_addr), "the request's local address is the listener's");
+	Event request = next_event(f.eq);
+	cr_assert_eq(request.type, (uint32_t)FI_CONNREQ);
+	cr_assert_eq(request.info, shown, "the read gives the info FI_PEEK showed");
+	fid_ep *s = f.server(request);
+	cr_assert_eq(fi_accept(s, nullptr, 0), 0);
+	for (int i = 0; i < 2; i++) {
+		Event up = expect_event(f.eq, FI_CONNECTED, nullptr);
+		cr_assert(up.fid == &c->fid || up.fid == &s->fid);
+	}
+	f.close_pair(c, s);
+	f.close();
+}
+
 /* A request taken by fi_endpoint is progressed by the listener's EQ until
  * its endpoint binds an EQ of its own. A requester that gives up in between
  * (its CM sends a REJ, which the kernel does not report for a request not
