@@ -248,11 +248,9 @@ struct CompletionQueue {
 	UniqueCompChannel channel;
 	/* [0] made for the first endpoint (reserve) at the size asked, up
 	 * to 8,192 entries (or as large as that endpoint needs, if more),
-	 * doubling as more is
-	 * reserved and never below its first size; another chained when the
-	 * depths of the endpoints on the last would pass the device's
-	 * largest CQ. After channel:
-	 * destroyed first. A chained one goes when no endpoint completes there
+	 * doubling as more is reserved and never below its first size;
+	 * another chained when the depths of the endpoints on the last would
+	 * pass the device's largest CQ. After channel: destroyed first. A chained one goes when no endpoint completes there
 	 * any more (unreserve). */
 	std::vector<VerbsCqSlot> slots;
 	int requested_size;			/* fi_cq_attr::size, within the device's (logged) */

@@ -334,22 +334,18 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 		if (ret)
 			return ret;
 		if (options.shared_addr && fsm.bound()) {
-			/* Made before the claim, so that a claim is always recorded. */
-			EndpointExtras *extras;
-			try {
-				extras = &bindings.extras_made();
-			} catch (const std::bad_alloc &) {
-				ND_WARN(FI_LOG_EP_CTRL, "fi_connect: out of memory\n");
-				return -FI_ENOMEM;
-			}
+			/* Made before the claim, so that a claim is always
+			 * recorded (bad_alloc: fi_connect's guarded says
+			 * -FI_ENOMEM). */
+			EndpointExtras &extras = bindings.extras_made();
 			const SockAddr local = local_address(cm.id);
 			if (!claim_tuple(local, dest)) {
 				ND_WARN(FI_LOG_EP_CTRL, "fi_connect: %s to %s is already connected\n",
 					local.to_string().c_str(), dest.to_string().c_str());
 				return -FI_EADDRINUSE;
 			}
-			extras->tuple_local = local;
-			extras->tuple_claimed = true;
+			extras.tuple_local = local;
+			extras.tuple_claimed = true;
 		}
 	}
 	ret = fsm.begin_connect();

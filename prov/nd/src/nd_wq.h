@@ -352,7 +352,8 @@ struct WorkQueue {
 	uint32_t depth;			/* most requests outstanding at once */
 	uint32_t limit;			/* most the ring holds now (<= depth) */
 	/* The ring requests take slots in: request number s (head when it
-	 * was posted) in records[s & mask], from ring_first() on. A queue
+	 * was posted) in records[s & mask], from the extras' ring_first on (0
+	 * without extras). A queue
 	 * whose CQ can grow starts small and grows when it fills (grow):
 	 * memory follows the requests an endpoint has in flight at once,
 	 * not the depth it may have, which for thousands of endpoints of
@@ -391,7 +392,6 @@ struct WorkQueue {
 	PlacedReceiver *framing() const noexcept { return extras_ ? extras_->framing.get() : nullptr; }
 	SendBudget *budget() const noexcept { return extras_ ? extras_->budget.get() : nullptr; }
 	size_t old_ring_count() const noexcept { return extras_ ? extras_->old_rings.size() : 0; }
-	uint64_t ring_first() const noexcept { return extras_ ? extras_->ring_first : 0; }
 	/* The counter bound for a kind of request; empty when none. */
 	CounterCells counter(CounterKind which) const noexcept
 	{
