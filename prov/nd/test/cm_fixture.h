@@ -199,6 +199,16 @@ struct CmFixture {
 
 	static void enable(fid_ep *ep) { cr_assert_eq(fi_enable(ep), 0); }
 
+	/* A client endpoint, enabled, that asked the listener to connect
+	 * (no private data). */
+	fid_ep *connecting_client()
+	{
+		fid_ep *c = client();
+		enable(c);
+		cr_assert_eq(fi_connect(c, &listen_addr, nullptr, 0), 0);
+		return c;
+	}
+
 	/* The server endpoint of a request; the info is freed. */
 	fid_ep *server(Event &request, fid_eq *on = nullptr)
 	{

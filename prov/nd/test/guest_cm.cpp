@@ -449,9 +449,7 @@ Test(cm, rejected_request_handle_cannot_be_reused)
 {
 	CmFixture f;
 	f.open();
-	fid_ep *c = f.client();
-	CmFixture::enable(c);
-	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	fid_ep *c = f.connecting_client();
 	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
 	fid_t handle = req.info->handle;
 	cr_assert_eq(fi_reject(f.pep, handle, nullptr, 0), 0);
@@ -685,9 +683,7 @@ Test(cm, pending_requests_are_refused_when_the_listener_closes)
 {
 	CmFixture f;
 	f.open();
-	fid_ep *c = f.client();
-	CmFixture::enable(c);
-	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	fid_ep *c = f.connecting_client();
 	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
 	fi_freeinfo(req.info);
 	cr_assert_eq(fi_close(&f.pep->fid), 0);
@@ -724,9 +720,7 @@ Test(cm, backlog_refuses_requests_beyond_it)
 	cr_assert_eq(refused, 3);
 	/* Taking one frees a place: a new request is held again. */
 	fid_ep *s = f.server(requests[0]);
-	fid_ep *late = f.client();
-	CmFixture::enable(late);
-	cr_assert_eq(fi_connect(late, &f.listen_addr, nullptr, 0), 0);
+	fid_ep *late = f.connecting_client();
 	Event again = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
 	cr_assert_eq(fi_reject(f.pep, again.info->handle, nullptr, 0), 0);
 	fi_freeinfo(again.info);
@@ -876,9 +870,7 @@ Test(cm, closing_an_object_removes_its_queued_events)
 	cr_assert_eq(fi_close(&c->fid), 0);
 
 	/* A connection request queued for a listener that closes. */
-	fid_ep *c2 = f.client();
-	CmFixture::enable(c2);
-	cr_assert_eq(fi_connect(c2, &f.listen_addr, nullptr, 0), 0);
+	fid_ep *c2 = f.connecting_client();
 	peek_until_head_names(f.eq, &f.pep->fid, {});
 	const fid_t closed_pep = &f.pep->fid;
 	cr_assert_eq(fi_close(&f.pep->fid), 0);
@@ -898,9 +890,7 @@ Test(cm, a_peeked_connection_request_reads_with_the_info_it_showed)
 {
 	CmFixture f;
 	f.open();
-	fid_ep *c = f.client();
-	CmFixture::enable(c);
-	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	fid_ep *c = f.connecting_client();
 	peek_until_head_names(f.eq, &f.pep->fid, {});
 	uint32_t event = 0;
 	alignas(fi_eq_cm_entry) uint8_t peeked[sizeof(fi_eq_cm_entry) + 256];
@@ -937,9 +927,7 @@ Test(cm, requester_that_gives_up_before_the_endpoint_binds)
 {
 	CmFixture f;
 	f.open();
-	fid_ep *c = f.client();
-	CmFixture::enable(c);
-	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
+	fid_ep *c = f.connecting_client();
 	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
 	fid_ep *s = nullptr;
 	cr_assert_eq(fi_endpoint(f.domain, req.info, &s, nullptr), 0);
@@ -960,9 +948,7 @@ Test(cm, requester_that_gives_up_before_the_endpoint_binds)
 	cr_assert_eq(fi_close(&own_eq->fid), 0);
 
 	/* Closed before any bind: the requester is refused. */
-	fid_ep *c2 = f.client();
-	CmFixture::enable(c2);
-	cr_assert_eq(fi_connect(c2, &f.listen_addr, nullptr, 0), 0);
+	fid_ep *c2 = f.connecting_client();
 	Event req2 = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
 	fid_ep *s2 = nullptr;
 	cr_assert_eq(fi_endpoint(f.domain, req2.info, &s2, nullptr), 0);
