@@ -427,6 +427,7 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 		} catch (const std::bad_alloc &) {
 			return -FI_ENOMEM;
 		}
+		slots_changed();
 		slot = &slots.back();
 	}
 	const int total = capacity + slot->capacity - before;
@@ -586,6 +587,7 @@ void CompletionQueue::unreserve(int count, int promise, ibv_cq *where) noexcept
 				static_cast<void *>(this), i + 1, slot.capacity);
 			capacity -= slot.capacity;
 			slots.erase(slots.begin() + static_cast<std::ptrdiff_t>(i));
+			slots_changed();
 			if (next_slot >= slots.size())
 				next_slot = 0;
 			return;
@@ -763,22 +765,73 @@ bool CompletionQueue::drain(const WorkQueue &queue, int timeout_ms)
 	}
 }
 
+/*
+ * The read every progress loop makes, most often on a CQ with nothing in
+ * it: with one verbs CQ and nothing found before, it polls that verbs CQ
+ * itself, and an empty poll returns from here. Whatever the poll found,
+ * and chained verbs CQs or entries found before, take the out-of-line
+ * paths, so that this one keeps a small frame.
+ */
 template <fi_cq_format Format>
 ssize_t CompletionQueue::read(void *buf, size_t count)
 {
-	if (!buf && count) {
+	if (__builtin_expect(!buf, 0) && count) {
 		ND_WARN(FI_LOG_CQ, "fi_cq_read: buf is NULL\n");
 		return -FI_EINVAL;
 	}
 	std::lock_guard<OptionalLock> guard(lock);
+	ibv_cq *const verbs = only_cq;
+	if (__builtin_expect(!verbs || !ready.empty() || count == 0, 0))
+		return read_found<Format>(buf, count);
+	ibv_wc wc[kPollBatch];
+	const int want = count < kPollBatch ? static_cast<int>(count) : kPollBatch;
+	const int got = ibv_poll_cq(verbs, want, wc);
+	if (__builtin_expect(got > 0, 0))
+		return complete_polled<Format>(verbs, wc, got, want, buf, count);
+	if (__builtin_expect(stall_watch.count.load(std::memory_order_relaxed) != 0, 0))
+		return nothing_read();
+	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
+}
+
+/* Nothing to return: says whether errors wait, and lets the stall watch
+ * look now and then. Under the lock. */
+ssize_t CompletionQueue::nothing_read() noexcept
+{
+	/* A busy poller pays a clock read every kEmptyReadsPerLook. */
+	if (__builtin_expect(stall_watch.count.load(std::memory_order_relaxed) != 0, 0) &&
+	    ++stall_watch.empty_reads >= StallWatch::kEmptyReadsPerLook) {
+		stall_watch.empty_reads = 0;
+		look_for_stalls();
+	}
+	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
+}
+
+/* The fast path's poll found `got` of the `want` it asked: they are
+ * completed into buf, and polling goes on while the buffer has room. They
+ * may all have been errors, or completions that report nothing. */
+template <fi_cq_format Format>
+ssize_t CompletionQueue::complete_polled(ibv_cq *verbs, const ibv_wc *wc, int got, int want, void *buf,
+					 size_t count)
+{
+	size_t n = complete_into<Format>(wc, got, buf, 0, count);
+	if (got == want)
+		n = poll_into<Format>(verbs, buf, n, count);
+	return n ? static_cast<ssize_t>(n) : nothing_read();
+}
+
+/* Entries found before (by progress, or a framed endpoint's), chained
+ * verbs CQs, or none made yet. Under the lock. */
+template <fi_cq_format Format>
+ssize_t CompletionQueue::read_found(void *buf, size_t count)
+{
 	size_t n = 0;
 	while (n < count && !ready.empty()) {
 		store<Format>(buf, n++, ready.front());
 		ready.pop_front();
 	}
-	if (__builtin_expect(slots.size() == 1, 1)) {
+	if (slots.size() == 1) {
 		n = poll_into<Format>(slots.front().cq.get(), buf, n, count);
-	} else {
+	} else if (!slots.empty()) {
 		/* Chained verbs CQs, in turn from where the last read stopped:
 		 * a busy one does not starve the others. */
 		const size_t first = next_slot < slots.size() ? next_slot : 0;
@@ -788,13 +841,7 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 	}
 	if (n)
 		return static_cast<ssize_t>(n);
-	/* A busy poller pays a clock read every kEmptyReadsPerLook. */
-	if (__builtin_expect(!stall_watch.queues.empty(), 0) &&
-	    ++stall_watch.empty_reads >= StallWatch::kEmptyReadsPerLook) {
-		stall_watch.empty_reads = 0;
-		look_for_stalls();
-	}
-	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
+	return nothing_read();
 }
 
 void CompletionQueue::watch_stalls(WorkQueue *queue, int timeout_s)
@@ -876,39 +923,47 @@ size_t CompletionQueue::poll_into(ibv_cq *verbs, void *buf, size_t n, size_t cou
 	while (n < count) {
 		const int want = static_cast<int>(std::min<size_t>(count - n, kPollBatch));
 		const int got = ibv_poll_cq(verbs, want, wc);
-		for (int i = 0; i < got; i++) {
-			/* The common case inline: a success (retire() inlines its
-			 * own common case); complete() takes everything else,
-			 * multi-receive messages included. */
-			if (__builtin_expect(wc[i].status == IBV_WC_SUCCESS &&
-						     !WorkQueue::placed_message(wc[i]),
-					     1)) {
-				const Retired done = WorkQueue::retire(wc[i]);
-				if (!done.report || internal)
-					continue;
-				if constexpr (Format == FI_CQ_FORMAT_CONTEXT) {
-					static_cast<fi_cq_entry *>(buf)[n++].op_context = done.context;
-				} else {
-					CqEntry entry;
-					success_entry(wc[i], done, nullptr, &entry);
-					store<Format>(buf, n++, entry);
-				}
-				continue;
-			}
-			CqEntry entry;
-			if (complete(wc[i], &entry)) {
-				store<Format>(buf, n++, entry);
-			} else {
-				/* A framed endpoint's delivery, queued by the sink
-				 * (at most one per completion, in order). */
-				while (n < count && !ready.empty()) {
-					store<Format>(buf, n++, ready.front());
-					ready.pop_front();
-				}
-			}
-		}
+		if (got > 0)
+			n = complete_into<Format>(wc, got, buf, n, count);
 		if (got < want)
 			break;
+	}
+	return n;
+}
+
+/* The work completions of one poll, into buf from index n (there is room
+ * for each: one completion makes at most one entry). */
+template <fi_cq_format Format>
+size_t CompletionQueue::complete_into(const ibv_wc *wc, int got, void *buf, size_t n, size_t count)
+{
+	for (int i = 0; i < got; i++) {
+		/* The common case inline: a success (retire() inlines its own
+		 * common case); complete() takes everything else, multi-receive
+		 * messages included. */
+		if (__builtin_expect(wc[i].status == IBV_WC_SUCCESS && !WorkQueue::placed_message(wc[i]), 1)) {
+			const Retired done = WorkQueue::retire(wc[i]);
+			if (!done.report || internal)
+				continue;
+			if constexpr (Format == FI_CQ_FORMAT_CONTEXT) {
+				static_cast<fi_cq_entry *>(buf)[n++].op_context = done.context;
+			} else {
+				CqEntry entry;
+				success_entry(wc[i], done, nullptr, &entry);
+				store<Format>(buf, n++, entry);
+			}
+			continue;
+		}
+		CqEntry entry;
+		if (complete(wc[i], &entry)) {
+			store<Format>(buf, n++, entry);
+		} else {
+			/* A framed endpoint's delivery, queued by the sink (at
+			 * most one per completion, in order). */
+			while (n < count && !ready.empty()) {
+				store<Format>(buf, n++, ready.front());
+				ready.pop_front();
+			}
+		}
 	}
 	return n;
 }

@@ -255,6 +255,10 @@ struct CompletionQueue {
 	std::vector<VerbsCqSlot> slots;
 	int requested_size;			/* fi_cq_attr::size, within the device's (logged) */
 	size_t next_slot = 0;			/* where the next read starts */
+	/* The one verbs CQ while there is exactly one (read's fast path),
+	 * else null: kept by slots_changed, under the lock. */
+	ibv_cq *only_cq = nullptr;
+	void slots_changed() noexcept { only_cq = slots.size() == 1 ? slots.front().cq.get() : nullptr; }
 	bool resizable = true;			/* false once ibv_resize_cq is refused (siw) */
 	int capacity;				/* entries all verbs CQs hold */
 	int reserved;				/* requests that may complete into them */
@@ -408,6 +412,16 @@ struct CompletionQueue {
 	/* Polls one verbs CQ into the application's buffer from index n. */
 	template <fi_cq_format Format>
 	size_t poll_into(ibv_cq *verbs, void *buf, size_t n, size_t count);
+	/* One poll's work completions into the buffer from index n. */
+	template <fi_cq_format Format>
+	size_t complete_into(const ibv_wc *wc, int got, void *buf, size_t n, size_t count);
+	/* read()'s paths out of line (nd_cq.cpp says which). Under the lock. */
+	template <fi_cq_format Format>
+	[[gnu::noinline]] ssize_t complete_polled(ibv_cq *verbs, const ibv_wc *wc, int got, int want, void *buf,
+						  size_t count);
+	template <fi_cq_format Format>
+	[[gnu::noinline]] ssize_t read_found(void *buf, size_t count);
+	[[gnu::noinline]] ssize_t nothing_read() noexcept;
 	/* The completion channel and the wait fd of a waitable CQ, made on
 	 * first use: a waiter (fi_cq_sread, fi_trywait, FI_GETWAIT,
 	 * fi_cq_signal), a counter the CQ feeds, a wait set (at open), or
