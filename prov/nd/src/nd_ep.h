@@ -220,6 +220,14 @@ struct EndpointBindings {
 	}
 };
 
+/* Why DataPath::slow_tx sends fi_inject out of line. */
+namespace SlowTx {
+constexpr uint8_t locked = 1;		/* FI_THREAD_SAFE: the send lock */
+constexpr uint8_t shared = 2;		/* a shared transmit context's budget */
+constexpr uint8_t credits = 4;		/* iWARP: receive credits first */
+constexpr uint8_t held = 8;		/* FI_MORE holds requests back (SendBatch) */
+} // namespace SlowTx
+
 /* The data path, fixed at fi_enable (setup_data_path). The fields every
  * post reads come first, together; the queue pair comes last, so that it
  * is destroyed first. */
@@ -229,7 +237,10 @@ struct DataPath {
 	std::unique_ptr<SendBatch> batch;	/* FI_MORE requests not yet posted */
 	OptionalLock tx_lock;
 	OptionalLock rx_lock;
-	bool slow_tx = false;			/* locked, or a shared budget: fi_inject goes out of line */
+	/* Non-zero where fi_inject goes out of line (SlowTx bits): fixed at
+	 * fi_enable, and while FI_MORE holds requests back. One byte, so
+	 * that the fast path tests everything it defers with one load. */
+	uint8_t slow_tx = 0;
 	Link link;
 	bool recv_ready = false;			/* the QP takes receives (INIT or later) */
 	bool marker_reserved = true;		/* tx_reserved counts the close marker's */
@@ -367,6 +378,7 @@ struct Endpoint {
 	}
 	ssize_t post_failed(int rc, const char *call);
 	bool start_batch() noexcept;
+	void hold_injects(bool held) noexcept;
 	ssize_t defer(const ibv_send_wr &wr, bool copy_inline, const char *call);
 	ssize_t post_batch(ibv_send_wr *last, const char *call);
 	ssize_t post_deferred(const char *call);
@@ -385,7 +397,7 @@ struct Endpoint {
 	template <ibv_wr_opcode Op>
 	ssize_t post_inline_slow(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
 				 uint64_t remote_key);
-	template <ibv_wr_opcode Op>
+	template <ibv_wr_opcode Op, bool MaybeHeld>
 	ssize_t post_inline_unlocked(WorkQueue &queue, const void *buf, size_t len, uint32_t imm_data,
 				     uint64_t remote_addr, uint64_t remote_key);
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;

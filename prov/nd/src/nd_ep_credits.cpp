@@ -154,31 +154,22 @@ void Endpoint::write_credits() noexcept
 	}
 	c->pending.store(false, std::memory_order_relaxed);
 	c->words->outgoing = posted;
-	const bool signaled = ++data.sq->unsignaled_run >= data.signal_interval;
-	if (signaled) {
-		data.sq->unsignaled_run = 0;
-		data.sq->unsignaled_reads = 0;
-	}
-	OpRecord &record = data.sq->next();
-	record.context = nullptr;
-	record.flags = 0;
-	record.len = sizeof(uint64_t);
-	record.read_mark = data.sq->reads_posted;
-	record.report = false;
+	/* Unsignaled like the application's requests, and signaled as often;
+	 * it reports nothing (no context, no flags, no counter). */
+	const Claimed claimed = data.sq->claim<SendKind::internal>(
+		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, false}, data.signal_interval);
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(&c->words->outgoing);
 	sge.length = sizeof(uint64_t);
 	sge.lkey = c->mr->lkey;
 	ibv_send_wr wr{};
-	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
 	wr.opcode = IBV_WR_RDMA_WRITE;
-	wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+	wr.send_flags = claimed.send_flags;
 	wr.wr.rdma.remote_addr = c->peer_addr;
 	wr.wr.rdma.rkey = c->peer_rkey;
-	data.sq->count_budget();
-	data.sq->commit(signaled);
 	/* Requests held back by FI_MORE have earlier slots: they go first. */
 	if (data.batch && data.batch->count) {
 		if (post_batch(&wr, "receive credits")) {

@@ -41,16 +41,21 @@ template <ibv_wr_opcode Op>
 {
 	static_assert(Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE ||
 		      Op == IBV_WR_RDMA_WRITE_WITH_IMM);
-	if (__builtin_expect(data.link.state(std::memory_order_relaxed) != LinkState::up || len > data.max_inline ||
-			     (!buf && len) || remote_key > UINT32_MAX, 0))
-		return inject_refused(buf, len, remote_key, inject_call_name(Op));
+	const bool down = data.link.state(std::memory_order_relaxed) != LinkState::up;
+	if (__builtin_expect(down || len > data.max_inline || !buf || remote_key > UINT32_MAX, 0)) {
+		/* Only a null buffer with bytes is refused for being null: a
+		 * zero-byte inject may pass none. (Testing `!buf && len` up
+		 * front kept both results live through the whole call.) */
+		if (down || buf || len || remote_key > UINT32_MAX)
+			return inject_refused(buf, len, remote_key, inject_call_name(Op));
+	}
 	if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
 		if (__builtin_expect(domain->iwarp, 0))
 			return no_immediate_data(inject_call_name(Op));
 	WorkQueue &queue = *data.sq;
-	if (__builtin_expect(data.slow_tx || queue.full(), 0))
+	if (__builtin_expect(data.slow_tx != 0 || queue.full(), 0))
 		return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
-	return post_inline_unlocked<Op>(queue, buf, len, imm_data, remote_addr, remote_key);
+	return post_inline_unlocked<Op, false>(queue, buf, len, imm_data, remote_addr, remote_key);
 }
 
 /* Under the lock when the threading model asks for one, and after making
@@ -68,7 +73,7 @@ template <ibv_wr_opcode Op>
 		if (ssize_t ret = make_room(inject_call_name(Op)))
 			return ret;
 	data.sq->count_budget(); /* given back if posting fails (uncommit) */
-	const ssize_t ret = post_inline_unlocked<Op>(*data.sq, buf, len, imm_data, remote_addr, remote_key);
+	const ssize_t ret = post_inline_unlocked<Op, true>(*data.sq, buf, len, imm_data, remote_addr, remote_key);
 	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
 	return ret;
@@ -77,7 +82,7 @@ template <ibv_wr_opcode Op>
 /* The request itself: its ring record, its work request, and the post (or
  * a place behind requests held back by FI_MORE). The ring has room; queue
  * is *sq, loaded once by the caller (the stores below may alias it). */
-template <ibv_wr_opcode Op>
+template <ibv_wr_opcode Op, bool MaybeHeld>
 [[gnu::always_inline]] inline ssize_t Endpoint::post_inline_unlocked(WorkQueue &queue, const void *buf, size_t len,
 								    uint32_t imm_data, uint64_t remote_addr,
 								    uint64_t remote_key)
@@ -86,34 +91,29 @@ template <ibv_wr_opcode Op>
 	constexpr const char *call = inject_call_name(Op);
 	/* 1 where a counter needs every completion (set at fi_enable). */
 	const uint32_t interval = is_send ? data.send_signal_interval : data.write_signal_interval;
-	const bool signaled = ++queue.unsignaled_run >= interval;
-	if (signaled)
-		queue.unsignaled_run = 0;
-	OpRecord &record = queue.next();
-	record.context = nullptr;
-	record.flags = is_send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE;
-	record.len = static_cast<uint32_t>(len);
-	record.read_mark = queue.reads_posted;
-	record.report = false;
+	const SendClaim request{nullptr, is_send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE, static_cast<uint32_t>(len),
+				false, false};
+	/* A shared budget's count is the slow path's (post_inline_slow). */
+	const Claimed claimed = queue.claim<SendKind::data, false>(request, interval, 1, data.read_fence);
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
 	sge.length = static_cast<uint32_t>(len);
 	sge.lkey = 0;
 	ibv_send_wr wr;
-	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
 	wr.next = nullptr;
 	wr.sg_list = &sge;
 	wr.num_sge = len ? 1 : 0;
 	wr.opcode = Op;
-	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (len ? IBV_SEND_INLINE : 0) |
-			queue.fence_after_reads(data.read_fence);
+	wr.send_flags = claimed.send_flags | (len ? IBV_SEND_INLINE : 0);
 	wr.imm_data = imm_data;
 	if constexpr (!is_send) {
 		wr.wr.rdma.remote_addr = remote_addr;
 		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
 	}
-	queue.commit(signaled);
-	if (__builtin_expect(data.batch && data.batch->count, 0))
+	/* Requests FI_MORE held back have earlier slots: they go first. The
+	 * fast path never finds any (a held batch makes it slow). */
+	if (MaybeHeld && __builtin_expect(data.batch && data.batch->count, 0))
 		return post_batch(&wr, call);
 	return post_committed(wr, call);
 }

@@ -194,7 +194,8 @@ int Endpoint::setup_data_path()
 	data.tx_lock.enable(locked);
 	data.rx_lock.enable(locked);
 	/* Sends on an endpoint with receive credits look at them first. */
-	data.slow_tx = locked || bindings.stx() || data.credits;
+	data.slow_tx = (locked ? SlowTx::locked : 0) | (bindings.stx() ? SlowTx::shared : 0) |
+		       (data.credits ? SlowTx::credits : 0);
 	return 0;
 }
 
@@ -305,18 +306,12 @@ void Endpoint::post_drain_marker() noexcept
 		data.marker_reserved = true;
 	}
 	std::lock_guard<OptionalLock> guard(data.tx_lock);
-	OpRecord &record = data.sq->next(); /* the ring keeps one slot for this */
-	record.context = nullptr;
-	record.flags = 0;
-	record.len = 0;
-	record.read_mark = data.sq->reads_posted;
-	record.report = false;
+	/* Always signaled; the ring keeps one slot for it. */
+	const Claimed claimed = data.sq->claim<SendKind::internal>(SendClaim{nullptr, 0, 0, false, true}, 1);
 	ibv_send_wr wr{};
-	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
 	wr.opcode = IBV_WR_SEND;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	data.sq->count_budget();
-	data.sq->commit();
+	wr.send_flags = claimed.send_flags;
 	ibv_send_wr *bad = nullptr;
 	if (int rc = ibv_post_send(data.qp.get(), &wr, &bad)) {
 		data.sq->uncommit();

@@ -82,7 +82,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	record.flags = FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0);
 	record.len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
 	record.read_mark = 0;
-	record.report = report;
+	record.set_report(report);
 	if (MultiRecv *const behind = data.rq->multi()) {
 		/* Behind a multi-receive buffer (or to become one), in order. */
 		data.rq->commit();
@@ -209,10 +209,10 @@ ssize_t Endpoint::cancel(void *context)
 	for (size_t i = found + 1; i < unposted.size(); i++) {
 		OpRecord *from = *unposted[i];
 		const uint64_t seq = data.rq->head.load(std::memory_order_relaxed) -
-				     ((data.rq->head.load(std::memory_order_relaxed) - from->seq) & kSeqMask);
+				     ((data.rq->head.load(std::memory_order_relaxed) - from->seq()) & kSeqMask);
 		OpRecord *to = &data.rq->record_at(seq - 1);
 		*to = *from;
-		to->seq = static_cast<uint32_t>(seq - 1) & kSeqMask;
+		to->set_seq(seq - 1);
 		*unposted[i] = to;
 	}
 	if (found < pending_records.size()) {

@@ -98,18 +98,13 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	 * every (outbound limit / 2)-th read: whenever the limit is reached, a
 	 * signaled request is then among those in flight, and the first half
 	 * retiring still leaves the pipe half full. */
-	bool signaled = r.report || counter || ++data.sq->unsignaled_run >= data.signal_interval ||
-			(is_read && ++data.sq->unsignaled_reads >= std::max<uint32_t>(conn.effective.outbound / 2, 1));
-	if (signaled) {
-		data.sq->unsignaled_run = 0;
-		data.sq->unsignaled_reads = 0;
-	}
-	OpRecord &record = data.sq->next();
-	record.context = r.context;
-	record.flags = static_cast<uint32_t>(r.cq_flags);
-	record.len = static_cast<uint32_t>(total);
-	record.read_mark = data.sq->reads_posted + is_read;
-	record.report = r.report;
+	const SendClaim request{r.context, static_cast<uint32_t>(r.cq_flags), static_cast<uint32_t>(total), r.report,
+				r.report || counter};
+	const Claimed claimed =
+		is_read ? data.sq->claim<SendKind::read>(request, data.signal_interval,
+							 std::max<uint32_t>(conn.effective.outbound / 2, 1))
+			: data.sq->claim<SendKind::data>(request, data.signal_interval, 1, data.read_fence);
+	OpRecord &record = *claimed.record;
 	if (r.header) {
 		/* The slot's header lives as long as the request does. */
 		uint8_t *header = data.tx_headers->bytes.get() +
@@ -126,17 +121,13 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	wr.sg_list = sge;
 	wr.num_sge = num_sge;
 	wr.opcode = r.opcode;
-	wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) |
-			(inline_data && total + header_bytes ? IBV_SEND_INLINE : 0) |
-			(is_read ? 0 : data.sq->fence_after_reads(data.read_fence));
+	wr.send_flags = claimed.send_flags | (inline_data && total + header_bytes ? IBV_SEND_INLINE : 0);
 	wr.imm_data = r.imm_data;
 	wr.wr.rdma.remote_addr = r.remote_addr;
 	wr.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
+	/* The slot is committed (claim): a batch that cannot be made posts
+	 * the request at once. */
 	const bool more = (r.flags & FI_MORE) && start_batch();
-	data.sq->reads_posted += is_read;
-	/* Published before posting: the completion may be reaped at once. */
-	data.sq->count_budget();
-	data.sq->commit(signaled);
 	if (more) {
 		ret = defer(wr, inline_data && total + header_bytes, r.call);
 	} else if (data.batch && data.batch->count) {
@@ -158,6 +149,17 @@ void Endpoint::credits_after_post(bool took_receive) noexcept
 	data.credits->sent += took_receive;
 	if (data.credits->pending.load(std::memory_order_acquire))
 		write_credits();
+}
+
+/* While FI_MORE holds requests back, fi_inject takes its slow path, which
+ * posts them first. Where the send lock is taken, every inject takes that
+ * path anyway, and slow_tx, which posters read without the lock, is left
+ * as fi_enable set it. */
+void Endpoint::hold_injects(bool held) noexcept
+{
+	if (data.slow_tx & SlowTx::locked)
+		return;
+	data.slow_tx = static_cast<uint8_t>(held ? data.slow_tx | SlowTx::held : data.slow_tx & ~SlowTx::held);
 }
 
 /* Makes sure the FI_MORE batch exists; false (post at once) when it cannot
@@ -204,6 +206,8 @@ ssize_t Endpoint::defer(const ibv_send_wr &wr, bool copy_inline, const char *cal
 	b.sges += static_cast<uint32_t>(held.num_sge);
 	if (b.count)
 		b.wr[b.count - 1].next = &held;
+	else
+		hold_injects(true);
 	++b.count;
 	return b.has_room(data.max_inline) ? 0 : post_batch(nullptr, call);
 }
@@ -223,8 +227,10 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
 {
 	SendBatch &b = *data.batch;
 	ibv_send_wr *first = b.count ? &b.wr[0] : last;
-	if (b.count)
+	if (b.count) {
 		b.wr[b.count - 1].next = last;
+		hold_injects(false);
+	}
 	b.count = b.sges = b.inline_used = 0;
 	if (!first)
 		return 0;
@@ -287,10 +293,21 @@ ssize_t Endpoint::inject_refused(const void *buf, size_t len, uint64_t remote_ke
  * retires; 0 when there is room now. Under tx_lock. */
 ssize_t Endpoint::make_room(const char *call)
 {
-	/* A ring that started small grows first (nd_wq.h): what FI_MORE
-	 * holds back stays held, and nothing is polled. */
-	if (data.sq->full() && grow_queue(true) && !data.sq->no_room())
-		return 0;
+	WorkQueue &queue = *data.sq;
+	if (queue.full()) {
+		/* A ring at its working size (nd_wq.h) whose signaled request
+		 * may have completed reads the CQ first: the unsignaled run
+		 * before it then retires, and the ring grows only with what
+		 * is really in flight. */
+		if (queue.records != queue.inline_ring && queue.signaled_outstanding()) {
+			bindings.tx_cq->progress();
+			if (!queue.no_room())
+				return 0;
+		}
+		/* Else it grows (what FI_MORE holds back stays held). */
+		if (grow_queue(true) && !queue.no_room())
+			return 0;
+	}
 	if (ssize_t ret = post_deferred(call))
 		return ret;
 	bindings.tx_cq->progress();

@@ -175,7 +175,7 @@ void Framing::fill_bounce(OpRecord &record, uint8_t *bounce, ibv_recv_wr &wr, ib
 	record.flags = FI_RECV | kPlacedByNd;
 	record.len = static_cast<uint32_t>(slot_size);
 	record.read_mark = 0;
-	record.report = false;
+	record.set_report(false);
 	sge.addr = reinterpret_cast<uintptr_t>(bounce);
 	sge.length = static_cast<uint32_t>(slot_size);
 	sge.lkey = mr ? mr->lkey : 0;

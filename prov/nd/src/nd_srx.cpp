@@ -58,7 +58,7 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 	record.flags = FI_RECV | FI_MSG;
 	record.len = static_cast<uint32_t>(total);
 	record.read_mark = 0;
-	record.report = true;
+	record.set_report(true);
 	ibv_recv_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.sg_list = sge;
@@ -98,7 +98,7 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 	record->flags = FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0);
 	record->len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
 	record->read_mark = 0;
-	record->report = true;
+	record->set_report(true);
 	int rc;
 	{
 		MultiRecv *const behind = queue.multi(); /* made above, kept until close */

@@ -71,11 +71,26 @@ QueueExtras &WorkQueue::extras()
 	return *extras_;
 }
 
+/* A send ring leaving the queue's inline slots goes straight to its
+ * working size (or its whole depth, if less): its unsignaled runs, not
+ * only what is in flight, fill it, and each doubling on the way cost a
+ * ring, a CQ reservation and a slow post. Rings double after that. */
+uint32_t WorkQueue::grown_size() const noexcept
+{
+	const uint32_t doubled = (mask + 1) * 2;
+	if (kind != QueueKind::send || records != inline_ring)
+		return doubled;
+	uint32_t whole = 1;
+	while (whole <= depth + internal_slots)
+		whole <<= 1;
+	return std::max(doubled, std::min(kWorkingRingSlots, whole));
+}
+
 uint32_t WorkQueue::growth() const noexcept
 {
 	if (kind == QueueKind::shared_recv || limit >= depth)
 		return 0;
-	return ring_limit((mask + 1) * 2, internal_slots, depth) - limit;
+	return ring_limit(grown_size(), internal_slots, depth) - limit;
 }
 
 bool WorkQueue::grow() noexcept
@@ -83,7 +98,7 @@ bool WorkQueue::grow() noexcept
 	const uint32_t more = growth();
 	if (!more)
 		return false;
-	const uint32_t size = (mask + 1) * 2;
+	const uint32_t size = grown_size();
 	std::unique_ptr<OpRecord[]> ring = make_ring(this, size, true);
 	if (!ring)
 		return false;
@@ -149,7 +164,7 @@ void WorkQueue::set_multi(std::unique_ptr<MultiRecv> m)
 Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *placement) noexcept
 {
 	/* Read before the slot is retired, when it may be reused. */
-	Retired done{record.context, record.flags & ~kPlacedByNd, record.report};
+	Retired done{record.context, record.flags & ~kPlacedByNd, record.report()};
 	bool ok = wc.status == IBV_WC_SUCCESS;
 	const bool placed_by_nd = record.flags & kPlacedByNd;
 	bool release = true;

@@ -179,12 +179,22 @@ struct OpRecord {
 	uint32_t len;		/* bytes posted (receives: buffer size) */
 	uint32_t read_mark;	/* the queue's reads_posted once this was posted:
 				 * its completion retires reads up to here */
-	bool report;		/* the application asked for a CQ entry */
-	/* The low bits of the request's place in its queue's posting order
-	 * (WorkQueue::head when posted), set by next(): retiring counts the
-	 * slots up to it from this, whichever of the queue's rings it lives
-	 * in. Fewer requests than 2^24 are ever outstanding on one queue. */
-	uint32_t seq : 24;
+	/* Bit 0: the application asked for a CQ entry. Bits 8-31: the low
+	 * bits of the request's place in its queue's posting order
+	 * (WorkQueue::head when posted), from which retiring counts the
+	 * slots up to it, whichever of the queue's rings it lives in; fewer
+	 * requests than 2^24 are ever outstanding on one queue. One word, so
+	 * that the poster writes both with one store. */
+	uint32_t tag;
+
+	bool report() const noexcept { return tag & 1u; }
+	uint32_t seq() const noexcept { return tag >> 8; }
+	void set_report(bool report) noexcept { tag = (tag & ~1u) | (report ? 1u : 0u); }
+	void set_seq(uint64_t seq) noexcept { tag = static_cast<uint32_t>(seq) << 8 | (tag & 1u); }
+	void set_tag(uint64_t seq, bool report) noexcept
+	{
+		tag = static_cast<uint32_t>(seq) << 8 | (report ? 1u : 0u);
+	}
 };
 static_assert(sizeof(OpRecord) == 32, "a ring slot is half a cache line");
 constexpr uint32_t kSeqMask = (1u << 24) - 1;
@@ -328,10 +338,37 @@ struct QueueExtras {
 	~QueueExtras(); /* nd_wq.cpp, where MultiRecv is complete */
 };
 
+/* What kind of send-queue request WorkQueue::claim takes: the
+ * application's sends and writes (which a fence may hold behind reads),
+ * its reads (counted against the negotiated limit), or the provider's own
+ * (receive-credit writes, the drain marker), which neither fence nor
+ * count. */
+enum class SendKind : uint8_t { data, read, internal };
+
+/* One send-queue request as its poster describes it to WorkQueue::claim. */
+struct SendClaim {
+	void *context;		/* the application's, or null */
+	uint32_t flags;		/* the CQ entry's (OpRecord::flags) */
+	uint32_t len;		/* bytes */
+	bool report;		/* a CQ entry is wanted */
+	bool signal;		/* must complete by itself (a CQ entry, a counter) */
+};
+
+/* What WorkQueue::claim took: the record (the work request's wr_id) and
+ * the flags the work request needs (IBV_SEND_SIGNALED, IBV_SEND_FENCE). */
+struct Claimed {
+	OpRecord *record;
+	uint32_t send_flags;
+};
+
 /* Slots a queue's first ring holds in the queue itself: an endpoint's
  * queues start with room for one request (and the close marker's slot), so
  * that thousands of endpoints at rest cost one allocation a queue. */
 constexpr uint32_t kInlineRingSlots = 2;
+/* Slots a send ring has once it left the inline ones (WorkQueue::
+ * grown_size): 4 KiB, where a ping-pong's unsignaled runs retire with a
+ * CQ read every 63 posts instead of growing the ring further. */
+constexpr uint32_t kWorkingRingSlots = 128;
 
 struct WorkQueue {
 	/* 168 bytes (a 176-byte block of malloc's), two per endpoint: the
@@ -503,7 +540,7 @@ struct WorkQueue {
 		OpRecord *record = record_of(wc.wr_id);
 		WorkQueue *queue = record->owner;
 		if (__builtin_expect(wc.status == IBV_WC_SUCCESS && queue->plain, 1)) {
-			const Retired done{record->context, record->flags, record->report};
+			const Retired done{record->context, record->flags, record->report()};
 			queue->retire_through(record); /* the slot may be reused now */
 			return done;
 		}
@@ -526,6 +563,14 @@ struct WorkQueue {
 	/* How many more requests grow() would let the ring hold: 0 at the
 	 * depth. */
 	uint32_t growth() const noexcept;
+	/* The ring size grow() makes. */
+	uint32_t grown_size() const noexcept;
+	/* A signaled request is outstanding: reading the CQ will retire
+	 * every request up to it once it completes. */
+	bool signaled_outstanding() const noexcept
+	{
+		return signaled_head.load(std::memory_order_relaxed) > tail.load(std::memory_order_acquire);
+	}
 	/* A ring twice the size for the requests posted from now on; the
 	 * old one stays until its requests retire. false when out of memory.
 	 * The poster's, under the CQ's lock (the stall watch reads records). */
@@ -551,7 +596,7 @@ struct WorkQueue {
 	{
 		const uint64_t h = head.load(std::memory_order_relaxed);
 		OpRecord &record = records[h & mask];
-		record.seq = static_cast<uint32_t>(h) & kSeqMask;
+		record.set_seq(h);
 		return record;
 	}
 	/* A signaled request (one that completes by itself) also moves
@@ -591,6 +636,60 @@ struct WorkQueue {
 		return reads_posted - reads_retired.load(std::memory_order_acquire);
 	}
 
+	/*
+	 * The posting protocol of the send queue, the one place that decides
+	 * it for every request (a send, an inject, an RMA write or read, a
+	 * receive-credit write, the drain marker): whether the request is
+	 * signaled, its record, the fence it needs after reads, and its slot
+	 * committed. The ring has room; the caller builds the work request
+	 * with the flags returned (IBV_SEND_SIGNALED, IBV_SEND_FENCE) and
+	 * posts it, or gives the slot back (uncommit) when that fails.
+	 *
+	 * A signaled request restarts both unsignaled counts: its completion
+	 * retires every request before it, reads included, which is what lets
+	 * a read past the negotiated limit wait for a completion that is sure
+	 * to come (Endpoint::post_tx). Every `interval`-th request is
+	 * signaled, so that the ring retires, and every `read_every`-th read.
+	 * Inlined with its constants at each caller: the inject path's costs
+	 * nothing it does not use.
+	 */
+	template <SendKind Kind, bool Budgeted = true>
+	[[gnu::always_inline]] Claimed claim(const SendClaim &request, uint32_t interval, uint32_t read_every = 1,
+					      uint32_t fence = 0) noexcept
+	{
+		constexpr bool is_read = Kind == SendKind::read;
+		bool signaled = request.signal || ++unsignaled_run >= interval;
+		if constexpr (is_read)
+			signaled = signaled || ++unsignaled_reads >= read_every;
+		if (signaled) {
+			unsignaled_run = 0;
+			unsignaled_reads = 0;
+		}
+		/* head once: the poster alone writes it, and an atomic load is
+		 * never merged with another. */
+		const uint64_t h = head.load(std::memory_order_relaxed);
+		OpRecord &record = records[h & mask];
+		record.set_tag(h, request.report);
+		record.context = request.context;
+		record.flags = request.flags;
+		record.len = request.len;
+		record.read_mark = reads_posted + (is_read ? 1 : 0);
+		uint32_t send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+		/* Only the application's sends and writes wait for reads: an
+		 * internal write must not mark the reads fenced for them. */
+		if constexpr (Kind == SendKind::data)
+			send_flags |= fence_after_reads(fence);
+		if constexpr (is_read)
+			++reads_posted;
+		/* Published before posting: the completion may be reaped at once. */
+		if constexpr (Budgeted)
+			count_budget();
+		if (signaled)
+			signaled_head.store(h + 1, std::memory_order_relaxed);
+		head.store(h + 1, std::memory_order_release);
+		return {&record, send_flags};
+	}
+
 	/* Retires every slot up to and including `last` (earlier ones were
 	 * unsignaled, see above), and the reads posted up to it; how many. A
 	 * `last` that is not outstanding (it cannot be, short of a device bug)
@@ -599,7 +698,7 @@ struct WorkQueue {
 	{
 		const uint64_t t = tail.load(std::memory_order_relaxed);
 		const uint64_t h = head.load(std::memory_order_acquire);
-		const uint64_t count = ((last->seq - t) & kSeqMask) + 1;
+		const uint64_t count = ((last->seq() - t) & kSeqMask) + 1;
 		const uint64_t retired = count <= h - t ? count : h - t;
 		/* Read before the slot is given back: the poster may reuse it,
 		 * or free the old ring it is in, once tail passes it. */

@@ -256,7 +256,7 @@ Test(completion_path, a_multi_receive_buffer_allocates_nothing)
 	record.context = ctx(5);
 	record.flags = FI_RECV | FI_MSG | kPlacedByNd;
 	record.len = sizeof(buffer);
-	record.report = true;
+	record.set_report(true);
 	record.read_mark = 0;
 	receives.commit();
 	ibv_sge sge{reinterpret_cast<uintptr_t>(buffer), sizeof(buffer), 7};

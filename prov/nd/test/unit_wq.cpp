@@ -95,7 +95,7 @@ Test(work_queue, the_ring_wraps)
  * completion retires the unsignaled run across the rings. */
 Test(work_queue, a_small_ring_grows_and_keeps_its_records)
 {
-	WorkQueue queue(QueueKind::send, 384, 0, 1);
+	WorkQueue queue(QueueKind::recv, 384, 0, 1);
 	cr_assert_eq(queue.limit, 1u);
 	cr_assert_eq(queue.mask, 1u);
 	OpRecord *posted[100];
@@ -127,6 +127,27 @@ Test(work_queue, a_small_ring_grows_and_keeps_its_records)
 	cr_assert(queue.grow());
 	cr_assert_eq(queue.old_ring_count(), 1u, "%zu old rings", queue.old_ring_count());
 	cr_assert_eq(queue.limit, 255u);
+}
+
+/* A send ring's unsignaled runs fill it whatever is in flight: leaving
+ * its inline slots, it goes straight to its working size, then doubles. */
+Test(work_queue, a_send_ring_leaves_its_inline_slots_for_its_working_size)
+{
+	WorkQueue queue(QueueKind::send, 384, 0, 1);
+	cr_assert_eq(queue.records, queue.inline_ring);
+	post(queue, ctx(1), kSendFlags, false);
+	cr_assert(queue.full());
+	cr_assert(queue.grow());
+	cr_assert_eq(queue.mask + 1, kWorkingRingSlots);
+	cr_assert_eq(queue.limit, kWorkingRingSlots - 1);
+	cr_assert_eq(queue.record_at(0).context, ctx(1), "the first request stays where it was posted");
+	cr_assert(queue.grow());
+	cr_assert_eq(queue.mask + 1, 2 * kWorkingRingSlots);
+	/* A depth below the working size: the ring for the whole depth. */
+	WorkQueue shallow(QueueKind::send, 20, 0, 1);
+	cr_assert(shallow.grow());
+	cr_assert_eq(shallow.limit, 20u);
+	cr_assert_eq(shallow.growth(), 0u);
 }
 
 Test(work_queue, growth_stops_at_the_depth)
@@ -350,7 +371,7 @@ OpRecord &post_recv(WorkQueue &queue, void *context, uint8_t *buf, uint32_t len,
 	record.context = context;
 	record.flags = kRecvFlags | (multi ? kPlacedByNd : 0);
 	record.len = len;
-	record.report = true;
+	record.set_report(true);
 	record.read_mark = 0;
 	queue.commit();
 	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), len, 7};
@@ -450,7 +471,7 @@ Test(work_queue, a_shared_receive_pool_takes_slots_back_in_any_order)
 		taken[i] = &queue.records[slot];
 		taken[i]->context = ctx(static_cast<uintptr_t>(i + 1));
 		taken[i]->flags = kRecvFlags;
-		taken[i]->report = true;
+		taken[i]->set_report(true);
 	}
 	cr_assert(queue.free_slots().empty());
 	const Retired second = WorkQueue::retire(completion_of(*taken[1], IBV_WC_SUCCESS, IBV_WC_RECV));
@@ -556,4 +577,73 @@ Test(completion_ring, a_large_ring_is_a_mapping_and_keeps_its_entries_when_it_be
 		cr_assert_eq(ring.front(), i * 3);
 		ring.pop_front();
 	}
+}
+
+/* The send queue's posting protocol (WorkQueue::claim), which every send,
+ * inject, RMA request, credit write and the drain marker go through. */
+
+/* Whatever kind of request is signaled, its completion retires the reads
+ * before it, so the count of unsignaled reads starts again: the read that
+ * reaches the negotiated limit then always has a signaled request behind
+ * it to wait for. The inject path's own instantiation is among them. */
+Test(send_protocol, every_signaled_request_restarts_the_unsignaled_reads)
+{
+	WorkQueue queue(QueueKind::send, 64);
+	const SendClaim read{ctx(1), FI_RMA | FI_READ, 8, false, false};
+	const SendClaim inject{nullptr, FI_SEND | FI_MSG, 8, false, false};
+	Claimed c = queue.claim<SendKind::read>(read, 100, 4);
+	cr_assert_eq(c.send_flags & IBV_SEND_SIGNALED, 0u);
+	cr_assert_eq(queue.unsignaled_reads, 1u);
+	/* An inject that reaches its signal interval (1: a counter wants it). */
+	c = queue.claim<SendKind::data, false>(inject, 1, 1, 0);
+	cr_assert_neq(c.send_flags & IBV_SEND_SIGNALED, 0u);
+	cr_assert_eq(queue.unsignaled_reads, 0u, "a signaled inject retires the reads before it");
+	cr_assert_eq(queue.unsignaled_run, 0u);
+	/* A send that wants its completion. */
+	queue.claim<SendKind::read>(read, 100, 4);
+	queue.claim<SendKind::data>(SendClaim{ctx(2), FI_SEND | FI_MSG, 8, true, true}, 100);
+	cr_assert_eq(queue.unsignaled_reads, 0u);
+	/* A credit write at its interval. */
+	queue.claim<SendKind::read>(read, 100, 4);
+	queue.claim<SendKind::internal>(SendClaim{nullptr, 0, 8, false, false}, 1);
+	cr_assert_eq(queue.unsignaled_reads, 0u);
+	/* Every read_every-th read signals itself. */
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(queue.claim<SendKind::read>(read, 100, 4).send_flags & IBV_SEND_SIGNALED, 0u);
+	cr_assert_neq(queue.claim<SendKind::read>(read, 100, 4).send_flags & IBV_SEND_SIGNALED, 0u);
+	cr_assert_eq(queue.unsignaled_reads, 0u);
+}
+
+/* A write after reads carries the fence once; the provider's own writes
+ * neither carry it nor use it up for the application's next one. */
+Test(send_protocol, the_fence_after_reads_is_the_applications_alone)
+{
+	WorkQueue queue(QueueKind::send, 64);
+	const SendClaim write{nullptr, FI_RMA | FI_WRITE, 8, false, false};
+	cr_assert_eq(queue.claim<SendKind::data>(write, 100, 1, IBV_SEND_FENCE).send_flags, 0u, "no read before it");
+	queue.claim<SendKind::read>(SendClaim{ctx(1), FI_RMA | FI_READ, 8, false, false}, 100, 8);
+	cr_assert_eq(queue.claim<SendKind::internal>(SendClaim{nullptr, 0, 8, false, false}, 100).send_flags, 0u);
+	const Claimed inject = queue.claim<SendKind::data, false>(write, 100, 1, IBV_SEND_FENCE);
+	cr_assert_eq(inject.send_flags, IBV_SEND_FENCE);
+	cr_assert_eq(queue.claim<SendKind::data>(write, 100, 1, IBV_SEND_FENCE).send_flags, 0u, "fenced once");
+}
+
+/* The record says what the completion reports, and a read's mark covers
+ * itself: its completion, or a later one's, gives its read budget back. */
+Test(send_protocol, a_claimed_record_reports_and_retires_what_it_was_given)
+{
+	WorkQueue queue(QueueKind::send, 64);
+	const Claimed read = queue.claim<SendKind::read>(SendClaim{ctx(7), FI_RMA | FI_READ, 64, true, true}, 100, 8);
+	cr_assert_eq(read.record->context, ctx(7));
+	cr_assert_eq(read.record->flags, static_cast<uint32_t>(FI_RMA | FI_READ));
+	cr_assert_eq(read.record->len, 64u);
+	cr_assert(read.record->report());
+	cr_assert_eq(read.record->read_mark, 1u);
+	cr_assert_eq(queue.reads_in_flight(), 1u);
+	cr_assert_eq(queue.signaled_head.load(), 1u);
+	cr_assert(queue.signaled_outstanding());
+	const Retired done = WorkQueue::retire(completion_of(*read.record, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
+	cr_assert_eq(done.context, ctx(7));
+	cr_assert_eq(queue.reads_in_flight(), 0u);
+	cr_assert_not(queue.signaled_outstanding());
 }

@@ -22,7 +22,7 @@ inline OpRecord &post(WorkQueue &queue, void *context, uint32_t flags, bool repo
 	record.context = context;
 	record.flags = flags;
 	record.len = 8;
-	record.report = report;
+	record.set_report(report);
 	if (flags & FI_READ)
 		queue.reads_posted++;
 	record.read_mark = queue.reads_posted;
