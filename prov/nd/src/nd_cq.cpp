@@ -765,6 +765,20 @@ bool CompletionQueue::drain(const WorkQueue &queue, int timeout_ms)
 	}
 }
 
+/* Nothing to return: says whether errors wait, and lets the stall watch
+ * look now and then (a busy poller pays a clock read every
+ * kEmptyReadsPerLook). Under the lock; inline, since most reads end here,
+ * on CQs the stall watch watches too. */
+inline ssize_t CompletionQueue::nothing_read() noexcept
+{
+	if (__builtin_expect(stall_watch.count.load(std::memory_order_relaxed) != 0, 0) &&
+	    __builtin_expect(++stall_watch.empty_reads >= StallWatch::kEmptyReadsPerLook, 0)) {
+		stall_watch.empty_reads = 0;
+		look_for_stalls();
+	}
+	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
+}
+
 /*
  * The read every progress loop makes, most often on a CQ with nothing in
  * it: with one verbs CQ and nothing found before, it polls that verbs CQ
@@ -788,22 +802,7 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 	const int got = ibv_poll_cq(verbs, want, wc);
 	if (__builtin_expect(got > 0, 0))
 		return complete_polled<Format>(verbs, wc, got, want, buf, count);
-	if (__builtin_expect(stall_watch.count.load(std::memory_order_relaxed) != 0, 0))
-		return nothing_read();
-	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
-}
-
-/* Nothing to return: says whether errors wait, and lets the stall watch
- * look now and then. Under the lock. */
-ssize_t CompletionQueue::nothing_read() noexcept
-{
-	/* A busy poller pays a clock read every kEmptyReadsPerLook. */
-	if (__builtin_expect(stall_watch.count.load(std::memory_order_relaxed) != 0, 0) &&
-	    ++stall_watch.empty_reads >= StallWatch::kEmptyReadsPerLook) {
-		stall_watch.empty_reads = 0;
-		look_for_stalls();
-	}
-	return errors.empty() ? -FI_EAGAIN : -FI_EAVAIL;
+	return nothing_read();
 }
 
 /* The fast path's poll found `got` of the `want` it asked: they are

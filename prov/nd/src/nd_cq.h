@@ -421,7 +421,7 @@ struct CompletionQueue {
 						  size_t count);
 	template <fi_cq_format Format>
 	[[gnu::noinline]] ssize_t read_found(void *buf, size_t count);
-	[[gnu::noinline]] ssize_t nothing_read() noexcept;
+	ssize_t nothing_read() noexcept;
 	/* The completion channel and the wait fd of a waitable CQ, made on
 	 * first use: a waiter (fi_cq_sread, fi_trywait, FI_GETWAIT,
 	 * fi_cq_signal), a counter the CQ feeds, a wait set (at open), or
