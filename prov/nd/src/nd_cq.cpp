@@ -813,7 +813,7 @@ ssize_t CompletionQueue::complete_polled(ibv_cq *verbs, const ibv_wc *wc, int go
 					 size_t count)
 {
 	size_t n = complete_into<Format>(wc, got, buf, 0, count);
-	if (got == want)
+	if (got == want && n < count)
 		n = poll_into<Format>(verbs, buf, n, count);
 	return n ? static_cast<ssize_t>(n) : nothing_read();
 }
@@ -933,7 +933,7 @@ size_t CompletionQueue::poll_into(ibv_cq *verbs, void *buf, size_t n, size_t cou
 /* The work completions of one poll, into buf from index n (there is room
  * for each: one completion makes at most one entry). */
 template <fi_cq_format Format>
-size_t CompletionQueue::complete_into(const ibv_wc *wc, int got, void *buf, size_t n, size_t count)
+inline size_t CompletionQueue::complete_into(const ibv_wc *wc, int got, void *buf, size_t n, size_t count)
 {
 	for (int i = 0; i < got; i++) {
 		/* The common case inline: a success (retire() inlines its own

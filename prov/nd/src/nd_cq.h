@@ -414,7 +414,7 @@ struct CompletionQueue {
 	size_t poll_into(ibv_cq *verbs, void *buf, size_t n, size_t count);
 	/* One poll's work completions into the buffer from index n. */
 	template <fi_cq_format Format>
-	size_t complete_into(const ibv_wc *wc, int got, void *buf, size_t n, size_t count);
+	[[gnu::always_inline]] size_t complete_into(const ibv_wc *wc, int got, void *buf, size_t n, size_t count);
 	/* read()'s paths out of line (nd_cq.cpp says which). Under the lock. */
 	template <fi_cq_format Format>
 	[[gnu::noinline]] ssize_t complete_polled(ibv_cq *verbs, const ibv_wc *wc, int got, int want, void *buf,

@@ -83,7 +83,7 @@ void Endpoint::release_setup() noexcept
 	/* fi_cancel reads the pending receives under rx_lock; none is left
 	 * once the queue pair took receives, which it did before connecting. */
 	std::lock_guard<OptionalLock> guard(data.rx_lock);
-	if (data.recv_ready && setup->pending_recvs.empty() && setup->held_events.empty())
+	if (data.recv_ready() && setup->pending_recvs.empty() && setup->held_events.empty())
 		setup.reset();
 }
 

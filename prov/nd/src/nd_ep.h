@@ -228,6 +228,15 @@ constexpr uint8_t credits = 4;		/* iWARP: receive credits first */
 constexpr uint8_t held = 8;		/* FI_MORE holds requests back (SendBatch) */
 } // namespace SlowTx
 
+/* Why DataPath::slow_rx sends fi_recv to post_rx. */
+namespace SlowRx {
+constexpr uint8_t not_ready = 1;	/* before INIT: receives wait in nd */
+constexpr uint8_t locked = 2;		/* FI_THREAD_SAFE: the receive lock */
+constexpr uint8_t iwarp = 4;		/* receive sges as siw takes them; credits */
+constexpr uint8_t multi = 8;		/* multi-receive buffers: in order behind them */
+constexpr uint8_t other = 16;		/* a shared receive context, framing */
+} // namespace SlowRx
+
 /* The data path, fixed at fi_enable (setup_data_path). The fields every
  * post reads come first, together; the queue pair comes last, so that it
  * is destroyed first. */
@@ -242,7 +251,22 @@ struct DataPath {
 	 * that the fast path tests everything it defers with one load. */
 	uint8_t slow_tx = 0;
 	Link link;
-	bool recv_ready = false;			/* the QP takes receives (INIT or later) */
+	/* Non-zero where fi_recv goes to post_rx (SlowRx bits); not_ready
+	 * until the queue pair takes receives (INIT or later). Atomic (relaxed,
+	 * a plain load) since connection progress clears a bit that posters
+	 * read without the receive lock. */
+	std::atomic<uint8_t> slow_rx{SlowRx::not_ready};
+	bool recv_ready() const noexcept
+	{
+		return !(slow_rx.load(std::memory_order_relaxed) & SlowRx::not_ready);
+	}
+	void set_slow_rx(uint8_t bit, bool on) noexcept
+	{
+		if (on)
+			slow_rx.fetch_or(bit, std::memory_order_relaxed);
+		else
+			slow_rx.fetch_and(static_cast<uint8_t>(~bit), std::memory_order_relaxed);
+	}
 	bool marker_reserved = true;		/* tx_reserved counts the close marker's */
 	uint32_t signal_interval = 1;
 	/* The fi_inject family's: signal_interval, or 1 where a counter
@@ -401,6 +425,15 @@ struct Endpoint {
 	ssize_t post_inline_unlocked(WorkQueue &queue, const void *buf, size_t len, uint32_t imm_data,
 				     uint64_t remote_addr, uint64_t remote_key);
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
+	/* fi_send, fi_write, fi_read and fi_recv of one buffer
+	 * (nd_ep_post_one.h), and where what they do not take goes. */
+	template <ibv_wr_opcode Op>
+	ssize_t post_one(const void *buf, size_t len, void *desc, uint64_t remote_addr, uint64_t remote_key,
+			 void *context, uint64_t flags, bool report, const char *call);
+	ssize_t post_one_general(ibv_wr_opcode op, const void *buf, size_t len, void *desc, uint64_t remote_addr,
+				 uint64_t remote_key, void *context, uint64_t flags, bool report, const char *call);
+	ssize_t post_recv_one(void *buf, size_t len, void *desc, void *context, uint64_t flags);
+	ssize_t post_recv_failed(int rc);
 	ssize_t no_immediate_data(const char *call) const;
 
 	/* Receiving, and fi_cancel (nd_ep_recv.cpp). */

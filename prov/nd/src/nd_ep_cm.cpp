@@ -294,7 +294,7 @@ void Endpoint::flush_queue_pair() noexcept
 	attr.qp_state = IBV_QPS_ERR;
 	ibv_modify_qp(data.qp.get(), &attr, IBV_QP_STATE);
 	/* Receives still waiting for INIT go to the error state's flush. */
-	if (!data.recv_ready && data.rq)
+	if (!data.recv_ready() && data.rq)
 		post_pending_receives();
 }
 

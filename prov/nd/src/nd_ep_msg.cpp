@@ -7,6 +7,7 @@
 #include "nd_domain.h"
 #include "nd_ep.h"
 #include "nd_ep_inject.h"
+#include "nd_ep_post_one.h"
 
 #include <arpa/inet.h>
 
@@ -45,8 +46,7 @@ ssize_t send_common(Endpoint *ep, const iovec *iov, void **desc, size_t count, v
 ssize_t ep_recv(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	iovec iov{buf, len};
-	return ep->post_rx(&iov, &desc, 1, context, ep->data.rx_op_flags);
+	return ep->post_recv_one(buf, len, desc, context, ep->data.rx_op_flags);
 }
 
 ssize_t ep_recvv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -69,9 +69,8 @@ ssize_t ep_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t,
 		void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	iovec iov{const_cast<void *>(buf), len};
-	return send_common(ep, &iov, &desc, 1, context, ep->data.tx_op_flags, false, 0,
-			   wants_completion(ep, ep->data.tx_op_flags), "fi_send");
+	const uint64_t flags = ep->data.tx_op_flags;
+	return ep->post_one<IBV_WR_SEND>(buf, len, desc, 0, 0, context, flags, wants_completion(ep, flags), "fi_send");
 }
 
 ssize_t ep_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,

@@ -71,8 +71,9 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		try {
 			auto made = std::make_unique<MultiRecv>(bindings.min_multi_recv());
 			made->qp = data.qp.get();
-			made->ready = data.recv_ready;
+			made->ready = data.recv_ready();
 			data.rq->set_multi(std::move(made));
+			data.set_slow_rx(SlowRx::multi, true);
 		} catch (const std::bad_alloc &) {
 			return -FI_ENOMEM;
 		}
@@ -105,7 +106,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	wr.next = nullptr;
 	wr.sg_list = sge;
 	wr.num_sge = static_cast<int>(built);
-	if (!data.recv_ready) {
+	if (!data.recv_ready()) {
 		/* Before INIT the queue pair takes no receives: keep it for then. */
 		try {
 			PendingRecv pending{wr, std::vector<ibv_sge>(sge, sge + built)};
@@ -130,12 +131,20 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	return 0;
 }
 
+/* post_recv_one's post failed: its slot goes back. */
+ssize_t Endpoint::post_recv_failed(int rc)
+{
+	data.rq->uncommit();
+	ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
+	return fi_error_of_post(rc);
+}
+
 /* The queue pair reached INIT (or ERR, where verbs flushes them): post the
  * receives that waited for it, in order. */
 void Endpoint::post_pending_receives() noexcept
 {
 	std::lock_guard<OptionalLock> guard(data.rx_lock);
-	data.recv_ready = true;
+	data.set_slow_rx(SlowRx::not_ready, false);
 	std::vector<PendingRecv> none;
 	for (PendingRecv &pending : setup ? setup->pending_recvs : none) {
 		pending.wr.sg_list = pending.sge.data();

@@ -8,6 +8,7 @@
 #include "nd_domain.h"
 #include "nd_ep.h"
 #include "nd_ep_inject.h"
+#include "nd_ep_post_one.h"
 
 #include <rdma/fi_rma.h>
 
@@ -89,9 +90,9 @@ ssize_t ep_read(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, uint6
 		uint64_t key, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	iovec iov{buf, len};
-	return rma(ep, IBV_WR_RDMA_READ, &iov, &desc, 1, {addr, key}, 0, context, ep->data.tx_op_flags,
-		   wants_completion(ep, ep->data.tx_op_flags), "fi_read");
+	const uint64_t flags = ep->data.tx_op_flags;
+	return ep->post_one<IBV_WR_RDMA_READ>(buf, len, desc, addr, key, context, flags, wants_completion(ep, flags),
+					      "fi_read");
 }
 
 ssize_t ep_readv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -116,9 +117,9 @@ ssize_t ep_write(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t
 		 uint64_t key, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	iovec iov{const_cast<void *>(buf), len};
-	return rma(ep, IBV_WR_RDMA_WRITE, &iov, &desc, 1, {addr, key}, 0, context, ep->data.tx_op_flags,
-		   wants_completion(ep, ep->data.tx_op_flags), "fi_write");
+	const uint64_t flags = ep->data.tx_op_flags;
+	return ep->post_one<IBV_WR_RDMA_WRITE>(buf, len, desc, addr, key, context, flags, wants_completion(ep, flags),
+					       "fi_write");
 }
 
 ssize_t ep_writev(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,

@@ -1,0 +1,109 @@
+/*
+ * nd_ep_post_one.h: fi_send, fi_write, fi_read and fi_recv of one buffer
+ * with its descriptor, the calls an MPI library makes for every message it
+ * does not inject.
+ *
+ * A path of their own, as fi_inject has (nd_ep_inject.h): post_tx and
+ * post_rx take any number of buffers and every option, and decided per
+ * call what fi_enable had fixed, at about 300 instructions where the verbs
+ * provider spends 140. Here each call tests one byte for what fi_enable
+ * fixed (slow_tx, slow_rx: a lock, a shared context, receive credits,
+ * FI_MORE held back, iWARP's receive lists, multi-receive buffers), a
+ * pointer for what is bound rarely (counters: bindings.extras), and what
+ * the call itself passes; anything else (a refusal, a full ring, a read
+ * past the negotiated limit) goes to post_tx or post_rx, which say why.
+ */
+#ifndef ND_EP_POST_ONE_H
+#define ND_EP_POST_ONE_H
+
+#include "nd_ep.h"
+#include "nd_mr.h"
+
+namespace nd {
+
+template <ibv_wr_opcode Op>
+[[gnu::always_inline]] inline ssize_t Endpoint::post_one(const void *buf, size_t len, void *desc,
+							 uint64_t remote_addr, uint64_t remote_key, void *context,
+							 uint64_t flags, bool report, const char *call)
+{
+	static_assert(Op == IBV_WR_SEND || Op == IBV_WR_RDMA_WRITE || Op == IBV_WR_RDMA_READ);
+	constexpr bool is_read = Op == IBV_WR_RDMA_READ;
+	constexpr uint32_t cq_flags = Op == IBV_WR_SEND ? FI_SEND | FI_MSG : is_read ? FI_RMA | FI_READ : FI_RMA | FI_WRITE;
+	/* The link first: before fi_enable there is no send queue. */
+	if (__builtin_expect(data.link.state(std::memory_order_relaxed) != LinkState::up || data.slow_tx != 0 ||
+			     bindings.extras || (flags & FI_INJECT) || !buf || len > data.max_msg ||
+			     len > UINT32_MAX || remote_key > UINT32_MAX || (report && !bindings.user_tx_cq),
+			     0))
+		return post_one_general(Op, buf, len, desc, remote_addr, remote_key, context, flags, report, call);
+	const bool inline_data = !is_read && len <= data.max_inline;
+	WorkQueue &queue = *data.sq;
+	if (__builtin_expect((!inline_data && !desc) || queue.full() ||
+			     (is_read && queue.reads_in_flight() >= conn.effective.outbound), 0))
+		return post_one_general(Op, buf, len, desc, remote_addr, remote_key, context, flags, report, call);
+	const SendClaim request{context, cq_flags, static_cast<uint32_t>(len), report, report};
+	/* A shared budget's count is post_tx's (slow_tx). */
+	const Claimed claimed =
+		is_read ? queue.claim<SendKind::read, false>(request, data.signal_interval,
+							     std::max<uint32_t>(conn.effective.outbound / 2, 1))
+			: queue.claim<SendKind::data, false>(request, data.signal_interval, 1, data.read_fence);
+	ibv_sge sge;
+	sge.addr = reinterpret_cast<uintptr_t>(buf);
+	sge.length = static_cast<uint32_t>(len);
+	sge.lkey = inline_data ? 0 : lkey_of(desc);
+	ibv_send_wr wr;
+	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
+	wr.next = nullptr;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = Op;
+	wr.send_flags = claimed.send_flags | (inline_data && len ? IBV_SEND_INLINE : 0);
+	wr.imm_data = 0;
+	if constexpr (Op != IBV_WR_SEND) {
+		wr.wr.rdma.remote_addr = remote_addr;
+		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
+	}
+	const ssize_t ret = post_committed(wr, call);
+	if (is_read && __builtin_expect(ret != 0, 0))
+		queue.reads_posted--;
+	return ret;
+}
+
+[[gnu::always_inline]] inline ssize_t Endpoint::post_recv_one(void *buf, size_t len, void *desc, void *context,
+							       uint64_t flags)
+{
+	const bool report = !bindings.rx_selective || (flags & FI_COMPLETION);
+	const LinkState state = data.link.state(std::memory_order_relaxed);
+	if (__builtin_expect(data.slow_rx.load(std::memory_order_relaxed) != 0 || (flags & FI_MULTI_RECV) || !buf ||
+			     !desc || len > data.max_msg || len > UINT32_MAX || state == LinkState::down ||
+			     state == LinkState::broken || (report && !bindings.user_rx_cq) || data.rq->full(),
+			     0)) {
+		iovec iov{buf, len};
+		return post_rx(&iov, &desc, 1, context, flags);
+	}
+	WorkQueue &queue = *data.rq;
+	const uint64_t h = queue.head.load(std::memory_order_relaxed);
+	OpRecord &record = queue.records[h & queue.mask];
+	record.set_tag(h, report);
+	record.context = context;
+	record.flags = FI_RECV | FI_MSG;
+	record.len = static_cast<uint32_t>(len);
+	record.read_mark = 0;
+	ibv_sge sge;
+	sge.addr = reinterpret_cast<uintptr_t>(buf);
+	sge.length = static_cast<uint32_t>(len);
+	sge.lkey = lkey_of(desc);
+	ibv_recv_wr wr;
+	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.next = nullptr;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	queue.head.store(h + 1, std::memory_order_release);
+	ibv_recv_wr *bad = nullptr;
+	if (const int rc = ibv_post_recv(data.qp.get(), &wr, &bad); __builtin_expect(rc != 0, 0))
+		return post_recv_failed(rc);
+	return 0;
+}
+
+} // namespace nd
+
+#endif /* ND_EP_POST_ONE_H */
