@@ -396,7 +396,7 @@ struct Endpoint {
 	ssize_t post_tx(const TxRequest &request);
 	ssize_t post_committed(ibv_send_wr &wr, const char *call)
 	{
-		ibv_send_wr *bad = nullptr;
+		ibv_send_wr *bad; /* read by nobody: one request */
 		const int rc = ibv_post_send(data.qp.get(), &wr, &bad);
 		return rc ? post_failed(rc, call) : 0;
 	}
@@ -422,7 +422,7 @@ struct Endpoint {
 	ssize_t post_inline_slow(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
 				 uint64_t remote_key);
 	template <ibv_wr_opcode Op, bool MaybeHeld>
-	ssize_t post_inline_unlocked(WorkQueue &queue, const void *buf, size_t len, uint32_t imm_data,
+	ssize_t post_inline_unlocked(WorkQueue &queue, uint64_t head, const void *buf, size_t len, uint32_t imm_data,
 				     uint64_t remote_addr, uint64_t remote_key);
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	/* fi_send, fi_write, fi_read and fi_recv of one buffer

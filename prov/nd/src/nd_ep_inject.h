@@ -53,9 +53,10 @@ template <ibv_wr_opcode Op>
 		if (__builtin_expect(domain->iwarp, 0))
 			return no_immediate_data(inject_call_name(Op));
 	WorkQueue &queue = *data.sq;
-	if (__builtin_expect(data.slow_tx != 0 || queue.full(), 0))
+	const uint64_t head = queue.head.load(std::memory_order_relaxed);
+	if (__builtin_expect(data.slow_tx != 0 || queue.full_at(head), 0))
 		return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
-	return post_inline_unlocked<Op, false>(queue, buf, len, imm_data, remote_addr, remote_key);
+	return post_inline_unlocked<Op, false>(queue, head, buf, len, imm_data, remote_addr, remote_key);
 }
 
 /* Under the lock when the threading model asks for one, and after making
@@ -73,7 +74,8 @@ template <ibv_wr_opcode Op>
 		if (ssize_t ret = make_room(inject_call_name(Op)))
 			return ret;
 	data.sq->count_budget(); /* given back if posting fails (uncommit) */
-	const ssize_t ret = post_inline_unlocked<Op, true>(*data.sq, buf, len, imm_data, remote_addr, remote_key);
+	const ssize_t ret = post_inline_unlocked<Op, true>(*data.sq, data.sq->head.load(std::memory_order_relaxed), buf,
+							   len, imm_data, remote_addr, remote_key);
 	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
 	return ret;
@@ -81,9 +83,11 @@ template <ibv_wr_opcode Op>
 
 /* The request itself: its ring record, its work request, and the post (or
  * a place behind requests held back by FI_MORE). The ring has room; queue
- * is *sq, loaded once by the caller (the stores below may alias it). */
+ * is *sq, loaded once by the caller (the stores below may alias it), and
+ * head its head as the caller loaded it. */
 template <ibv_wr_opcode Op, bool MaybeHeld>
-[[gnu::always_inline]] inline ssize_t Endpoint::post_inline_unlocked(WorkQueue &queue, const void *buf, size_t len,
+[[gnu::always_inline]] inline ssize_t Endpoint::post_inline_unlocked(WorkQueue &queue, uint64_t head,
+								    const void *buf, size_t len,
 								    uint32_t imm_data, uint64_t remote_addr,
 								    uint64_t remote_key)
 {
@@ -94,7 +98,7 @@ template <ibv_wr_opcode Op, bool MaybeHeld>
 	const SendClaim request{nullptr, is_send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE, static_cast<uint32_t>(len),
 				false, false};
 	/* A shared budget's count is the slow path's (post_inline_slow). */
-	const Claimed claimed = queue.claim<SendKind::data, false>(request, interval, 1, data.read_fence);
+	const Claimed claimed = queue.claim_at<SendKind::data, false>(head, request, interval, 1, data.read_fence);
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
 	sge.length = static_cast<uint32_t>(len);
@@ -106,7 +110,8 @@ template <ibv_wr_opcode Op, bool MaybeHeld>
 	wr.num_sge = len ? 1 : 0;
 	wr.opcode = Op;
 	wr.send_flags = claimed.send_flags | (len ? IBV_SEND_INLINE : 0);
-	wr.imm_data = imm_data;
+	if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
+		wr.imm_data = imm_data;
 	if constexpr (!is_send) {
 		wr.wr.rdma.remote_addr = remote_addr;
 		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);

@@ -37,15 +37,16 @@ template <ibv_wr_opcode Op>
 		return post_one_general(Op, buf, len, desc, remote_addr, remote_key, context, flags, report, call);
 	const bool inline_data = !is_read && len <= data.max_inline;
 	WorkQueue &queue = *data.sq;
-	if (__builtin_expect((!inline_data && !desc) || queue.full() ||
+	const uint64_t head = queue.head.load(std::memory_order_relaxed);
+	if (__builtin_expect((!inline_data && !desc) || queue.full_at(head) ||
 			     (is_read && queue.reads_in_flight() >= conn.effective.outbound), 0))
 		return post_one_general(Op, buf, len, desc, remote_addr, remote_key, context, flags, report, call);
 	const SendClaim request{context, cq_flags, static_cast<uint32_t>(len), report, report};
 	/* A shared budget's count is post_tx's (slow_tx). */
 	const Claimed claimed =
-		is_read ? queue.claim<SendKind::read, false>(request, data.signal_interval,
-							     std::max<uint32_t>(conn.effective.outbound / 2, 1))
-			: queue.claim<SendKind::data, false>(request, data.signal_interval, 1, data.read_fence);
+		is_read ? queue.claim_at<SendKind::read, false>(head, request, data.signal_interval,
+								std::max<uint32_t>(conn.effective.outbound / 2, 1))
+			: queue.claim_at<SendKind::data, false>(head, request, data.signal_interval, 1, data.read_fence);
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
 	sge.length = static_cast<uint32_t>(len);
@@ -57,7 +58,6 @@ template <ibv_wr_opcode Op>
 	wr.num_sge = 1;
 	wr.opcode = Op;
 	wr.send_flags = claimed.send_flags | (inline_data && len ? IBV_SEND_INLINE : 0);
-	wr.imm_data = 0;
 	if constexpr (Op != IBV_WR_SEND) {
 		wr.wr.rdma.remote_addr = remote_addr;
 		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);

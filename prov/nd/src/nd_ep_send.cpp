@@ -322,13 +322,15 @@ ssize_t Endpoint::make_room(const char *call)
 {
 	WorkQueue &queue = *data.sq;
 	if (queue.full()) {
-		/* A ring at its working size (nd_wq.h) whose signaled request
-		 * may have completed reads the CQ first: the unsignaled run
-		 * before it then retires, and the ring grows only with what
-		 * is really in flight. */
-		if (queue.records != queue.inline_ring && queue.signaled_outstanding()) {
+		/* Where a signaled request may have completed, the CQ is read
+		 * first: the unsignaled run before it then retires. A ring at
+		 * its working size (nd_wq.h) then grows only with what is
+		 * really in flight; the inline ring grows anyway, but empty,
+		 * so that it leaves nothing behind to keep (WorkQueue::grow
+		 * then makes no extras). */
+		if (queue.signaled_outstanding()) {
 			bindings.tx_cq->progress();
-			if (!queue.no_room())
+			if (queue.records != queue.inline_ring && !queue.no_room())
 				return 0;
 		}
 		/* Else it grows (what FI_MORE holds back stays held). */

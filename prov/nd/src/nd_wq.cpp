@@ -2,20 +2,72 @@
 #include "nd_wq.h"
 #include "nd.h"
 #include "nd_multi_recv.h"
+#include "nd_slab.h"
 
 #include <algorithm>
+#include <bit>
 #include <new>
 
 namespace nd {
 
+namespace {
+
+/* Send rings of the working size (kWorkingRingSlots, 4 KiB): every send
+ * ring that leaves its inline slots takes one, on the data path, so they
+ * come from slabs of their own rather than malloc's heap. Never destroyed:
+ * an endpoint the application leaves open at exit may still be closed by
+ * a later destructor. */
+SlabPool &working_rings()
+{
+	alignas(SlabPool) static unsigned char storage[sizeof(SlabPool)];
+	static SlabPool *pool = new (storage) SlabPool(kWorkingRingSlots * sizeof(OpRecord));
+	return *pool;
+}
+
+} // namespace
+
+void RingDelete::operator()(OpRecord *ring) const noexcept
+{
+	if (slots == kWorkingRingSlots)
+		working_rings().deallocate(ring);
+	else
+		delete[] ring;
+}
+
 /* A ring of `size` slots, each knowing its queue (the rest of a record is
  * written when a request takes it). */
-static std::unique_ptr<OpRecord[]> make_ring(WorkQueue *owner, uint32_t size, bool nothrow)
+static RingPtr make_ring(WorkQueue *owner, uint32_t size, bool nothrow)
 {
-	std::unique_ptr<OpRecord[]> ring(nothrow ? new (std::nothrow) OpRecord[size] : new OpRecord[size]);
-	if (ring)
-		for (uint32_t i = 0; i < size; i++)
-			ring[i].owner = owner;
+	OpRecord *made;
+	if (size == kWorkingRingSlots) {
+		/* OpRecord is trivial: the pool's bytes are its records. */
+		try {
+			made = static_cast<OpRecord *>(working_rings().allocate());
+		} catch (const std::bad_alloc &) {
+			if (!nothrow)
+				throw;
+			made = nullptr;
+		}
+	} else {
+		made = nothrow ? new (std::nothrow) OpRecord[size] : new OpRecord[size];
+	}
+	RingPtr ring(made, RingDelete{size});
+	if (ring) {
+		/* Sizes are powers of two; rings that grow are at least 4. */
+		OpRecord *slot = ring.get();
+		OpRecord *const end = slot + size;
+		if (size % 4 == 0) {
+			for (; slot != end; slot += 4) {
+				slot[0].owner = owner;
+				slot[1].owner = owner;
+				slot[2].owner = owner;
+				slot[3].owner = owner;
+			}
+		} else {
+			for (; slot != end; slot++)
+				slot->owner = owner;
+		}
+	}
 	return ring;
 }
 
@@ -23,7 +75,7 @@ static std::unique_ptr<OpRecord[]> make_ring(WorkQueue *owner, uint32_t size, bo
 static void free_ring(const WorkQueue &queue, OpRecord *ring) noexcept
 {
 	if (ring != queue.inline_ring)
-		delete[] ring;
+		RingDelete{queue.mask + 1}(ring);
 }
 
 /* The most requests a ring of `size` slots holds: one slot always stays
@@ -80,9 +132,8 @@ uint32_t WorkQueue::grown_size() const noexcept
 	const uint32_t doubled = (mask + 1) * 2;
 	if (kind != QueueKind::send || records != inline_ring)
 		return doubled;
-	uint32_t whole = 1;
-	while (whole <= depth + internal_slots)
-		whole <<= 1;
+	/* The ring the whole depth needs: the power of two above it. */
+	const uint32_t whole = std::bit_ceil(depth + internal_slots + 1u);
 	return std::max(doubled, std::min(kWorkingRingSlots, whole));
 }
 
@@ -99,7 +150,7 @@ bool WorkQueue::grow() noexcept
 	if (!more)
 		return false;
 	const uint32_t size = grown_size();
-	std::unique_ptr<OpRecord[]> ring = make_ring(this, size, true);
+	RingPtr ring = make_ring(this, size, true);
 	if (!ring)
 		return false;
 	const uint64_t h = head.load(std::memory_order_relaxed);
@@ -113,7 +164,7 @@ bool WorkQueue::grow() noexcept
 						       [t](const OldRing &old) { return old.end <= t; }),
 					old_rings.end());
 			if (t != h) {
-				OldRing old{records, nullptr, mask, extras_->ring_first, h};
+				OldRing old{records, RingPtr(nullptr, RingDelete{mask + 1}), mask, extras_->ring_first, h};
 				if (records != inline_ring)
 					old.storage.reset(records);
 				try {

@@ -298,11 +298,19 @@ struct Placement {
 	bool own = false;
 };
 
+/* Frees a ring of `slots` records that is not a queue's inline one: rings
+ * of the working size come from a pool of their own (nd_wq.cpp). */
+struct RingDelete {
+	uint32_t slots = 0;
+	void operator()(OpRecord *ring) const noexcept; /* nd_wq.cpp */
+};
+using RingPtr = std::unique_ptr<OpRecord[], RingDelete>;
+
 /* A ring a growing queue left behind (WorkQueue::grow): its records stay
  * where the adapter knows them until the requests in it retire. */
 struct OldRing {
 	OpRecord *records;
-	std::unique_ptr<OpRecord[]> storage;	/* null: the queue's inline ring */
+	RingPtr storage;			/* null: the queue's inline ring */
 	uint32_t mask;
 	uint64_t first, end;		/* the requests it holds: [first, end) */
 };
@@ -560,6 +568,8 @@ struct WorkQueue {
 	}
 	/* The ring is full (the fast path's check); it may still grow. */
 	bool full() const noexcept { return outstanding() >= limit; }
+	/* The same, with head as the poster loaded it. */
+	bool full_at(uint64_t h) const noexcept { return h - tail.load(std::memory_order_acquire) >= limit; }
 	/* How many more requests grow() would let the ring hold: 0 at the
 	 * depth. */
 	uint32_t growth() const noexcept;
@@ -657,6 +667,15 @@ struct WorkQueue {
 	[[gnu::always_inline]] Claimed claim(const SendClaim &request, uint32_t interval, uint32_t read_every = 1,
 					      uint32_t fence = 0) noexcept
 	{
+		return claim_at<Kind, Budgeted>(head.load(std::memory_order_relaxed), request, interval, read_every,
+						fence);
+	}
+	/* claim() with head as the poster just loaded it (full_at): an
+	 * atomic load is never merged with another. */
+	template <SendKind Kind, bool Budgeted = true>
+	[[gnu::always_inline]] Claimed claim_at(uint64_t h, const SendClaim &request, uint32_t interval,
+						 uint32_t read_every = 1, uint32_t fence = 0) noexcept
+	{
 		constexpr bool is_read = Kind == SendKind::read;
 		bool signaled = request.signal || ++unsignaled_run >= interval;
 		if constexpr (is_read)
@@ -665,9 +684,6 @@ struct WorkQueue {
 			unsignaled_run = 0;
 			unsignaled_reads = 0;
 		}
-		/* head once: the poster alone writes it, and an atomic load is
-		 * never merged with another. */
-		const uint64_t h = head.load(std::memory_order_relaxed);
 		OpRecord &record = records[h & mask];
 		record.set_tag(h, request.report);
 		record.context = request.context;
