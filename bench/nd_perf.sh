@@ -33,35 +33,8 @@
 # The ratio columns divide nd by raw and by verbs: for latency lower is better,
 # for bandwidth higher is better. A provider that fails shows "fail".
 #
-# CPU cost (callgrind): nd_perf routes every data-path call through four
-# functions that are never inlined: perf_send (fi_inject, fi_send, fi_sendmsg),
-# perf_write (fi_inject_write, fi_write, fi_writemsg), perf_read, and
-# perf_cq_read (fi_cq_read). For each provider the client runs under
-#   valgrind --tool=callgrind --toggle-collect=FUNCTION
-# so callgrind counts instructions (Ir) only while inside FUNCTION, including
-# everything it calls, in every shared object. nd_perf -C prints how many
-# times each wrapper ran; the script sums the self cost of every function per
-# object straight from the callgrind.out file (not through callgrind_annotate,
-# whose listing is thresholded) and divides by the call count:
-#   provider = libnd-fi.so for nd; libfabric.so for verbs (the verbs provider
-#              is built into Debian's libfabric.so: its verbs code and the
-#              libfabric utility code it calls, nothing else runs there)
-#   driver   = libibverbs.so + librxe-rdmav34.so (the rdma-core user-space
-#              driver of Soft-RoCE: posting writes the work request into the
-#              queue shared with the kernel and rings the doorbell with a
-#              system call; polling reads the shared completion queue)
-#   other    = libc, libstdc++, the wrapper itself (a few instructions)
-# Kernel instructions (the doorbell system call, rxe's protocol work) are not
-# visible to valgrind and are not counted. fi_cq_read is split in two: the
-# client first polls its empty receive CQ 1000 times in perf_cq_calibrate()
-# (separated with --dump-after=perf_cq_calibrate, file .1), which gives the
-# cost of an empty poll; the cost of a poll that returns completions is
-# (total - empty polls x empty cost) / polls that returned something.
-# Ir counts are deterministic for a given path, so a few hundred iterations
-# suffice (ND_BENCH_CPU_ITERS, default 200). The 8-byte send goes out with
-# fi_inject (inline); ND_BENCH_CPU_FULL=1 adds a row for fi_send with a
-# completion (send_lat -I 0). Each row is one valgrind run of the client
-# (about 30-60 s in the emulated guest).
+# CPU cost: bench/nd_cpu.sh, run at the end (its header says how and what
+# tunes it: ND_BENCH_CPU_ITERS, ND_BENCH_CPU_PROVIDERS, ND_BENCH_CPU_DIR).
 set -uo pipefail
 # nd_guest_ip
 source "$(dirname "$0")/../util/lib/nd-common.sh"
@@ -214,97 +187,5 @@ for k in "${!val[@]}"; do echo "    $k: ${val[$k]}"; done | sort -t'|' -k2,2 -k3
 echo "nd_perf.sh: table done after $(($(date +%s) - start)) s" >&2
 
 [ "${ND_BENCH_CPU:-1}" = 1 ] || exit 0
-command -v valgrind >/dev/null || { echo "no valgrind: CPU-cost section skipped"; exit 0; }
-
-# ------------------------------------------------------------- CPU cost
-cpu_iters=${ND_BENCH_CPU_ITERS:-200}
-cgdir=$(mktemp -d /tmp/nd_perf_cg.XXXXXX)
-
-# Self Ir per object class in a callgrind.out file: "provider driver other".
-# Cost lines after a calls= line are inclusive costs of that call: skipped.
-object_costs() {
-	local file=$1 provobj=$2
-	awk -v prov="$provobj" '
-		function name(s,   id, rest) {
-			if (match(s, /^\([0-9]+\)/)) {
-				id = substr(s, 1, RLENGTH); rest = substr(s, RLENGTH + 2)
-				if (rest != "") names[id] = rest
-				return names[id]
-			}
-			return s
-		}
-		/^ob=/ { ob = name(substr($0, 4)); next }
-		/^cob=/ { name(substr($0, 5)); next }
-		/^calls=/ { skip = 1; next }
-		/^[0-9+*-]/ {
-			if (skip) { skip = 0; next }
-			if (ob ~ prov) p += $NF
-			else if (ob ~ /libibverbs|librxe|rdmav[0-9]*\.so/) d += $NF
-			else o += $NF
-			next
-		}
-		END { printf "%d %d %d\n", p, d, o }' "$file"
-}
-
-# One callgrind run of the client; the server runs natively.
-cg_run() {
-	local prov=$1 test=$2 fn=$3 extra=$4 out server
-	next_port
-	timeout 300 "$perf" -p "$prov" -s -q -a "$ip" -P "$port" </dev/null >/dev/null 2>&1 &
-	server=$!
-	sleep 0.2
-	# shellcheck disable=SC2086
-	out=$(timeout 600 valgrind --tool=callgrind --callgrind-out-file="$cgdir/$prov.$test.$fn" \
-		--toggle-collect="$fn" --dump-after=perf_cq_calibrate \
-		"$perf" -p "$prov" -c "$ip" -a "$ip" -P "$port" -t "$test" -S 8 -n "$cpu_iters" -C $extra \
-		</dev/null 2>&1)
-	kill "$server" 2>/dev/null
-	wait "$server" 2>/dev/null
-	echo "$out" >"$cgdir/$prov.$test.$fn.log"
-	grep -q '^nd_perf_calls' <<<"$out"
-}
-
-field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$2" | head -1; }
-per() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f", a / b; else print "-" }'; }
-
-printf '\nCPU cost: instructions per call under callgrind (user space only), 8-byte messages, %s iterations\n' "$cpu_iters"
-printf 'provider = libnd-fi.so (nd) or libfabric.so (verbs); driver = libibverbs + librxe; other = libc, wrapper\n'
-printf '%-6s | %-36s | %8s | %9s | %8s | %8s\n' prov call calls provider driver other
-printf -- '-------+--------------------------------------+----------+-----------+----------+---------\n'
-for prov in verbs nd; do
-	provobj='libfabric\\.so'
-	[ "$prov" = nd ] && provobj='libnd-fi\\.so'
-	# name | test | wrapper | counter | nd_perf extra arguments
-	while IFS='|' read -r label test fn counter extra; do
-		if ! cg_run "$prov" "$test" "$fn" "$extra"; then
-			printf '%-6s | %-36s | %8s | %9s | %8s | %8s\n' "$prov" "$label" fail fail fail fail
-			echo "    $prov $label: $(grep -v '^==' "$cgdir/$prov.$test.$fn.log" | tail -3 | tr '\n' ' ')" >&2
-			continue
-		fi
-		log=$(grep '^nd_perf_calls' "$cgdir/$prov.$test.$fn.log")
-		read -r p d o < <(object_costs "$cgdir/$prov.$test.$fn" "$provobj")
-		if [ "$fn" != perf_cq_read ]; then
-			n=$(field "$counter" "$log")
-			printf '%-6s | %-36s | %8s | %9s | %8s | %8s\n' "$prov" "$label" "$n" \
-				"$(per "$p" "$n")" "$(per "$d" "$n")" "$(per "$o" "$n")"
-			continue
-		fi
-		# Empty polls from the calibration dump, then polls that found something.
-		read -r cp cd co < <(object_costs "$cgdir/$prov.$test.$fn.1" "$provobj")
-		cal=$(sed -n 's/.* cq_read=\([0-9]*\).*/\1/p' "$cgdir/$prov.$test.$fn.log" | head -1)
-		printf '%-6s | %-36s | %8s | %9s | %8s | %8s\n' "$prov" "fi_cq_read, empty CQ" "$cal" \
-			"$(per "$cp" "$cal")" "$(per "$cd" "$cal")" "$(per "$co" "$cal")"
-		total=$(field cq_read "$log") empty=$(field cq_read_empty "$log") entries=$(field cq_entries "$log")
-		hits=$((total - empty))
-		sub() { awk -v t="$1" -v c="$2" -v e="$empty" -v n="$3" 'BEGIN { if (n > 0) printf "%.0f", (t - e * c / n) ; else print 0 }'; }
-		printf '%-6s | %-36s | %8s | %9s | %8s | %8s\n' "$prov" "fi_cq_read, $entries completions" "$hits" \
-			"$(per "$(sub "$p" "$cp" "$cal")" "$hits")" "$(per "$(sub "$d" "$cd" "$cal")" "$hits")" \
-			"$(per "$(sub "$o" "$co" "$cal")" "$hits")"
-	done < <(cat <<'EOF'
-fi_inject (send_lat 8 B)|send_lat|perf_send|send|
-fi_inject_write (write_lat 8 B)|write_lat|perf_write|write|
-fi_cq_read, returning (send_lat)|send_lat|perf_cq_read|cq_read|
-EOF
-		[ "${ND_BENCH_CPU_FULL:-0}" = 1 ] && echo "fi_send + completion (-I 0)|send_lat|perf_send|send|-I 0")
-done
-echo "(callgrind files: $cgdir)"
+# The CPU cost per data-path call (bench/nd_cpu.sh says how).
+exec "$(dirname "$0")/nd_cpu.sh" "$builddir"
