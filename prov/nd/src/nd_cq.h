@@ -420,6 +420,9 @@ struct CompletionQueue {
 	[[gnu::noinline]] ssize_t complete_polled(ibv_cq *verbs, const ibv_wc *wc, int got, int want, void *buf,
 						  size_t count);
 	template <fi_cq_format Format>
+	[[gnu::noinline]] ssize_t complete_many(ibv_cq *verbs, const ibv_wc *wc, int got, int want, void *buf,
+						size_t count);
+	template <fi_cq_format Format>
 	[[gnu::noinline]] ssize_t read_found(void *buf, size_t count);
 	ssize_t nothing_read() noexcept;
 	/* The completion channel and the wait fd of a waitable CQ, made on
