@@ -9,7 +9,8 @@
 #
 # With --budget FILE, nd's figures are held to FILE (bench/cpu-budget):
 # one line per row, "ROW PROVIDER OTHER", and the script prints a PASS:
-# or FAIL: line per row and budget and exits non-zero on any FAIL. Rows of
+# or FAIL: line per row and budget, closes with "cpu: N passed, M failed",
+# and exits non-zero on any FAIL. Rows of
 # another transport than the one measured, or left out by
 # ND_BENCH_CPU_ROWS, are not judged here.
 #
@@ -188,7 +189,7 @@ done
 
 [ -n "$budget" ] || exit 0
 # The budget: nd's provider and other columns, row by row.
-status=0
+status=0 passed=0 failed=0
 while read -r row max_provider max_other _; do
 	[[ -z $row || $row == \#* ]] && continue
 	row_transport=roce
@@ -202,15 +203,17 @@ while read -r row max_provider max_other _; do
 	got=${measured["nd|$row"]:-}
 	if [ -z "$got" ]; then
 		echo "FAIL: cpu budget $row: not measured"
-		status=1
+		status=1 failed=$((failed + 1))
 		continue
 	fi
 	read -r provider other <<<"$got"
 	if [[ $provider =~ ^[0-9]+$ && $other =~ ^[0-9]+$ ]] && ((provider <= max_provider && other <= max_other)); then
 		echo "PASS: cpu budget $row: provider $provider <= $max_provider, other $other <= $max_other"
+		passed=$((passed + 1))
 	else
 		echo "FAIL: cpu budget $row: provider $provider (budget $max_provider), other $other (budget $max_other)"
-		status=1
+		status=1 failed=$((failed + 1))
 	fi
 done <"$budget"
+echo "cpu: $passed passed, $failed failed"
 exit $status

@@ -427,11 +427,9 @@ struct Endpoint {
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	/* fi_send, fi_write, fi_read and fi_recv of one buffer
 	 * (nd_ep_post_one.h), and where what they do not take goes. */
-	template <ibv_wr_opcode Op>
+	template <ibv_wr_opcode Op, typename General>
 	ssize_t post_one(const void *buf, size_t len, void *desc, uint64_t remote_addr, uint64_t remote_key,
-			 void *context, uint64_t flags, bool report, const char *call);
-	ssize_t post_one_general(ibv_wr_opcode op, const void *buf, size_t len, void *desc, uint64_t remote_addr,
-				 uint64_t remote_key, void *context, uint64_t flags, bool report, const char *call);
+			 void *context, uint64_t flags, bool report, const char *call, General &&general);
 	ssize_t post_recv_one(void *buf, size_t len, void *desc, void *context, uint64_t flags);
 	ssize_t post_recv_failed(int rc);
 	ssize_t no_immediate_data(const char *call) const;

@@ -70,7 +70,11 @@ ssize_t ep_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t,
 {
 	Endpoint *ep = ep_of(fep);
 	const uint64_t flags = ep->data.tx_op_flags;
-	return ep->post_one<IBV_WR_SEND>(buf, len, desc, 0, 0, context, flags, wants_completion(ep, flags), "fi_send");
+	const bool report = wants_completion(ep, flags);
+	return ep->post_one<IBV_WR_SEND>(buf, len, desc, 0, 0, context, flags, report, "fi_send", [&] {
+		iovec iov{const_cast<void *>(buf), len};
+		return send_common(ep, &iov, &desc, 1, context, flags, false, 0, report, "fi_send");
+	});
 }
 
 ssize_t ep_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,

@@ -11,7 +11,8 @@
  * FI_MORE held back, iWARP's receive lists, multi-receive buffers), a
  * pointer for what is bound rarely (counters: bindings.extras), and what
  * the call itself passes; anything else (a refusal, a full ring, a read
- * past the negotiated limit) goes to post_tx or post_rx, which say why.
+ * past the negotiated limit) goes to the call's general path (post_tx
+ * through send_common or rma, post_rx), which says why.
  */
 #ifndef ND_EP_POST_ONE_H
 #define ND_EP_POST_ONE_H
@@ -21,10 +22,12 @@
 
 namespace nd {
 
-template <ibv_wr_opcode Op>
+/* `general` is the call's own general path (send_common, rma), taken for
+ * anything this one does not. */
+template <ibv_wr_opcode Op, typename General>
 [[gnu::always_inline]] inline ssize_t Endpoint::post_one(const void *buf, size_t len, void *desc,
 							 uint64_t remote_addr, uint64_t remote_key, void *context,
-							 uint64_t flags, bool report, const char *call)
+							 uint64_t flags, bool report, const char *call, General &&general)
 {
 	static_assert(Op == IBV_WR_SEND || Op == IBV_WR_RDMA_WRITE || Op == IBV_WR_RDMA_READ);
 	constexpr bool is_read = Op == IBV_WR_RDMA_READ;
@@ -34,13 +37,13 @@ template <ibv_wr_opcode Op>
 			     bindings.extras || (flags & FI_INJECT) || !buf || len > data.max_msg ||
 			     len > UINT32_MAX || remote_key > UINT32_MAX || (report && !bindings.user_tx_cq),
 			     0))
-		return post_one_general(Op, buf, len, desc, remote_addr, remote_key, context, flags, report, call);
+		return general();
 	const bool inline_data = !is_read && len <= data.max_inline;
 	WorkQueue &queue = *data.sq;
 	const uint64_t head = queue.head.load(std::memory_order_relaxed);
 	if (__builtin_expect((!inline_data && !desc) || queue.full_at(head) ||
 			     (is_read && queue.reads_in_flight() >= conn.effective.outbound), 0))
-		return post_one_general(Op, buf, len, desc, remote_addr, remote_key, context, flags, report, call);
+		return general();
 	const SendClaim request{context, cq_flags, static_cast<uint32_t>(len), report, report};
 	/* A shared budget's count is post_tx's (slow_tx). */
 	const Claimed claimed =
@@ -97,7 +100,7 @@ template <ibv_wr_opcode Op>
 	wr.next = nullptr;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
-	queue.head.store(h + 1, std::memory_order_release);
+	queue.commit_at(h);
 	ibv_recv_wr *bad = nullptr;
 	if (const int rc = ibv_post_recv(data.qp.get(), &wr, &bad); __builtin_expect(rc != 0, 0))
 		return post_recv_failed(rc);

@@ -119,19 +119,15 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 	data.rq->commit();
 	ibv_recv_wr *bad = nullptr;
-	int rc = ibv_post_recv(data.qp.get(), &wr, &bad);
-	if (rc) {
-		data.rq->uncommit();
-		ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
-		return fi_error_of_post(rc);
-	}
+	if (int rc = ibv_post_recv(data.qp.get(), &wr, &bad))
+		return post_recv_failed(rc);
 	/* FI_MORE: the next receive call tells the peer of both. */
 	if (data.credits && !(flags & FI_MORE))
 		advertise_credits(false);
 	return 0;
 }
 
-/* post_recv_one's post failed: its slot goes back. */
+/* A receive's post failed (post_rx, post_recv_one): its slot goes back. */
 ssize_t Endpoint::post_recv_failed(int rc)
 {
 	data.rq->uncommit();

@@ -91,8 +91,11 @@ ssize_t ep_read(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, uint6
 {
 	Endpoint *ep = ep_of(fep);
 	const uint64_t flags = ep->data.tx_op_flags;
-	return ep->post_one<IBV_WR_RDMA_READ>(buf, len, desc, addr, key, context, flags, wants_completion(ep, flags),
-					      "fi_read");
+	const bool report = wants_completion(ep, flags);
+	return ep->post_one<IBV_WR_RDMA_READ>(buf, len, desc, addr, key, context, flags, report, "fi_read", [&] {
+		iovec iov{buf, len};
+		return rma(ep, IBV_WR_RDMA_READ, &iov, &desc, 1, {addr, key}, 0, context, flags, report, "fi_read");
+	});
 }
 
 ssize_t ep_readv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -118,8 +121,11 @@ ssize_t ep_write(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t
 {
 	Endpoint *ep = ep_of(fep);
 	const uint64_t flags = ep->data.tx_op_flags;
-	return ep->post_one<IBV_WR_RDMA_WRITE>(buf, len, desc, addr, key, context, flags, wants_completion(ep, flags),
-					       "fi_write");
+	const bool report = wants_completion(ep, flags);
+	return ep->post_one<IBV_WR_RDMA_WRITE>(buf, len, desc, addr, key, context, flags, report, "fi_write", [&] {
+		iovec iov{const_cast<void *>(buf), len};
+		return rma(ep, IBV_WR_RDMA_WRITE, &iov, &desc, 1, {addr, key}, 0, context, flags, report, "fi_write");
+	});
 }
 
 ssize_t ep_writev(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,

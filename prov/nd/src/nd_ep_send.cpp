@@ -142,33 +142,6 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	return ret;
 }
 
-/* What post_one (nd_ep_post_one.h) does not take: the general path, with
- * the checks the RMA calls make before it (nd_ep_rma.cpp). */
-ssize_t Endpoint::post_one_general(ibv_wr_opcode op, const void *buf, size_t len, void *desc, uint64_t remote_addr,
-				   uint64_t remote_key, void *context, uint64_t flags, bool report, const char *call)
-{
-	if (op != IBV_WR_SEND && remote_key > UINT32_MAX) {
-		ND_WARN(FI_LOG_EP_DATA, "%s: key 0x%llx is wider than the 4 bytes of mr_key_size\n", call,
-			static_cast<unsigned long long>(remote_key));
-		return -FI_EINVAL;
-	}
-	iovec iov{const_cast<void *>(buf), len};
-	TxRequest r;
-	r.opcode = op;
-	r.iov = &iov;
-	r.desc = &desc;
-	r.count = 1;
-	r.remote_addr = remote_addr;
-	r.remote_key = remote_key;
-	r.imm_data = 0;
-	r.context = context;
-	r.flags = flags;
-	r.cq_flags = op == IBV_WR_SEND ? FI_SEND | FI_MSG : op == IBV_WR_RDMA_READ ? FI_RMA | FI_READ : FI_RMA | FI_WRITE;
-	r.report = report;
-	r.call = call;
-	return post_tx(r);
-}
-
 /* Under the send lock, after a post: a message took one of the peer's
  * receives, and a count that could not be written before goes now. */
 void Endpoint::credits_after_post(bool took_receive) noexcept

@@ -613,10 +613,15 @@ struct WorkQueue {
 	 * signaled_head. */
 	void commit(bool signaled = false) noexcept
 	{
-		const uint64_t next = head.load(std::memory_order_relaxed) + 1;
+		commit_at(head.load(std::memory_order_relaxed), signaled);
+	}
+	/* The same, with head as the poster loaded it (claim_at, the
+	 * receive fast path): an atomic load is never merged with another. */
+	[[gnu::always_inline]] void commit_at(uint64_t h, bool signaled = false) noexcept
+	{
 		if (signaled)
-			signaled_head.store(next, std::memory_order_relaxed);
-		head.store(next, std::memory_order_release);
+			signaled_head.store(h + 1, std::memory_order_relaxed);
+		head.store(h + 1, std::memory_order_release);
 	}
 	/* Gives back the last n slots committed, when posting them failed. */
 	void uncommit(uint64_t n = 1) noexcept
@@ -700,9 +705,7 @@ struct WorkQueue {
 		/* Published before posting: the completion may be reaped at once. */
 		if constexpr (Budgeted)
 			count_budget();
-		if (signaled)
-			signaled_head.store(h + 1, std::memory_order_relaxed);
-		head.store(h + 1, std::memory_order_release);
+		commit_at(h, signaled);
 		return {&record, send_flags};
 	}
 
