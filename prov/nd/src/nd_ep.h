@@ -220,7 +220,8 @@ struct EndpointBindings {
 	}
 };
 
-/* Why DataPath::slow_tx sends fi_inject out of line. */
+/* Why a send-queue post goes out of line (Link::slow_tx, beside the link
+ * state in one word). */
 namespace SlowTx {
 constexpr uint8_t locked = 1;		/* FI_THREAD_SAFE: the send lock */
 constexpr uint8_t shared = 2;		/* a shared transmit context's budget */
@@ -246,10 +247,9 @@ struct DataPath {
 	std::unique_ptr<SendBatch> batch;	/* FI_MORE requests not yet posted */
 	OptionalLock tx_lock;
 	OptionalLock rx_lock;
-	/* Non-zero where fi_inject goes out of line (SlowTx bits): fixed at
-	 * fi_enable, and while FI_MORE holds requests back. One byte, so
-	 * that the fast path tests everything it defers with one load. */
-	uint8_t slow_tx = 0;
+	/* Its state, and the SlowTx bits that send posts out of line (fixed
+	 * at fi_enable, and while FI_MORE holds requests back): one word, so
+	 * that the fast path tests everything it defers with one compare. */
 	Link link;
 	/* Non-zero where fi_recv goes to post_rx (SlowRx bits); not_ready
 	 * until the queue pair takes receives (INIT or later). Atomic (relaxed,

@@ -41,20 +41,29 @@ template <ibv_wr_opcode Op>
 {
 	static_assert(Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE ||
 		      Op == IBV_WR_RDMA_WRITE_WITH_IMM);
-	const bool down = data.link.state(std::memory_order_relaxed) != LinkState::up;
-	if (__builtin_expect(down || len > data.max_inline || !buf || remote_key > UINT32_MAX, 0)) {
+	/* One compare for the link and everything the fast path defers (a
+	 * lock, credits, a shared context, requests held back). */
+	const bool open = data.link.open();
+	if (__builtin_expect(!open || len > data.max_inline || !buf || remote_key > UINT32_MAX, 0)) {
 		/* Only a null buffer with bytes is refused for being null: a
 		 * zero-byte inject may pass none. (Testing `!buf && len` up
 		 * front kept both results live through the whole call.) */
-		if (down || buf || len || remote_key > UINT32_MAX)
+		if (data.link.state(std::memory_order_relaxed) != LinkState::up || len > data.max_inline ||
+		    (!buf && len) || remote_key > UINT32_MAX)
 			return inject_refused(buf, len, remote_key, inject_call_name(Op));
+		if (!open) {
+			if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
+				if (domain->iwarp)
+					return no_immediate_data(inject_call_name(Op));
+			return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
+		}
 	}
 	if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
 		if (__builtin_expect(domain->iwarp, 0))
 			return no_immediate_data(inject_call_name(Op));
 	WorkQueue &queue = *data.sq;
 	const uint64_t head = queue.head.load(std::memory_order_relaxed);
-	if (__builtin_expect(data.slow_tx != 0 || queue.full_at(head), 0))
+	if (__builtin_expect(queue.full_at(head), 0))
 		return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
 	return post_inline_unlocked<Op, false>(queue, head, buf, len, imm_data, remote_addr, remote_key);
 }

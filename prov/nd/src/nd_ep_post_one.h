@@ -7,7 +7,7 @@
  * post_rx take any number of buffers and every option, and decided per
  * call what fi_enable had fixed, at about 300 instructions where the verbs
  * provider spends 140. Here each call tests one byte for what fi_enable
- * fixed (slow_tx, slow_rx: a lock, a shared context, receive credits,
+ * fixed (the link's slow-transmit bits, slow_rx: a lock, a shared context, receive credits,
  * FI_MORE held back, iWARP's receive lists, multi-receive buffers), a
  * pointer for what is bound rarely (counters: bindings.extras), and what
  * the call itself passes; anything else (a refusal, a full ring, a read
@@ -33,7 +33,7 @@ template <ibv_wr_opcode Op, typename General>
 	constexpr bool is_read = Op == IBV_WR_RDMA_READ;
 	constexpr uint32_t cq_flags = Op == IBV_WR_SEND ? FI_SEND | FI_MSG : is_read ? FI_RMA | FI_READ : FI_RMA | FI_WRITE;
 	/* The link first: before fi_enable there is no send queue. */
-	if (__builtin_expect(data.link.state(std::memory_order_relaxed) != LinkState::up || data.slow_tx != 0 ||
+	if (__builtin_expect(!data.link.open() ||
 			     bindings.extras || (flags & FI_INJECT) || !buf || len > data.max_msg ||
 			     len > UINT32_MAX || remote_key > UINT32_MAX || (report && !bindings.user_tx_cq),
 			     0))
@@ -45,7 +45,7 @@ template <ibv_wr_opcode Op, typename General>
 			     (is_read && queue.reads_in_flight() >= conn.effective.outbound), 0))
 		return general();
 	const SendClaim request{context, cq_flags, static_cast<uint32_t>(len), report, report};
-	/* A shared budget's count is post_tx's (slow_tx). */
+	/* A shared budget's count is post_tx's (SlowTx::shared). */
 	const Claimed claimed =
 		is_read ? queue.claim_at<SendKind::read, false>(head, request, data.signal_interval,
 								std::max<uint32_t>(conn.effective.outbound / 2, 1))
@@ -75,10 +75,8 @@ template <ibv_wr_opcode Op, typename General>
 							       uint64_t flags)
 {
 	const bool report = !bindings.rx_selective || (flags & FI_COMPLETION);
-	const LinkState state = data.link.state(std::memory_order_relaxed);
 	if (__builtin_expect(data.slow_rx.load(std::memory_order_relaxed) != 0 || (flags & FI_MULTI_RECV) || !buf ||
-			     !desc || len > data.max_msg || len > UINT32_MAX || state == LinkState::down ||
-			     state == LinkState::broken || (report && !bindings.user_rx_cq) || data.rq->full(),
+			     !desc || len > data.max_msg || len > UINT32_MAX || data.link.ended() || (report && !bindings.user_rx_cq) || data.rq->full(),
 			     0)) {
 		iovec iov{buf, len};
 		return post_rx(&iov, &desc, 1, context, flags);

@@ -194,8 +194,8 @@ int Endpoint::setup_data_path()
 	data.tx_lock.enable(locked);
 	data.rx_lock.enable(locked);
 	/* Sends on an endpoint with receive credits look at them first. */
-	data.slow_tx = (locked ? SlowTx::locked : 0) | (bindings.stx() ? SlowTx::shared : 0) |
-		       (data.credits ? SlowTx::credits : 0);
+	data.link.set_slow_tx(static_cast<uint8_t>((locked ? SlowTx::locked : 0) | (bindings.stx() ? SlowTx::shared : 0) |
+						   (data.credits ? SlowTx::credits : 0)));
 	/* Receives: the bits fi_enable fixes (not_ready and multi are kept
 	 * where they change). */
 	data.set_slow_rx(static_cast<uint8_t>((locked ? SlowRx::locked : 0) | (domain->iwarp ? SlowRx::iwarp : 0) |

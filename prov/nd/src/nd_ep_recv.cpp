@@ -26,8 +26,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: call fi_enable first\n");
 		return -FI_EOPBADSTATE;
 	}
-	const LinkState state = data.link.state(std::memory_order_relaxed);
-	if (state == LinkState::down || state == LinkState::broken)
+	if (data.link.ended())
 		return link_error("fi_recv");
 	const bool report = !bindings.rx_selective || (flags & FI_COMPLETION);
 	if (report && !bindings.user_rx_cq) {

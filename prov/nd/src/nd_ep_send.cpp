@@ -153,13 +153,14 @@ void Endpoint::credits_after_post(bool took_receive) noexcept
 
 /* While FI_MORE holds requests back, fi_inject takes its slow path, which
  * posts them first. Where the send lock is taken, every inject takes that
- * path anyway, and slow_tx, which posters read without the lock, is left
+ * path anyway, and the slow-transmit bits, which posters read without the lock, is left
  * as fi_enable set it. */
 void Endpoint::hold_injects(bool held) noexcept
 {
-	if (data.slow_tx & SlowTx::locked)
+	const uint8_t bits = data.link.slow_tx();
+	if (bits & SlowTx::locked)
 		return;
-	data.slow_tx = static_cast<uint8_t>(held ? data.slow_tx | SlowTx::held : data.slow_tx & ~SlowTx::held);
+	data.link.set_slow_tx(static_cast<uint8_t>(held ? bits | SlowTx::held : bits & ~SlowTx::held));
 }
 
 /* Makes sure the FI_MORE batch exists; false (post at once) when it cannot

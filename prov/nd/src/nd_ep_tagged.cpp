@@ -74,8 +74,7 @@ ssize_t Endpoint::post_framed_rx(const iovec *iov, size_t count, void *context, 
 		ND_WARN(FI_LOG_EP_DATA, "%s: call fi_enable first\n", call);
 		return -FI_EOPBADSTATE;
 	}
-	const LinkState state = data.link.state(std::memory_order_relaxed);
-	if (state == LinkState::down || state == LinkState::broken)
+	if (data.link.ended())
 		return link_error(call);
 	if (flags & FI_MULTI_RECV) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: FI_MULTI_RECV on an endpoint with FI_TAGGED is not supported\n", call);

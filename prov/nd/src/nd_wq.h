@@ -40,6 +40,7 @@
 #include <atomic>
 #include <cassert>
 #include <iterator>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,11 @@ enum class LinkState : uint8_t {
  * that changes it. Connection management brings it up and takes it down;
  * the retirement of a failed request (WorkQueue::retire), the CQ's stall
  * watch and the verbs asynchronous events break it. Every post reads it.
+ *
+ * The same atomic word holds the endpoint's slow-transmit bits (SlowTx in
+ * nd_ep.h: a send lock, a shared context, credits, requests held back), so
+ * that a post tests "up, and nothing to defer" with one compare (open()).
+ * Both halves change only by compare-and-swap, each keeping the other.
  */
 class Link {
 public:
@@ -73,34 +79,73 @@ public:
 
 	LinkState state(std::memory_order order = std::memory_order_acquire) const noexcept
 	{
-		return state_.load(order);
+		return state_of(word_.load(order));
+	}
+	/* Down or broken: receives are refused (the states after up). */
+	bool ended(std::memory_order order = std::memory_order_relaxed) const noexcept
+	{
+		return word_.load(order) >= static_cast<uint16_t>(LinkState::down) << 8;
+	}
+	/* Up, with no slow-transmit bit: a post may take its fast path. */
+	bool open() const noexcept
+	{
+		return word_.load(std::memory_order_relaxed) == kOpen;
+	}
+	uint8_t slow_tx() const noexcept
+	{
+		return static_cast<uint8_t>(word_.load(std::memory_order_relaxed) & 0xff);
+	}
+	void set_slow_tx(uint8_t bits) noexcept
+	{
+		uint16_t w = word_.load(std::memory_order_relaxed);
+		while (!word_.compare_exchange_weak(w, static_cast<uint16_t>((w & 0xff00) | bits),
+						    std::memory_order_acq_rel, std::memory_order_relaxed)) {
+		}
 	}
 	/* Whether the event changed the state. */
 	bool on(Event event) noexcept
 	{
 		switch (event) {
 		case Event::ready:
-			state_.store(LinkState::up, std::memory_order_release);
+			move(nullptr, 0, LinkState::up);
 			return true;
 		case Event::flushed: {
-			LinkState expected = LinkState::up;
-			if (state_.compare_exchange_strong(expected, LinkState::down))
-				return true;
-			expected = LinkState::idle;
-			return state_.compare_exchange_strong(expected, LinkState::down);
+			static constexpr LinkState from[] = {LinkState::up, LinkState::idle};
+			return move(from, 2, LinkState::down);
 		}
-		case Event::failed:
-			return state_.exchange(LinkState::broken, std::memory_order_acq_rel) != LinkState::broken;
+		case Event::failed: {
+			static constexpr LinkState from[] = {LinkState::idle, LinkState::up, LinkState::down};
+			return move(from, 3, LinkState::broken);
+		}
 		case Event::stream_ended: {
-			LinkState expected = LinkState::up;
-			return state_.compare_exchange_strong(expected, LinkState::broken);
+			static constexpr LinkState from[] = {LinkState::up};
+			return move(from, 1, LinkState::broken);
 		}
 		}
 		return false;
 	}
 
 private:
-	std::atomic<LinkState> state_{LinkState::idle};
+	static constexpr uint16_t kOpen = static_cast<uint16_t>(LinkState::up) << 8;
+	static LinkState state_of(uint16_t word) noexcept { return static_cast<LinkState>(word >> 8); }
+	/* To `to` from any state in from[0..n) (from any state at all when
+	 * from is null), keeping the slow-transmit bits; whether it moved. */
+	bool move(const LinkState *from, size_t n, LinkState to) noexcept
+	{
+		uint16_t w = word_.load(std::memory_order_relaxed);
+		for (;;) {
+			bool allowed = !from;
+			for (size_t i = 0; i < n && !allowed; i++)
+				allowed = state_of(w) == from[i];
+			if (!allowed)
+				return false;
+			const uint16_t next = static_cast<uint16_t>((static_cast<uint16_t>(to) << 8) | (w & 0xff));
+			if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_relaxed))
+				return true;
+		}
+	}
+
+	std::atomic<uint16_t> word_{static_cast<uint16_t>(LinkState::idle) << 8};
 };
 
 /* The most scatter/gather entries one request may carry (stack arrays on

@@ -210,6 +210,34 @@ Test(work_queue, a_flush_is_not_a_broken_link)
 	cr_assert_eq(queue.outstanding(), 0u);
 }
 
+Test(link, its_state_and_the_slow_transmit_bits_share_a_word_without_mixing)
+{
+	Link link;
+	cr_assert_eq(link.state(), LinkState::idle);
+	cr_assert_not(link.open(), "idle is not open");
+	cr_assert_not(link.ended());
+	link.on(Link::Event::ready);
+	cr_assert(link.open(), "up with no slow bit is open");
+	link.set_slow_tx(5);
+	cr_assert_not(link.open(), "a slow bit closes the fast path");
+	cr_assert_eq(link.state(), LinkState::up);
+	cr_assert_eq(link.slow_tx(), 5);
+	cr_assert(link.on(Link::Event::flushed));
+	cr_assert_eq(link.state(), LinkState::down);
+	cr_assert_eq(link.slow_tx(), 5, "an event keeps the slow bits");
+	cr_assert(link.ended());
+	cr_assert_not(link.on(Link::Event::stream_ended), "only up ends a stream");
+	cr_assert(link.on(Link::Event::failed));
+	cr_assert_not(link.on(Link::Event::failed), "broken once");
+	cr_assert_not(link.on(Link::Event::flushed), "a broken link stays broken");
+	cr_assert_eq(link.state(), LinkState::broken);
+	link.set_slow_tx(0);
+	cr_assert_eq(link.state(), LinkState::broken, "the slow bits keep the state");
+	cr_assert_not(link.open());
+	link.on(Link::Event::ready);
+	cr_assert(link.open());
+}
+
 Test(work_queue, a_real_failure_breaks_the_link)
 {
 	Link link;
