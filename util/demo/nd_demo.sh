@@ -3,7 +3,9 @@
 # exists (util/nd-demo runs it in the Soft-RoCE guest). Shows the device as
 # rdma-core sees it and as the nd provider offers it through libfabric, then
 # nd carrying traffic: connections that exchange checked messages, and a
-# ping-pong and a bandwidth run between two processes.
+# ping-pong and a bandwidth run between two processes; with ND_DEMO_DEB (a
+# package util/nd-deb made), the package installed and examples/ built
+# against it and run.
 set -euo pipefail
 # nd_guest_ip
 source "$(dirname "$0")/../lib/nd-common.sh"
@@ -26,18 +28,27 @@ fi_info -p "nd;ofi_rxm" -t FI_EP_RDM | grep -E "provider|domain|type" | head -3
 echo
 ip=$(nd_guest_ip)
 echo "== traffic: 3 rounds of 16 connections, each carrying a message both ways, every byte checked"
-"$builddir/bench/nd_cm_bench" -p nd -a "$ip" -n 16 -r 3 -x
+"$builddir/fabtests/benchmarks/nd_cm_bench" -p nd -a "$ip" -n 16 -r 3 -x
 echo
 echo "== traffic: send/recv ping-pong and RDMA write bandwidth between two processes (nd_perf)"
 port=$((20000 + RANDOM % 20000))
 for test in send_lat write_bw; do
 	port=$((port + 1))
-	"$builddir/bench/nd_perf" -p nd -s -q -a "$ip" -P "$port" </dev/null >/dev/null 2>&1 &
+	"$builddir/fabtests/benchmarks/nd_perf" -p nd -s -q -a "$ip" -P "$port" </dev/null >/dev/null 2>&1 &
 	server=$!
 	sleep 0.3
-	"$builddir/bench/nd_perf" -p nd -c "$ip" -a "$ip" -P "$port" -t "$test" -S 8,65536 -n 200 -q </dev/null |
+	"$builddir/fabtests/benchmarks/nd_perf" -p nd -c "$ip" -a "$ip" -P "$port" -t "$test" -S 8,65536 -n 200 -q </dev/null |
 		grep '^nd_perf test=' | sed -E 's/ (lat_min_us|lat_max_us|lat_p99_us|inline|bidir|tx_depth|cq_mod|post_list)=[^ ]*//g'
 	wait "$server"
 done
 echo
+if [[ -n ${ND_DEMO_DEB:-} ]]; then
+	echo "== as a user: the package installed, examples/ built with pkg-config alone and run (ND's connection model)"
+	# man-db's index rebuild takes a minute in the emulated guest.
+	[[ ${ND_GUEST:-0} == 1 ]] && rm -f /var/lib/man-db/auto-update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$ND_DEMO_DEB" >/dev/null
+	# The installed provider, found with no FI_PROVIDER_PATH.
+	env -u FI_PROVIDER_PATH "$(dirname "$0")/../../fabtests/scripts/nd_examples.sh"
+	echo
+fi
 echo "nd-demo: the nd provider is loaded by libfabric, serves $dev and carries traffic"

@@ -1,5 +1,5 @@
 # nd-common.sh: the one set of shell helpers the project's scripts share,
-# sourced by util/nd-check, the guest suites (tests/run-guest-tests), the
+# sourced by util/nd-check, the guest suites (fabtests/scripts/run-guest-tests), the
 # test, cluster and upstream scripts and the util/ tools:
 #   - messages: say, die (prefixed with $PROG, else the script's name);
 #   - the test bed's addresses, defined here once;

@@ -1,0 +1,75 @@
+#!/bin/bash
+# nd_cluster_check.sh BUILDDIR: the cross-node checks, run on both nodes of
+# util/nd-cluster 2 (util/nd-check's cross-node stage). Node 0 serves, node 1
+# connects, over the virtual wire between two guests:
+#   - bench/nd_perf send_lat and write_bw with nd and with the verbs
+#     provider beside it (figures printed; a failed run fails the check);
+#   - Open MPI over "nd;ofi_rxm" across the two nodes, launched by mpirun
+#     over ssh: latency, rendezvous-size bandwidth and allreduce, every
+#     transfer's bytes checked (fabtests/benchmarks/nd_mpi_bench.c).
+# Each check prints PASS: or FAIL: on node 1 (nd_perf) or node 0 (MPI), and
+# every wait is bounded.
+set -u
+builddir=$(cd "${1:?usage: nd_cluster_check.sh BUILDDIR}" && pwd)
+srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+export FI_PROVIDER_PATH=$builddir/.libs
+meet=${ND_MEET:?run by util/nd-cluster}
+perf=$builddir/fabtests/benchmarks/nd_perf
+
+# wait_for, wait_for_line, nd_node_ip
+source "$(dirname "$0")/nd_cluster_wait.sh"
+server=$(nd_node_ip 0)
+
+perf_pair() { # INDEX PROVIDER TEST SIZES
+	local k=$1 prov=$2 test=$3 sizes=$4
+	if ((ND_NODE == 0)); then
+		timeout 120 "$perf" -p "$prov" -s -t "$test" -S "$sizes" -n 100 -q >"$meet/perf.$k.server" 2>&1 &
+		local pid=$!
+		# nd_perf says when it listens.
+		local deadline=$((SECONDS + 30))
+		until grep -q listening "$meet/perf.$k.server" 2>/dev/null || ((SECONDS >= deadline)); do sleep 0.1; done
+		: >"$meet/perf.$k.up"
+		wait "$pid"
+		echo $? >"$meet/perf.$k.server.status"
+	else
+		local name="cross-node nd_perf $test ($prov)"
+		if ! wait_for "$meet/perf.$k.up" 60; then
+			echo "FAIL: $name: the server on node 0 did not start"
+			return
+		fi
+		if timeout 120 "$perf" -p "$prov" -c "$server" -t "$test" -S "$sizes" -n 100 -q; then
+			echo "PASS: $name"
+		else
+			echo "FAIL: $name"
+			sed 's/^/    server: /' "$meet/perf.$k.server"
+		fi
+	fi
+}
+
+perf_pair 1 nd send_lat 64,4096
+perf_pair 2 verbs send_lat 64,4096
+perf_pair 3 nd write_bw 65536
+perf_pair 4 verbs write_bw 65536
+
+# Open MPI across the nodes, from node 0 (node 1 serves it through sshd).
+if ((ND_NODE == 0)); then
+	# A missing tool fails the check, naming it.
+	if ! need_tool mpicc libopenmpi-dev || ! need_tool mpirun openmpi-bin || ! need_tool /usr/sbin/sshd openssh-server; then
+		echo "FAIL: cross-node MPI over nd;ofi_rxm: not run (a tool is missing, above)"
+	elif ! mpicc -O2 -o "$meet/nd_mpi_bench" "$srcdir/fabtests/benchmarks/nd_mpi_bench.c"; then
+		echo "FAIL: cross-node MPI: nd_mpi_bench.c did not build"
+	else
+		export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+		for args in "-t lat -s 8" "-t bw -s 262144 -n 4" "-t allreduce -s 4096 -n 20"; do
+			# shellcheck disable=SC2086 # the arguments are words
+			if timeout 180 mpirun --allow-run-as-root -np 2 -H nd-node0,nd-node1 \
+				--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "nd;ofi_rxm" \
+				--mca btl self -x FI_PROVIDER_PATH "$meet/nd_mpi_bench" $args; then
+				echo "PASS: cross-node MPI over nd;ofi_rxm: nd_mpi_bench $args"
+			else
+				echo "FAIL: cross-node MPI over nd;ofi_rxm: nd_mpi_bench $args"
+			fi
+		done
+	fi
+fi
+exit 0

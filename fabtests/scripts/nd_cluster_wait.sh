@@ -1,0 +1,26 @@
+# nd_cluster_wait.sh: the bounded waits the cross-node scripts
+# (cluster/nd_cluster_*.sh) share, sourced by each. Nodes meet through
+# files in util/nd-cluster's shared directory ($ND_MEET): a side writes a
+# file, or a line to one, when it is ready; the other waits for it, never
+# longer than it is told. It brings the project's shell helpers too
+# (util/lib/nd-common.sh: the nodes' addresses, need_tool).
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../util/lib/nd-common.sh"
+
+# wait_for FILE SECONDS: true once FILE exists.
+wait_for() {
+	local deadline=$((SECONDS + $2))
+	until [[ -e $1 ]]; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.1
+	done
+}
+
+# wait_for_line FILE TEXT SECONDS: true once FILE holds a line with TEXT.
+wait_for_line() {
+	local deadline=$((SECONDS + $3))
+	until grep -q "$2" "$1" 2>/dev/null; do
+		((SECONDS < deadline)) || return 1
+		sleep 0.1
+	done
+}

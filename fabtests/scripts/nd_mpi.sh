@@ -1,0 +1,40 @@
+#!/bin/bash
+# nd_mpi.sh BUILDDIR [PROVIDER [RANKS]]: an MPI job over the provider built in
+# BUILDDIR. Compiles nd_mpi_check.c with the system's mpicc and runs it on
+# RANKS local ranks (default 2) through Open MPI's OFI MTL (pml cm, mtl ofi),
+# restricted to PROVIDER (default "nd;ofi_rxm", libfabric's RDM layer over
+# nd). Open MPI fails the job when no provider of that name is found, so a
+# pass means nd carried every byte. Bounded: the job is killed after
+# ND_MPI_TIMEOUT seconds (default 300). Runs with Open MPI 4.1 (Debian 12)
+# and 5 (Debian 13) alike.
+set -euo pipefail
+builddir=$(cd "${1:?usage: nd_mpi.sh BUILDDIR [PROVIDER [RANKS]]}" && pwd)
+provider=${2:-nd;ofi_rxm}
+ranks=${3:-2}
+srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+
+for tool in mpicc mpirun; do
+	command -v "$tool" >/dev/null ||
+		{ echo "nd_mpi.sh: $tool not found (Debian packages openmpi-bin, libopenmpi-dev)"; exit 1; }
+done
+mpirun --version | head -1
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mpicc -O2 -Wall -o "$work/nd_mpi_check" "$srcdir/fabtests/functional/nd_mpi_check.c"
+
+export FI_PROVIDER_PATH=$builddir/.libs
+# No tuning: ofi_rxm sizes its CQ for a universe of 256 peers by default,
+# 262,144 entries, beyond rxe's largest CQ (32,767); nd opens it at the
+# device's size and reserves room per endpoint at fi_enable (libfabric's
+# verbs provider refuses it, and needs FI_UNIVERSE_SIZE=64 here).
+# Environment rather than mpirun options: the same spelling works for Open
+# MPI 4.1 and 5, and every local rank inherits it.
+export OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi OMPI_MCA_mtl_ofi_provider_include=$provider
+# Only the intra-node transports for Open MPI's own byte transfer layer: the
+# point-to-point traffic is the MTL's.
+export OMPI_MCA_btl=self
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
+	mpirun -np "$ranks" --oversubscribe "$work/nd_mpi_check"
