@@ -25,8 +25,11 @@ if [[ ${ND_GUEST:-0} == 1 ]]; then
 	rm -f /var/lib/man-db/auto-update
 fi
 # apt-get resolves the dependencies from what is installed; nothing needs
-# downloading on a system that has libfabric and rdma-core.
-if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$deb"; then
+# downloading on a system that has libfabric and rdma-core. So it is given
+# no package sources: reading the archive's lists took it 26 s of the
+# emulated guest's time to install and 20 s to remove, against 11 and 11.
+apt_local=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/nonexistent)
+if ! DEBIAN_FRONTEND=noninteractive apt-get "${apt_local[@]}" install -y -q --no-install-recommends "$deb"; then
 	fail "apt-get install $deb"
 	exit 1
 fi
@@ -57,7 +60,7 @@ else
 	fail "examples/ (fabtests/scripts/nd_examples.sh)"
 fi
 
-DEBIAN_FRONTEND=noninteractive apt-get remove -y -q libfabric-nd >/dev/null || fail "apt-get remove libfabric-nd"
+DEBIAN_FRONTEND=noninteractive apt-get "${apt_local[@]}" remove -y -q libfabric-nd >/dev/null || fail "apt-get remove libfabric-nd"
 lists_nd && fail "nd is still listed after the package was removed"
 echo "nd_deb_test: $((failed == 0 ? 1 : 0)) passed, $((failed == 0 ? 0 : 1)) failed"
 [[ $failed -eq 0 ]]
