@@ -138,9 +138,10 @@ int close_bound_domain_child(T *object, fi_log_subsys subsys, const char *what)
 /*
  * A mutex in one word (Drepper's "Futexes Are Tricky", mutex 3): 0 free,
  * 1 held, 2 held with waiters; only a contended lock or an unlock that
- * finds waiters enters the kernel. std::mutex is 40 bytes, and an endpoint
- * holds two: with thousands of endpoints on one CQ that was a tenth of
- * nd's own memory per connection.
+ * finds waiters enters the kernel. std::mutex is at least ten times its
+ * size (asserted below), and an endpoint holds two: with thousands of
+ * endpoints on one CQ that counted in the memory per connection
+ * (docs/scale.md).
  */
 class WordMutex {
 public:
@@ -178,6 +179,7 @@ private:
 	std::atomic<uint32_t> state_{0};
 	static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "the futex word is the atomic");
 };
+static_assert(sizeof(WordMutex) == sizeof(uint32_t) && sizeof(std::mutex) >= 10 * sizeof(WordMutex));
 
 /* A mutex that locks only when the threading model needs it; chosen when
  * the object is opened, never per call. */

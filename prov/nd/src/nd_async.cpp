@@ -108,7 +108,7 @@ void unwatch(int epoll_fd) noexcept
  * only when an event names a queue pair, and written when one is made or
  * destroyed, so a short chain costs nothing that matters, while with one
  * queue pair a bucket the bucket arrays (and the ones each rehash freed)
- * took about 18 bytes of heap an endpoint. */
+ * took heap of every endpoint (docs/scale.md). */
 constexpr float kQpsPerBucket = 4.0f;
 
 void add_qp(ibv_context *context, ibv_qp *qp, Handler handler, void *owner)

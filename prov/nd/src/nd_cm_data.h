@@ -48,7 +48,8 @@ Unframed unframe(const void *wire, size_t wire_len) noexcept;
  * endpoint that keeps none), and that count now. Read limits: the iWARP CM
  * reports MPA's IRD/ORD as the adapter settled them, not the peer's ND
  * values, so the offerer's own travel here (the connector's offered
- * limits, the accepter's negotiated ones). Little-endian, 18 bytes.
+ * limits, the accepter's negotiated ones). Little-endian, its fields packed
+ * (kCreditOfferBytes).
  */
 struct CreditOffer {
 	uint64_t addr = 0;	/* the offerer's credit word */
@@ -59,6 +60,8 @@ struct CreditOffer {
 	bool operator==(const CreditOffer &) const = default;
 };
 constexpr size_t kCreditOfferBytes = 18;
+static_assert(kCreditOfferBytes == sizeof(CreditOffer::addr) + sizeof(CreditOffer::rkey) + sizeof(CreditOffer::posted) +
+				   sizeof(CreditOffer::inbound) + sizeof(CreditOffer::outbound));
 
 /* Appends `offer` to framed private data. */
 void append_credit_offer(const CreditOffer &offer, std::vector<uint8_t> *wire);

@@ -338,9 +338,9 @@ ibv_cq *CompletionQueue::create_verbs_cq(int size) noexcept
  * join and their rings grow). */
 constexpr int kVerbsCqBase = 64;
 /* Entries the first verbs CQ is made with at most, when more were asked:
- * room for 4,096 endpoints at rest (each queue's ring starts with room for
- * one request), 1 MiB at Soft-RoCE's 128 bytes an entry (2 MiB there: it
- * rounds 8,192 up to 16,383), where ofi_rxm asks for 262,144. */
+ * room for half as many endpoints at rest (each queue's ring starts with
+ * room for one request), where ofi_rxm asks for 262,144; the device may
+ * round it up (Soft-RoCE to the next 2^n - 1). */
 constexpr int kFirstVerbsCqMax = 8192;
 
 int CompletionQueue::reserve(int count, int promise, ibv_cq **where)

@@ -69,12 +69,12 @@ struct CqError {
 };
 
 /*
- * A ring's slots, uninitialized. From 64 KiB on they are an anonymous
+ * A ring's slots, uninitialized. From kMappedFrom on they are an anonymous
  * mapping of their own rather than malloc's: a ring doubles as endpoints
  * reserve, and each smaller ring it left behind was a hole in the heap
- * that the endpoints' own allocations then filled and touched (with 1,000
- * connections on one CQ, 0.4 KiB of resident heap per connection). A
- * mapping goes back to the kernel whole when the ring grows or closes.
+ * that the endpoints' own allocations then filled and touched (resident
+ * heap per connection, docs/scale.md). A mapping goes back to the kernel
+ * whole when the ring grows or closes.
  */
 template <typename T>
 class RingStorage {
@@ -226,10 +226,10 @@ struct VerbsCqSlot {
  * every ring there can still grow to its depth, or else while half of the
  * device's largest CQ is left for the rings there to grow into. A queue
  * pair completes into one verbs CQ for its life, and a read that finds
- * nothing polls every verbs CQ: by depths alone, Soft-RoCE's largest CQ
- * (32,767 entries) holds 42 endpoints at the default depth, and an empty
- * fi_cq_read at 4,000 connections polled 190 verbs CQs (31 us against
- * verbs' 0.4). Past the half, a ring that finds its verbs CQ full stays
+ * nothing polls every verbs CQ: by depths alone, a Soft-RoCE CQ holds a few
+ * dozen endpoints at the default depth, and an empty fi_cq_read at
+ * thousands of connections polled hundreds of verbs CQs (docs/scale.md).
+ * Past the half, a ring that finds its verbs CQ full stays
  * at its size and its post says -FI_EAGAIN until completions are read,
  * as at its depth; no completion is ever without its entry.
  */

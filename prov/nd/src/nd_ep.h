@@ -87,9 +87,8 @@ struct EndpointOptions {
 
 /* What the endpoint reads of the info it was opened with, copied at
  * fi_endpoint. Not the info itself: fi_dupinfo's copy took eight
- * allocations and about 500 bytes of every endpoint's heap, which with
- * thousands of endpoints on one CQ was a seventh of nd's own memory per
- * connection. */
+ * allocations of every endpoint's heap, which with thousands of endpoints
+ * on one CQ counted in nd's memory per connection (docs/scale.md). */
 struct TxAttributes {
 	size_t size = 0;
 	size_t iov_limit = 0;

@@ -5,8 +5,9 @@
  *
  * A path of their own, as fi_inject has (nd_ep_inject.h): post_tx and
  * post_rx take any number of buffers and every option, and decided per
- * call what fi_enable had fixed, at about 300 instructions where the verbs
- * provider spends 140. Here each call tests one byte for what fi_enable
+ * call what fi_enable had fixed, at twice the verbs provider's
+ * instructions (docs/data-path.md, CPU cost per call; the budget the check
+ * holds them to is fabtests/test_configs/nd/cpu-budget). Here each call tests one byte for what fi_enable
  * fixed (the link's slow-transmit bits, slow_rx: a lock, a shared context, receive credits,
  * FI_MORE held back, iWARP's receive lists, multi-receive buffers), a
  * pointer for what is bound rarely (counters: bindings.extras), and what

@@ -92,7 +92,8 @@ int Endpoint::setup_data_path()
 	const uint32_t rx_completions = bindings.srx() ? bindings.srx()->queue.depth : data.rq->limit;
 	/* The request that drains the send queue at close (post_drain_marker)
 	 * reserves its entry then where rings grow: with thousands of
-	 * endpoints on one CQ a third of what they reserve at rest. */
+	 * endpoints on one CQ, one entry each is much of what they reserve at
+	 * rest. */
 	data.marker_reserved = !small_rings || bindings.stx();
 	const uint32_t tx_completions = data.sq->limit + (data.marker_reserved ? 1 : 0) + credit_slots;
 	if (!bindings.user_tx_cq || !bindings.user_rx_cq) {

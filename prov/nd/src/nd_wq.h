@@ -361,8 +361,8 @@ struct OldRing {
 };
 
 /* What only some queues use, made by the first call that needs it
- * (WorkQueue::extras): 120 bytes that most queues of thousands of
- * endpoints never touch. */
+ * (WorkQueue::extras): what most queues of thousands of endpoints never
+ * touch, kept out of every queue (its size is asserted below). */
 struct QueueExtras {
 	/* A ring that grew: earlier rings still holding requests. */
 	std::vector<OldRing> old_rings;
@@ -390,6 +390,7 @@ struct QueueExtras {
 	QueueExtras();
 	~QueueExtras(); /* nd_wq.cpp, where MultiRecv is complete */
 };
+static_assert(sizeof(QueueExtras) <= 128, "made only by queues that need it, but kept small");
 
 /* What kind of send-queue request WorkQueue::claim takes: the
  * application's sends and writes (which a fence may hold behind reads),
@@ -424,10 +425,10 @@ constexpr uint32_t kInlineRingSlots = 2;
 constexpr uint32_t kWorkingRingSlots = 128;
 
 struct WorkQueue {
-	/* 168 bytes (a 176-byte block of malloc's), two per endpoint: the
-	 * small words packed together, where the ring starts once it grew
-	 * with requests outstanding among the extras, and the first ring
-	 * inline (the two were blocks of 128 and 80 bytes). */
+	/* Two per endpoint, each one malloc block (its size is asserted
+	 * below): the small words packed together, where the ring starts once
+	 * it grew with requests outstanding among the extras, and the first
+	 * ring inline. */
 	QueueKind kind;
 	bool counted = false;		/* a counter is bound to some of its requests */
 	/* retire()'s inline path may take the queue's successes: a ring with
@@ -777,6 +778,9 @@ private:
 	 * places messages in (nd_wq.cpp). */
 	Retired retire_other(OpRecord &record, const ibv_wc &wc, Placement *placement) noexcept;
 };
+/* 168 + malloc's 8-byte header: one 176-byte block; a field more is a 192-byte
+ * block, two per endpoint (docs/scale.md, memory per connection). */
+static_assert(sizeof(WorkQueue) <= 168, "a work queue stays one 176-byte malloc block");
 
 /*
  * Send-queue requests posted with FI_MORE: their ring slots are committed at
