@@ -2,14 +2,22 @@
 # nd_cluster_check.sh BUILDDIR: the cross-node checks, run on both nodes of
 # util/nd-cluster 2 (util/nd-check's cross-node stage). Node 0 serves, node 1
 # connects, over the virtual wire between two guests:
-#   - bench/nd_perf send_lat and write_bw with nd and with the verbs
+#   - fabtests/benchmarks/nd_perf send_lat and write_bw with nd and with the verbs
 #     provider beside it (figures printed; a failed run fails the check);
 #   - Open MPI over "nd;ofi_rxm" across the two nodes, launched by mpirun
 #     over ssh: latency, rendezvous-size bandwidth and allreduce, every
 #     transfer's bytes checked (fabtests/benchmarks/nd_mpi_bench.c).
 # Each check prints PASS: or FAIL: on node 1 (nd_perf) or node 0 (MPI), and
 # every wait is bounded.
+#
+#   util/nd-cluster 2 -- fabtests/scripts/nd_cluster_check.sh build/release
+#
+# Environment:
+#   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
+#                     directory, this node's number
 set -u
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cluster_check.sh BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs

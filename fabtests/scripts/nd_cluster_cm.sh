@@ -4,7 +4,7 @@
 # node, and N = 4, three client nodes against one server). Node 0 serves,
 # every other node connects at once, for each count of concurrent
 # connections per client (default 16 64):
-#   - nd and libfabric's verbs provider through bench/nd_cm_bench -S/-C,
+#   - nd and libfabric's verbs provider through fabtests/benchmarks/nd_cm_bench -S/-C,
 #     3 rounds plus a warm-up, queue pairs as cmtime's (-Q), and a message
 #     each way on every connection with its bytes checked (-x);
 #   - rdma-core's cmtime beside them (raw rdma_cm, no data; missing, it fails),
@@ -16,7 +16,15 @@
 # connection was established, carried its bytes intact and came down, and
 # fails otherwise (PASS:/FAIL: on node 0, with the clients' failures).
 # Every wait is bounded.
+#
+# Environment:
+#   ND_CLUSTER_CM_ROUNDS  rounds of nd and of verbs, after a warm-up (3)
+#   ND_MEET, ND_NODE, ND_NODES  set by util/nd-cluster (internal): the
+#                         nodes' shared directory, this node's number, the
+#                         node count
 set -u
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cluster_cm.sh BUILDDIR [COUNTS...]}" && pwd)
 shift
 counts=("$@")

@@ -5,7 +5,16 @@
 # (1 B to 256 KiB), windows, allreduce, alltoall and a barrier loop, every
 # byte checked; with default settings (no FI_UNIVERSE_SIZE). Node 0
 # launches over ssh and prints PASS:/FAIL:; the other nodes serve and wait.
+#
+# Environment:
+#   ND_MPI_TIMEOUT  seconds the MPI job may take (300)
+#   ND_MPI_WAIT     seconds the other nodes wait for node 0's job to end (400)
+#   ND_MEET, ND_NODE, ND_NODES  set by util/nd-cluster (internal): the
+#                   nodes' shared directory, this node's number, the node
+#                   count
 set -u
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cluster_mpi.sh BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs

@@ -11,8 +11,15 @@
 #
 # Runs with nothing set: Soft-RoCE's retry count 7 retransmits for ever,
 # and nd's own watch on requests that stand still (FI_ND_PEER_TIMEOUT,
-# default 20 s; fi_nd(7)) reports the dead peer within the 30 s asked.
+# default 20 s; fi_nd(7)) reports the dead peer within the 30 s asked:
+# FI_ND_RETRY_COUNT and FI_ND_PEER_TIMEOUT are unset.
+#
+# Environment:
+#   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
+#                     directory, this node's number
 set -u
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cluster_node_loss.sh BUILDDIR [PROVIDER]}" && pwd)
 prov=${2:-nd}
 export FI_PROVIDER_PATH=$builddir/.libs

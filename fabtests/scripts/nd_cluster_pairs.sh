@@ -10,7 +10,13 @@
 # The client's PASS:/FAIL: lines on node 1 are the subtests' verdicts; the
 # server's checks of its own half print FAIL: on node 0 when they fail.
 # Other nodes do nothing. Every wait is bounded.
+#
+# Environment:
+#   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
+#                     directory, this node's number
 set -u
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cluster_pairs.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 meet=${ND_MEET:?run by util/nd-cluster}

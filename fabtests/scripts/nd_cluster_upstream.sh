@@ -4,14 +4,25 @@
 # nd and RDM tests over "nd;ofi_rxm", run by fabtests/scripts/nd_upstream.sh as in
 # one guest, but every test's server on nd-node0 and its client on nd-node1
 # (runfabtests.sh's remote mode, over ssh), each outcome checked against the
-# same upstream/upstream.expect. A test costs 10-20 s across emulated nodes,
-# so the subsets are the tests that move data, once each (nd_upstream.sh
-# says which); the one-guest run keeps the whole subsets.
+# same fabtests/test_configs/nd/upstream.expect. A test costs 10-20 s across
+# emulated nodes, so the subsets are the tests that move data, once each
+# (nd_upstream.sh says which); the one-guest run keeps the whole subsets.
 # Node 0 runs it and prints the PASS:/FAIL: verdicts; node 1 only serves
 # ssh, and waits until node 0 is done (bounded). The nodes need the memory
 # of fabtests' bandwidth tests (a 1 GiB window per process): nd-check boots
 # them with --mem 4096.
+#
+# Environment:
+#   ND_UPSTREAM_TOTAL    seconds the whole run may take (480)
+#   ND_UPSTREAM_WAIT     seconds node 1 waits for node 0's run to end (600)
+#   ND_UPSTREAM_TIMEOUT  seconds each test may take (120; nd_upstream.sh's)
+#   ND_UPSTREAM_REMOTE   set here for nd_upstream.sh (internal):
+#                        nd-node0,nd-node1
+#   ND_MEET, ND_NODE     set by util/nd-cluster (internal): the nodes'
+#                        shared directory, this node's number
 set -u
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 ftdir=$(cd "${1:?usage: nd_cluster_upstream.sh FTDIR BUILDDIR}" && pwd)
 builddir=$(cd "${2:?usage: nd_cluster_upstream.sh FTDIR BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)

@@ -1,5 +1,6 @@
 # nd_cluster_wait.sh: the bounded waits the cross-node scripts
-# (cluster/nd_cluster_*.sh) share, sourced by each. Nodes meet through
+# (fabtests/scripts/nd_cluster_*.sh) share: a library, sourced by each, not
+# run (no --help). Nodes meet through
 # files in util/nd-cluster's shared directory ($ND_MEET): a side writes a
 # file, or a line to one, when it is ready; the other waits for it, never
 # longer than it is told. It brings the project's shell helpers too

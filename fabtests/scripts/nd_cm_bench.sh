@@ -11,7 +11,16 @@
 # on Soft-RoCE grows with the queue size). cmtime's client and server are
 # two processes; so are nd_cm_bench's (-2) unless ND_BENCH_CM_PROCESSES=1,
 # which serves both sides from one thread.
+#
+# Environment:
+#   ND_BENCH_ROUNDS        rounds, interleaved; the table gives medians (5)
+#   ND_BENCH_CM_QUEUES     small (cmtime's queue pairs, -Q) or default (small)
+#   ND_BENCH_CM_PROCESSES  2 (two processes, -2) or 1 (one thread) (2)
+#   ND_GUEST_IP            the address to run on (10.0.2.15, the default of
+#                          util/lib/nd-common.sh; util/nd-guest sets it)
 set -euo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
 source "$(dirname "$0")/../../util/lib/nd-common.sh"
 builddir=$(cd "${1:?usage: nd_cm_bench.sh BUILDDIR [COUNTS...]}" && pwd)

@@ -9,9 +9,17 @@
 # table gives medians: setup rate, resident memory and the part of it that
 # maps device queues with the connections open (total, and per connection
 # above what the process held before), descriptors, what a fi_cq_read that
-# finds nothing costs with them open, and what stays after all closed. Run where an RDMA device exists (util/nd-guest with enough
-# memory: 4,000 connections take about 3 GB).
+# finds nothing costs with them open, and what stays after all closed.
+# Run where an RDMA device exists (util/nd-guest with enough memory: 4,000
+# connections take about 3 GB).
+#
+# Environment:
+#   ND_BENCH_ROUNDS        rounds, alternating; the table gives medians (3)
+#   ND_GUEST_IP            the address to run on (10.0.2.15, the default of
+#                          util/lib/nd-common.sh; util/nd-guest sets it)
 set -euo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
 source "$(dirname "$0")/../../util/lib/nd-common.sh"
 builddir=$(cd "${1:?usage: nd_cm_scale.sh BUILDDIR [COUNTS...]}" && pwd)

@@ -22,6 +22,11 @@
 #   ND_BENCH_CPU_DIR        keep the callgrind files here (default: a
 #                           temporary folder, removed)
 #   ND_PERF                 the nd_perf binary (default BUILDDIR/fabtests/benchmarks/nd_perf)
+#   ND_GUEST_TRANSPORT      roce or iwarp: which transport's rows are measured
+#                           and judged (default roce; util/nd-guest sets it)
+#   ND_TEST_DEVICE          a device named siw* means iwarp too
+#   ND_GUEST_IP             the address to run on (default 10.0.2.15,
+#                           util/lib/nd-common.sh's; util/nd-guest sets it)
 #
 # How (fabtests/benchmarks/nd_perf.c -C): nd_perf routes every data-path call through
 # functions that are never inlined: perf_send (fi_inject, fi_send,
@@ -49,6 +54,8 @@
 # deterministic for a given path. Each row is one valgrind run of the
 # client (15-30 s in the emulated guest).
 set -uo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
 source "$(dirname "$0")/../../util/lib/nd-common.sh"
 builddir=$(cd "${1:?usage: nd_cpu.sh BUILDDIR [--budget FILE]}" && pwd)

@@ -5,8 +5,16 @@
 # the programs of examples/ build with pkg-config alone and run, and that
 # removing the package removes the provider. Runs where a real RDMA
 # device exists and the system may be changed: in the Soft-RoCE guest, whose
-# root is a throw-away overlay.
+# root is a throw-away overlay. FI_PROVIDER_PATH and FI_PROVIDER are unset.
+#
+# Environment:
+#   ND_TEST_DEVICE  the device the installed provider must list (rxe0)
+#   ND_GUEST        1 in util/nd-guest's guest (internal): man-db's index
+#                   rebuild is switched off there
+# and fabtests/scripts/nd_examples.sh's (ND_EXAMPLES_PORT, ND_GUEST_IP).
 set -uo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 deb=$(readlink -f "${1:?usage: nd_deb_test.sh DEB}")
 device=${ND_TEST_DEVICE:-rxe0}
 unset FI_PROVIDER_PATH FI_PROVIDER

@@ -11,7 +11,13 @@
 #      ping-pong again.
 # Runs as root inside util/nd-guest (never on a host whose device matters).
 # Every step is bounded; the device is put back whatever happens.
+# DEVICE defaults to rxe0, NETDEV to eth0.
+#
+# Environment: reads no ND_* variable; FI_PROVIDER_PATH is set to
+# BUILDDIR/.libs.
 set -u
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_device_readd.sh BUILDDIR [DEVICE] [NETDEV]}" && pwd)
 dev=${2:-rxe0}
 netdev=${3:-eth0}

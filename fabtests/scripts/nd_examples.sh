@@ -11,7 +11,10 @@
 #
 #   fabtests/scripts/nd_examples.sh [-h|--help]
 #
-# Environment: ND_EXAMPLES_PORT (default 7471), the server's port.
+# Environment:
+#   ND_EXAMPLES_PORT  the server's port (7471)
+#   ND_GUEST_IP       the address to run on (10.0.2.15, the default of
+#                     util/lib/nd-common.sh; util/nd-guest sets it)
 set -uo pipefail
 case ${1:-} in
 -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;

@@ -1,8 +1,13 @@
 #!/bin/bash
 # nd_info_vs_devinfo.sh DEVICE: compares what `fi_info -p nd -v` reports for
 # DEVICE with what `ibv_devinfo -v` says about the same device, field by
-# field. Needs FI_PROVIDER_PATH to point at the built provider.
+# field. DEVICE defaults to rxe0.
+#
+# Environment: FI_PROVIDER_PATH must point at the built provider (a
+# BUILDDIR/.libs); reads no ND_* variable.
 set -euo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 dev=${1:-rxe0}
 
 devinfo=$(ibv_devinfo -v -d "$dev")

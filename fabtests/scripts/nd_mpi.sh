@@ -7,7 +7,12 @@
 # pass means nd carried every byte. Bounded: the job is killed after
 # ND_MPI_TIMEOUT seconds (default 300). Runs with Open MPI 4.1 (Debian 12)
 # and 5 (Debian 13) alike.
+#
+# Environment:
+#   ND_MPI_TIMEOUT  seconds after which the MPI job is killed (300)
 set -euo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_mpi.sh BUILDDIR [PROVIDER [RANKS]]}" && pwd)
 provider=${2:-nd;ofi_rxm}
 ranks=${3:-2}

@@ -2,7 +2,7 @@
 # nd_mpi_bench.sh BUILDDIR: Open MPI over "nd;ofi_rxm" beside "verbs;ofi_rxm",
 # in one boot: latency, bandwidth and bi-directional bandwidth (8 B to
 # 4 MiB, a window of 8 non-blocking sends, reused buffers) and allreduce,
-# through bench/nd_mpi_bench.c. ND_MPI_BENCH_ROUNDS rounds (default 5)
+# through fabtests/benchmarks/nd_mpi_bench.c. ND_MPI_BENCH_ROUNDS rounds (default 5)
 # alternate the providers; the table gives medians and nd/verbs. Then the
 # ioctl system calls (each registration and deregistration is one), counted
 # with strace: in a bandwidth run over 64 KiB..4 MiB, and per message in
@@ -11,10 +11,15 @@
 # its doorbell with one, nd's memory-window binds and invalidations too).
 # Both providers run with FI_UNIVERSE_SIZE=64, which the verbs provider needs
 # on Soft-RoCE (rxm's default CQ is beyond rxe's largest); nd does not.
-# ND_MPI_BENCH_TEST picks one test (lat, bw, bibw, allreduce; default all),
-# ND_MPI_BENCH_IOCTLS=no skips the strace runs. Every job is bounded by
-# ND_MPI_TIMEOUT seconds (default 300).
+#
+# Environment:
+#   ND_MPI_BENCH_ROUNDS  rounds, alternating the providers (5)
+#   ND_MPI_BENCH_TEST    one test: lat, bw, bibw or allreduce (all)
+#   ND_MPI_BENCH_IOCTLS  no: skip the strace runs (yes)
+#   ND_MPI_TIMEOUT       seconds each MPI job may take (300)
 set -euo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_mpi_bench.sh BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 rounds=${ND_MPI_BENCH_ROUNDS:-5}

@@ -7,7 +7,12 @@
 # (default 3), the order rotating; the table gives medians in microseconds
 # per cycle and nd/verbs. Run where an RDMA device exists:
 #   util/nd-guest -- fabtests/scripts/nd_mr_bench.sh build/release
+#
+# Environment:
+#   ND_MR_BENCH_ROUNDS  rounds, the order rotating (3)
 set -euo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_mr_bench.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 bench=$builddir/fabtests/benchmarks/nd_mr_bench

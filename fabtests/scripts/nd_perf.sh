@@ -2,7 +2,7 @@
 # nd_perf.sh BUILDDIR: data-path latency and bandwidth, side by side in one
 # boot: rdma-core's perftest on raw verbs over rdma_cm (ib_send_lat -R, ...),
 # libfabric's verbs provider and nd, both through the same program
-# (bench/nd_perf, which measures the way perftest does). Prints one table,
+# (fabtests/benchmarks/nd_perf, which measures the way perftest does). Prints one table,
 # then the CPU cost per data-path call under callgrind.
 # Run where an RDMA device exists (util/nd-bench runs it in the guest).
 #
@@ -27,6 +27,8 @@
 #                      post (a provider that ignores FI_MORE posts each alone)
 #   ND_BENCH_CPU=0     skip the CPU-cost section
 #   ND_PERF            the nd_perf binary (default BUILDDIR/fabtests/benchmarks/nd_perf)
+#   ND_GUEST_IP        the address to run on (default 10.0.2.15,
+#                      util/lib/nd-common.sh's; util/nd-guest sets it)
 #
 # Latency is perftest's t_typical / nd_perf's lat_med_us (median per iteration,
 # round trip / 2 for send and write, one read for read); bandwidth is MiB/s.
@@ -36,6 +38,8 @@
 # CPU cost: fabtests/scripts/nd_cpu.sh, run at the end (its header says how and what
 # tunes it: ND_BENCH_CPU_ITERS, ND_BENCH_CPU_PROVIDERS, ND_BENCH_CPU_DIR).
 set -uo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
 source "$(dirname "$0")/../../util/lib/nd-common.sh"
 builddir=$(cd "${1:?usage: nd_perf.sh BUILDDIR}" && pwd)

@@ -14,10 +14,19 @@
 # PASS/FAIL/SKIP lines of the programs, the output of failed runs, and a
 # closing line "programs(PROVIDER): N passed, M failed"; exits non-zero when
 # any failed. FI_PROVIDER_PATH is set to BUILDDIR/.libs; the programs are
-# taken from BUILDDIR/tests, or from $ND_FT_BINDIR when set.
+# taken from BUILDDIR/fabtests/functional, or from $ND_FT_BINDIR when set.
 #
 #   util/nd-guest -- fabtests/scripts/nd_programs.sh build/release nd
+#
+# Environment:
+#   ND_FT_TIMEOUT  seconds each program run may take (60)
+#   ND_FT_BINDIR   where the programs are taken from
+#                  (BUILDDIR/fabtests/functional)
+#   ND_GUEST_IP    this host's address, for nd_pair_tests' server and
+#                  client (10.0.2.15; util/nd-guest sets it)
 set -uo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
 source "$(dirname "$0")/../../util/lib/nd-common.sh"
 

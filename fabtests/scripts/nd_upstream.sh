@@ -26,7 +26,23 @@
 # must be at the same paths there. The subsets are then the tests that move
 # data (see msg_set below). The same expectations apply: a test that behaves
 # differently across hosts is a finding, not an exclusion.
+#
+# Environment:
+#   ND_UPSTREAM_REMOTE      SERVER,CLIENT (above; unset: this host alone)
+#   ND_UPSTREAM_REMOTE_SET  across hosts: quick keeps five tests, data runs
+#                           the fifteen that move data (quick)
+#   ND_UPSTREAM_TIMEOUT     seconds each test may take (120)
+#   ND_GUEST_TRANSPORT      iwarp: judged against upstream.iwarp.expect, the
+#                           sets changed (writedata last) (roce; util/nd-guest
+#                           sets it)
+#   ND_GUEST_IP             this host's address (10.0.2.15; util/nd-guest
+#                           sets it)
+#   ND_UPSTREAM_SERVER_IP, ND_UPSTREAM_CLIENT_HOST  set here across hosts for
+#                           fabtests/scripts/nd_ssh_after_listen (internal);
+#                           its ND_UPSTREAM_LISTEN_WAIT (30) applies
 set -uo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
 source "$(dirname "$0")/../../util/lib/nd-common.sh"
 

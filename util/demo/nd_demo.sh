@@ -6,7 +6,19 @@
 # ping-pong and a bandwidth run between two processes; with ND_DEMO_DEB (a
 # package util/nd-deb made), the package installed and examples/ built
 # against it and run.
+#
+# Environment:
+#   ND_TEST_DEVICE  the device shown (rxe0)
+#   ND_GUEST_IP     the address the programs use (10.0.2.15, the default of
+#                   util/lib/nd-common.sh)
+#   ND_DEMO_DEB     the package to install (unset: not installed; util/nd-demo
+#                   sets it); then fabtests/scripts/nd_examples.sh runs, with
+#                   its ND_EXAMPLES_PORT (7471)
+#   ND_GUEST        1 in util/nd-guest's guest (internal): man-db's index
+#                   rebuild is switched off there
 set -euo pipefail
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
 source "$(dirname "$0")/../lib/nd-common.sh"
 builddir=$(cd "${1:?usage: nd_demo.sh BUILDDIR}" && pwd)
