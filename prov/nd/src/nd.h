@@ -13,10 +13,12 @@
  * are owned through RAII handles (nd_verbs.h), declared in the order that
  * makes destruction release them correctly.
  *
- * Locking. The control path (getinfo, open/close, CM events) takes a mutex
- * per object where state is shared between threads. The data path (later:
- * CQ polling and posting) takes no lock unless the domain's threading model
- * requires it.
+ * Locking. Every lock has a rank (LockRank below) and a thread takes locks
+ * in increasing rank only; prov/nd/ARCHITECTURE.md ("Locks") says what each
+ * guards. Debug builds check the order at every acquisition and abort
+ * naming both locks, and assert_held() checks that a function's lock is
+ * held. The data path takes no lock unless the domain's threading model
+ * requires it (OptionalLock).
  */
 #ifndef ND_H
 #define ND_H
@@ -136,6 +138,93 @@ int close_bound_domain_child(T *object, fi_log_subsys subsys, const char *what)
 }
 
 /*
+ * The one lock order, outermost first: a thread holding a lock may block on
+ * a lock of higher rank only (a try_lock, which cannot deadlock, may take
+ * any). Two locks of one rank are never held at once except through
+ * try_lock (two EQs' progress locks are taken with std::lock, whose second
+ * acquisition is a try_lock). ARCHITECTURE.md's table gives each lock's
+ * reason; lock_rank_name() prints them.
+ */
+enum class LockRank : uint8_t {
+	wait_set = 1,		/* WaitSet::lock: members, while they are tried */
+	poll_set,		/* PollSet::lock: members and what each has shown */
+	eq_progress,		/* EventQueue::progress_lock_: CM dispatch, connection state */
+	async_registry,		/* async::registry_lock: devices, watchers, queue pairs */
+	counter_sources,	/* Counter::sources_lock: the CQs that feed a counter */
+	endpoint_rx,		/* DataPath::rx_lock: the receive queue's poster */
+	endpoint_tx,		/* DataPath::tx_lock: the send queue's poster, credits */
+	cq,			/* CompletionQueue::lock: its rings, the queues' retiring side */
+	shared_rx,		/* SharedRx::lock: the shared receive pool */
+	multi_recv,		/* MultiRecv::lock: a multi-receive buffer's state */
+	framing,		/* Framing::lock: posted receives, unexpected messages */
+	eq,			/* EventQueue::lock_: entries, deferred work */
+	requests,		/* request_lock: live connection requests and listeners */
+	tuples,			/* tuple_lock: the address pairs connections hold */
+	cq_wait_objects,	/* CompletionQueue::wait_objects_lock: made once */
+	slab,			/* SlabPool::lock_: slabs and their free lists */
+	domain_windows,		/* Domain::windows_lock: memory windows opened once */
+	memory_windows,		/* MemoryWindows::lock_: binding and invalidating */
+	mr_cache,		/* RegistrationCache::lock_: the cached registrations */
+	monitor_start,		/* the memory monitor's start_lock */
+	adapters,		/* recent_adapters' lock: the adapter list */
+	inline_probe,		/* probe_inline's cache */
+	nic_registry,		/* nd_nic.cpp's registry of nic attributes */
+	topology,		/* nd_topology.cpp: the hwloc topology */
+	monitor,		/* the memory monitor's listeners, called under it */
+	mr_cache_unmapped,	/* RegistrationCache::unmapped_lock_: ranges unmapped */
+};
+const char *lock_rank_name(LockRank rank) noexcept;
+
+#ifndef NDEBUG
+#define ND_LOCK_ORDER 1
+#endif
+
+/* The debug builds' record of the locks each thread holds (nd_lock.cpp).
+ * acquired() aborts, naming both locks, when a blocking acquisition is not
+ * above every lock the thread holds; released() when the lock is not held.
+ * OptionalLock records its acquisitions whether or not it locks, so that
+ * single-threaded runs check the order too. */
+namespace lock_order {
+#ifdef ND_LOCK_ORDER
+void acquired(const void *lock, LockRank rank, bool blocking) noexcept;
+void released(const void *lock) noexcept;
+bool held(const void *lock) noexcept;
+[[noreturn]] void not_held(const void *lock, LockRank rank, const char *where) noexcept;
+#else
+inline void acquired(const void *, LockRank, bool) noexcept {}
+inline void released(const void *) noexcept {}
+#endif
+} // namespace lock_order
+
+/* A std::mutex with its rank. */
+class Mutex {
+public:
+	explicit Mutex(LockRank rank) noexcept : rank_(rank) {}
+	void lock() noexcept
+	{
+		lock_order::acquired(this, rank_, true);
+		mutex_.lock();
+	}
+	bool try_lock() noexcept
+	{
+		if (!mutex_.try_lock())
+			return false;
+		lock_order::acquired(this, rank_, false);
+		return true;
+	}
+	void unlock() noexcept
+	{
+		lock_order::released(this);
+		mutex_.unlock();
+	}
+	LockRank rank() const noexcept { return rank_; }
+
+private:
+	std::mutex mutex_;
+	LockRank rank_;
+};
+
+/*
  * A mutex in one word (Drepper's "Futexes Are Tricky", mutex 3): 0 free,
  * 1 held, 2 held with waiters; only a contended lock or an unlock that
  * finds waiters enters the kernel. std::mutex is at least ten times its
@@ -182,20 +271,50 @@ private:
 static_assert(sizeof(WordMutex) == sizeof(uint32_t) && sizeof(std::mutex) >= 10 * sizeof(WordMutex));
 
 /* A mutex that locks only when the threading model needs it; chosen when
- * the object is opened, never per call. */
+ * the object is opened, never per call. Its rank sits in the padding. */
 class OptionalLock {
 public:
+	explicit OptionalLock(LockRank rank) noexcept : rank_(rank) {}
 	void enable(bool on) noexcept { enabled_ = on; }
 	bool enabled() const noexcept { return enabled_; }
-	void lock() noexcept { if (enabled_) mutex_.lock(); }
-	void unlock() noexcept { if (enabled_) mutex_.unlock(); }
-	bool try_lock() noexcept { return !enabled_ || mutex_.try_lock(); }
+	void lock() noexcept
+	{
+		lock_order::acquired(this, rank_, true);
+		if (enabled_)
+			mutex_.lock();
+	}
+	void unlock() noexcept
+	{
+		lock_order::released(this);
+		if (enabled_)
+			mutex_.unlock();
+	}
+	bool try_lock() noexcept
+	{
+		if (enabled_ && !mutex_.try_lock())
+			return false;
+		lock_order::acquired(this, rank_, false);
+		return true;
+	}
+	LockRank rank() const noexcept { return rank_; }
 
 private:
 	WordMutex mutex_;
 	bool enabled_ = false;
+	LockRank rank_;
 };
 static_assert(sizeof(OptionalLock) == 8, "two words' worth: a lock per queue is cheap");
+
+/* Debug builds: aborts, naming the lock, unless this thread holds it. For
+ * the functions whose data a lock guards; nothing in release builds. */
+template <typename Lock>
+inline void assert_held([[maybe_unused]] const Lock &lock, [[maybe_unused]] const char *where) noexcept
+{
+#ifdef ND_LOCK_ORDER
+	if (!lock_order::held(&lock))
+		lock_order::not_held(&lock, lock.rank(), where);
+#endif
+}
 
 /* Gives a container's storage back once it is empty: one that grew with
  * thousands of endpoints would otherwise stay, high in the heap, and keep

@@ -27,7 +27,7 @@ struct QpOwner {
 };
 
 /* One lock for the registry and for routing: see nd_async.h. */
-std::mutex registry_lock;
+Mutex registry_lock{LockRank::async_registry};
 std::vector<Device> devices;
 std::vector<int> watchers;		/* EQs' epoll fds */
 std::unordered_map<ibv_qp *, QpOwner> qps;
@@ -58,7 +58,7 @@ const char *device_name(ibv_context *context)
 
 int device_open(ibv_context *context)
 {
-	std::lock_guard<std::mutex> guard(registry_lock);
+	std::lock_guard<Mutex> guard(registry_lock);
 	if (Device *d = find_device(context)) {
 		d->users++;
 		return 0;
@@ -80,7 +80,7 @@ int device_open(ibv_context *context)
 
 void device_close(ibv_context *context) noexcept
 {
-	std::lock_guard<std::mutex> guard(registry_lock);
+	std::lock_guard<Mutex> guard(registry_lock);
 	Device *d = find_device(context);
 	if (!d || --d->users > 0)
 		return;
@@ -91,7 +91,7 @@ void device_close(ibv_context *context) noexcept
 
 int watch(int epoll_fd)
 {
-	std::lock_guard<std::mutex> guard(registry_lock);
+	std::lock_guard<Mutex> guard(registry_lock);
 	watchers.push_back(epoll_fd);
 	for (const Device &d : devices)
 		watch_fd(epoll_fd, d.context->async_fd);
@@ -100,7 +100,7 @@ int watch(int epoll_fd)
 
 void unwatch(int epoll_fd) noexcept
 {
-	std::lock_guard<std::mutex> guard(registry_lock);
+	std::lock_guard<Mutex> guard(registry_lock);
 	watchers.erase(std::remove(watchers.begin(), watchers.end(), epoll_fd), watchers.end());
 }
 
@@ -113,7 +113,7 @@ constexpr float kQpsPerBucket = 4.0f;
 
 void add_qp(ibv_context *context, ibv_qp *qp, Handler handler, void *owner)
 {
-	std::lock_guard<std::mutex> guard(registry_lock);
+	std::lock_guard<Mutex> guard(registry_lock);
 	if (qps.empty())
 		qps.max_load_factor(kQpsPerBucket);
 	qps[qp] = {context, handler, owner};
@@ -121,7 +121,7 @@ void add_qp(ibv_context *context, ibv_qp *qp, Handler handler, void *owner)
 
 void remove_qp(ibv_qp *qp) noexcept
 {
-	std::lock_guard<std::mutex> guard(registry_lock);
+	std::lock_guard<Mutex> guard(registry_lock);
 	qps.erase(qp);
 	/* With the last queue pair gone, so is the table: a process that had
 	 * thousands keeps no bucket array pinning its heap. */
@@ -194,13 +194,13 @@ void route_locked(ibv_context *context, ibv_event_type type, ibv_qp *qp) noexcep
 
 void route(ibv_context *context, ibv_event_type type, ibv_qp *qp) noexcept
 {
-	std::lock_guard<std::mutex> guard(registry_lock);
+	std::lock_guard<Mutex> guard(registry_lock);
 	route_locked(context, type, qp);
 }
 
 int drain() noexcept
 {
-	std::unique_lock<std::mutex> guard(registry_lock, std::try_to_lock);
+	std::unique_lock<Mutex> guard(registry_lock, std::try_to_lock);
 	/* Another thread is reading: it takes what is pending. */
 	if (!guard.owns_lock())
 		return 0;

@@ -113,7 +113,7 @@ int copy_out_address(const SockAddr &address, void *addr, size_t *addrlen) noexc
 }
 
 namespace {
-std::mutex tuple_lock;
+Mutex tuple_lock{LockRank::tuples};
 std::set<std::string> tuples;
 
 std::string tuple_key(const SockAddr &local, const SockAddr &remote)
@@ -124,14 +124,14 @@ std::string tuple_key(const SockAddr &local, const SockAddr &remote)
 
 bool claim_tuple(const SockAddr &local, const SockAddr &remote)
 {
-	std::lock_guard<std::mutex> guard(tuple_lock);
+	std::lock_guard<Mutex> guard(tuple_lock);
 	return tuples.insert(tuple_key(local, remote)).second;
 }
 
 void release_tuple(const SockAddr &local, const SockAddr &remote) noexcept
 {
 	try {
-		std::lock_guard<std::mutex> guard(tuple_lock);
+		std::lock_guard<Mutex> guard(tuple_lock);
 		tuples.erase(tuple_key(local, remote));
 	} catch (...) {
 	}

@@ -23,7 +23,7 @@ namespace nd {
 
 int EventQueue::cm_channel(rdma_event_channel **out)
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	if (!cm_channel_) {
 		UniqueEventChannel channel(rdma_create_event_channel());
 		if (!channel) {
@@ -99,13 +99,13 @@ bool EventQueue::progress()
 	rdma_event_channel *channel;
 	bool deferred;
 	{
-		std::lock_guard<std::mutex> guard(lock_);
+		std::lock_guard<Mutex> guard(lock_);
 		channel = cm_channel_.get();
 		deferred = !deferred_.empty();
 	}
 	if (!channel && !deferred)
 		return false;
-	std::lock_guard<std::mutex> progress_guard(progress_lock_);
+	std::lock_guard<Mutex> progress_guard(progress_lock_);
 	run_deferred();
 	if (!channel)
 		return false;
@@ -140,7 +140,7 @@ bool EventQueue::progress()
 
 int EventQueue::defer(void (*run)(void *owner), void *owner) noexcept
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	try {
 		deferred_.push_back({run, owner});
 	} catch (const std::bad_alloc &) {
@@ -156,8 +156,8 @@ int EventQueue::defer(void (*run)(void *owner), void *owner) noexcept
 
 void EventQueue::cancel_deferred(void *owner) noexcept
 {
-	std::lock_guard<std::mutex> progress_guard(progress_lock_);
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> progress_guard(progress_lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	deferred_.erase(std::remove_if(deferred_.begin(), deferred_.end(),
 				       [owner](const Deferred &d) { return d.owner == owner; }),
 			deferred_.end());
@@ -165,9 +165,10 @@ void EventQueue::cancel_deferred(void *owner) noexcept
 
 void EventQueue::run_deferred()
 {
+	assert_held(progress_lock_, "EventQueue::run_deferred");
 	std::vector<Deferred> work;
 	{
-		std::lock_guard<std::mutex> guard(lock_);
+		std::lock_guard<Mutex> guard(lock_);
 		if (deferred_.empty())
 			return;
 		work.swap(deferred_);
@@ -175,7 +176,7 @@ void EventQueue::run_deferred()
 	for (const Deferred &d : work)
 		d.run(d.owner);
 	/* The wake-up defer() sent is spent when nothing came of it. */
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	if (deferred_.empty())
 		drain_signal_locked();
 }
@@ -204,10 +205,10 @@ int bind_cm_to_eq(EventQueue *eq, CmIdHolder &cm, EventQueue **slot, EventQueue 
 	int ret = eq->cm_channel(&channel);
 	if (ret)
 		return ret;
-	std::unique_lock<std::mutex> eq_guard(eq->progress_lock(), std::defer_lock);
-	std::unique_lock<std::mutex> home_guard;
+	std::unique_lock<Mutex> eq_guard(eq->progress_lock(), std::defer_lock);
+	std::unique_lock<Mutex> home_guard;
 	if (home && home != eq) {
-		home_guard = std::unique_lock<std::mutex>(home->progress_lock(), std::defer_lock);
+		home_guard = std::unique_lock<Mutex>(home->progress_lock(), std::defer_lock);
 		std::lock(eq_guard, home_guard);
 	} else {
 		eq_guard.lock();

@@ -21,7 +21,7 @@ Counter::~Counter()
 
 void Counter::attach(const void *user)
 {
-	std::lock_guard<std::mutex> guard(sources_lock);
+	std::lock_guard<Mutex> guard(sources_lock);
 	if (std::find(users.begin(), users.end(), user) == users.end()) {
 		users.push_back(user);
 		bound.acquire();
@@ -30,7 +30,7 @@ void Counter::attach(const void *user)
 
 void Counter::detach(const void *user) noexcept
 {
-	std::lock_guard<std::mutex> guard(sources_lock);
+	std::lock_guard<Mutex> guard(sources_lock);
 	auto it = std::find(users.begin(), users.end(), user);
 	if (it != users.end()) {
 		users.erase(it);
@@ -40,7 +40,7 @@ void Counter::detach(const void *user) noexcept
 
 int Counter::watch(CompletionQueue *cq)
 {
-	std::lock_guard<std::mutex> guard(sources_lock);
+	std::lock_guard<Mutex> guard(sources_lock);
 	if (waitable) {
 		const int fd = cq_channel_fd(*cq);
 		if (fd < 0 && wait_obj != FI_WAIT_UNSPEC) {
@@ -64,7 +64,7 @@ int Counter::watch(CompletionQueue *cq)
 
 void Counter::unwatch(CompletionQueue *cq) noexcept
 {
-	std::lock_guard<std::mutex> guard(sources_lock);
+	std::lock_guard<Mutex> guard(sources_lock);
 	auto it = std::find(cqs.begin(), cqs.end(), cq);
 	if (it == cqs.end())
 		return;
@@ -80,7 +80,7 @@ void Counter::unwatch(CompletionQueue *cq) noexcept
 
 void Counter::progress()
 {
-	std::lock_guard<std::mutex> guard(sources_lock);
+	std::lock_guard<Mutex> guard(sources_lock);
 	/* A CQ watched through several endpoints is polled once per watch:
 	 * the second poll finds it empty, which costs less than sorting. */
 	for (CompletionQueue *cq : cqs)
@@ -89,7 +89,7 @@ void Counter::progress()
 
 bool Counter::arm()
 {
-	std::lock_guard<std::mutex> guard(sources_lock);
+	std::lock_guard<Mutex> guard(sources_lock);
 	if (!waitable || polled_sources)
 		return false;
 	for (CompletionQueue *cq : cqs)

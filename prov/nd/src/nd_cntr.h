@@ -42,7 +42,7 @@ struct Counter {
 	fid_cntr cntr;				/* first: from_fid<Counter> */
 	Domain *domain;
 	CounterWords words;			/* the value, and the errors */
-	std::mutex sources_lock;
+	Mutex sources_lock{LockRank::counter_sources};
 	std::vector<const void *> users;	/* objects bound to it; each holds `bound` */
 	std::vector<CompletionQueue *> cqs;	/* CQs that feed it, once per watch */
 	ChildCount bound;

@@ -11,14 +11,14 @@ namespace nd {
 
 /* Every live connection request, so that a handle passed back by the
  * application (fi_endpoint, fi_reject) is checked before it is used. */
-std::mutex request_lock;
+Mutex request_lock{LockRank::requests};
 std::set<ConnRequest *> live_requests;
 
 namespace {
 
 bool is_live(ConnRequest *request)
 {
-	std::lock_guard<std::mutex> guard(request_lock);
+	std::lock_guard<Mutex> guard(request_lock);
 	return live_requests.count(request) != 0;
 }
 

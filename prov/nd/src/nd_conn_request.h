@@ -47,7 +47,7 @@ void release_request(ConnRequest *request) noexcept;
 /* Shared with the listener (nd_pep.cpp), which creates the requests, holds
  * them in its pending list and hands them over. request_lock guards
  * live_requests, every listener's pending list and the live listeners. */
-extern std::mutex request_lock;
+extern Mutex request_lock;
 extern std::set<ConnRequest *> live_requests;
 /* The fid operations of a request's handle. */
 extern fi_ops request_ops;

@@ -257,7 +257,12 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 	cq->waitable = waitable;
 	cq->vector = vector;
 	cq->reserved = 0;
-	cq->lock.enable(domain->threading == FI_THREAD_SAFE || domain->threading == FI_THREAD_ENDPOINT);
+	/* Unlocked only where the application serializes every use of the
+	 * endpoints that share it with the CQ itself (FI_THREAD_DOMAIN,
+	 * FI_THREAD_COMPLETION). Under FI_THREAD_FID an endpoint's post that
+	 * finds its ring full reads this CQ while another thread may. */
+	cq->lock.enable(domain->threading == FI_THREAD_SAFE || domain->threading == FI_THREAD_ENDPOINT ||
+			domain->threading == FI_THREAD_FID);
 	/* The wait objects come on first use (make_wait_objects), but a wait
 	 * set nests the CQ's wait fd now. */
 	if (wait_set)
@@ -303,7 +308,7 @@ int CompletionQueue::make_wait_objects(const char *call) noexcept
 		return -FI_EINVAL;
 	if (wait_objects_made.load(std::memory_order_acquire))
 		return 0;
-	std::lock_guard<std::mutex> guard(wait_objects_lock);
+	std::lock_guard<Mutex> guard(wait_objects_lock);
 	if (wait_objects_made.load(std::memory_order_relaxed))
 		return 0;
 	channel.reset(ibv_create_comp_channel(domain->context));
@@ -611,6 +616,7 @@ bool CompletionQueue::report_canceled(void *context, uint64_t flags)
 
 bool CompletionQueue::push_error(const CqError &error) noexcept
 {
+	assert_held(lock, "CompletionQueue::push_error");
 	if (!errors.room()) {
 		/* Not while completing (see size_rings): only a cancellation
 		 * the application asks for with that many errors unread. */
@@ -676,6 +682,7 @@ ssize_t CompletionQueue::complete_now_with(ssize_t (*fn)(void *arg, CompletionSi
 
 bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out) noexcept
 {
+	assert_held(lock, "CompletionQueue::complete");
 	WorkQueue *queue = record_of(wc.wr_id)->owner;
 	Sink sink(*this);
 	Placement placement;
@@ -710,6 +717,7 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out) noexcept
 
 void CompletionQueue::progress_locked()
 {
+	assert_held(lock, "CompletionQueue::progress_locked");
 	ibv_wc wc[kPollBatch];
 	for (VerbsCqSlot &slot : slots) {
 		for (;;) {
@@ -867,6 +875,7 @@ ssize_t CompletionQueue::complete_many(ibv_cq *verbs, const ibv_wc *wc, int got,
 template <fi_cq_format Format>
 ssize_t CompletionQueue::read_found(void *buf, size_t count)
 {
+	assert_held(lock, "CompletionQueue::read_found");
 	size_t n = 0;
 	while (n < count && !ready.empty()) {
 		store<Format>(buf, n++, ready.front());
@@ -919,6 +928,7 @@ static uint64_t outstanding_bytes(WorkQueue &queue, uint64_t tail, uint64_t head
 
 void CompletionQueue::look_for_stalls() noexcept
 {
+	assert_held(lock, "CompletionQueue::look_for_stalls");
 	StallWatch &w = stall_watch;
 	const auto now = std::chrono::steady_clock::now();
 	if (now - w.last_look < std::chrono::seconds(1))

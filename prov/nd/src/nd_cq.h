@@ -266,11 +266,11 @@ struct CompletionQueue {
 	/* channel and wait_fd exist (make_wait_objects): set once, under
 	 * wait_objects_lock, and never cleared while the CQ is open. */
 	std::atomic<bool> wait_objects_made{false};
-	std::mutex wait_objects_lock;
+	Mutex wait_objects_lock{LockRank::cq_wait_objects};
 	/* The lock and the two rings are the CQ's alone: other objects queue
 	 * entries through the Sink below, complete_now and report_canceled
 	 * (layering.sh checks that no other file names them). */
-	OptionalLock lock;
+	OptionalLock lock{LockRank::cq};
 	/* Found but not yet read, sized when the CQ opens and at each
 	 * fi_enable (size_rings), never while completing. `ready` holds
 	 * `capacity` entries, and a read polls only while it has room; one

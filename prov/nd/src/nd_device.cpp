@@ -110,9 +110,9 @@ void fill_sysfs(Adapter *adapter)
  * halving on refusal. Costs one QP creation per try; cached per device. */
 uint32_t probe_inline(ibv_context *context, const std::string &key, size_t ceiling)
 {
-	static std::mutex cache_lock;
+	static Mutex cache_lock{LockRank::inline_probe};
 	static std::map<std::string, uint32_t> cache;
-	std::lock_guard<std::mutex> guard(cache_lock);
+	std::lock_guard<Mutex> guard(cache_lock);
 	std::string cache_key = key + "/" + std::to_string(ceiling);
 	auto found = cache.find(cache_key);
 	if (found != cache.end())
@@ -320,13 +320,13 @@ bool parse_pci_address(const std::string &text, PciAddress *out) noexcept
 
 std::vector<Adapter> recent_adapters(const Params &params)
 {
-	static std::mutex lock;
+	static Mutex lock{LockRank::adapters};
 	static std::vector<Adapter> found;
 	static std::chrono::steady_clock::time_point when;
 	static Params found_with;
 	static bool valid = false;
 	const auto now = std::chrono::steady_clock::now();
-	std::lock_guard<std::mutex> guard(lock);
+	std::lock_guard<Mutex> guard(lock);
 	const bool same = valid && found_with.iface == params.iface && found_with.ipv6 == params.ipv6 &&
 			  found_with.inline_probe == params.inline_probe;
 	if (!same || now - when > std::chrono::milliseconds(kDiscoveryReuseMs)) {

@@ -251,7 +251,7 @@ bool Domain::cqs_resize()
 
 MemoryWindows *Domain::memory_windows()
 {
-	std::lock_guard<std::mutex> guard(windows_lock);
+	std::lock_guard<Mutex> guard(windows_lock);
 	if (!windows && windows_capable && !windows_failed) {
 		std::string why;
 		windows = MemoryWindows::open(context, pd.get(), &why);

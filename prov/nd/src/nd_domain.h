@@ -35,7 +35,7 @@ struct Domain {
 	 * on the first region that peers may reach; declared after the cache,
 	 * so that its windows go before the registrations they are bound to. */
 	bool windows_capable;			/* the device has type 1 windows */
-	std::mutex windows_lock;
+	Mutex windows_lock{LockRank::domain_windows};
 	std::unique_ptr<MemoryWindows> windows;
 	bool windows_failed;			/* opening them failed: never tried again */
 	ChildCount children;

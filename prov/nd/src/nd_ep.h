@@ -244,8 +244,8 @@ struct DataPath {
 	std::unique_ptr<WorkQueue> sq;
 	std::unique_ptr<WorkQueue> rq;
 	std::unique_ptr<SendBatch> batch;	/* FI_MORE requests not yet posted */
-	OptionalLock tx_lock;
-	OptionalLock rx_lock;
+	OptionalLock tx_lock{LockRank::endpoint_tx};
+	OptionalLock rx_lock{LockRank::endpoint_rx};
 	/* Its state, and the SlowTx bits that send posts out of line (fixed
 	 * at fi_enable, and while FI_MORE holds requests back): one word, so
 	 * that the fast path tests everything it defers with one compare. */

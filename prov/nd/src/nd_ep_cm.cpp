@@ -323,7 +323,7 @@ int Endpoint::connect(const void *addr, const void *param, size_t paramlen)
 		ND_WARN(FI_LOG_EP_CTRL, "fi_connect: bind an EQ first\n");
 		return -FI_ENOEQ;
 	}
-	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	std::lock_guard<Mutex> guard(eq->progress_lock());
 	if (!fsm.enabled() && fsm.state() == EpState::idle) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_connect: call fi_enable first\n");
 		return -FI_EOPBADSTATE;
@@ -392,7 +392,7 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: bind an EQ first\n");
 		return -FI_ENOEQ;
 	}
-	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	std::lock_guard<Mutex> guard(eq->progress_lock());
 	if (!fsm.enabled() && fsm.state() == EpState::idle && conn.has_request) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: call fi_enable first\n");
 		return -FI_EOPBADSTATE;
@@ -457,7 +457,7 @@ int Endpoint::shutdown(uint64_t flags)
 	}
 	if (!eq)
 		return -FI_ENOTCONN;
-	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	std::lock_guard<Mutex> guard(eq->progress_lock());
 	int ret = fsm.begin_shutdown();
 	if (ret) {
 		ND_INFO(FI_LOG_EP_CTRL, "fi_shutdown: the endpoint is %s\n", to_string(fsm.state()));
@@ -502,7 +502,7 @@ int Endpoint::complete_connect()
 {
 	if (!eq)
 		return -FI_ENOTCONN;
-	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	std::lock_guard<Mutex> guard(eq->progress_lock());
 	int ret = fsm.begin_complete();
 	if (ret) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_nd_complete_connect: the endpoint is %s, not waiting to complete\n",
@@ -532,7 +532,7 @@ int Endpoint::reject_connect(const void *param, size_t paramlen)
 	}
 	if (!eq)
 		return -FI_ENOTCONN;
-	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	std::lock_guard<Mutex> guard(eq->progress_lock());
 	if (domain->iwarp && paramlen) {
 		/* MPA's reply ended the exchange: the connection exists, and
 		 * only a disconnect, which carries no data, can end it. */

@@ -142,6 +142,7 @@ void Endpoint::flush_pending_credits() noexcept
  * nothing (no context, no flags, no counter). */
 void Endpoint::write_credits() noexcept
 {
+	assert_held(data.tx_lock, "Endpoint::write_credits");
 	ReceiveCredits *c = data.credits.get();
 	const uint64_t posted = data.rq->head.load(std::memory_order_acquire);
 	if (posted <= c->advertised) {

@@ -192,7 +192,12 @@ int Endpoint::setup_data_path()
 	data.tx_op_flags = tx_attr.op_flags & ~FI_MORE;
 	data.rx_op_flags = rx_attr.op_flags;
 	const bool locked = domain->threading == FI_THREAD_SAFE;
-	data.tx_lock.enable(locked);
+	/* A CQ's poller writes this endpoint's receive credits on its send
+	 * queue (flush_pending_credits, by try_lock): where another thread
+	 * may poll the CQ while this one posts (the CQ locks), so does the
+	 * send queue. */
+	const bool cq_shared = domain->threading == FI_THREAD_ENDPOINT || domain->threading == FI_THREAD_FID;
+	data.tx_lock.enable(locked || (data.credits && cq_shared));
 	data.rx_lock.enable(locked);
 	/* Sends on an endpoint with receive credits look at them first. */
 	data.link.set_slow_tx(static_cast<uint8_t>((locked ? SlowTx::locked : 0) | (bindings.stx() ? SlowTx::shared : 0) |
@@ -260,7 +265,7 @@ void Endpoint::release_queues() noexcept
 		if (!d.cq->drain(*d.queue, kDrainMs) && !d.cq->internal) {
 			if (MultiRecv *const behind = d.queue->multi()) {
 				/* The queue pair goes below: nothing more reaches it. */
-				std::lock_guard<std::mutex> hold(behind->lock);
+				std::lock_guard<Mutex> hold(behind->lock);
 				behind->qp = nullptr;
 			}
 			ND_WARN(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) not flushed yet; the CQ keeps their records\n",

@@ -86,7 +86,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	if (MultiRecv *const behind = data.rq->multi()) {
 		/* Behind a multi-receive buffer (or to become one), in order. */
 		data.rq->commit();
-		std::lock_guard<std::mutex> hold(behind->lock);
+		std::lock_guard<Mutex> hold(behind->lock);
 		int rc;
 		try {
 			rc = behind->submit(&record, sge, static_cast<size_t>(built), multi);
@@ -152,7 +152,7 @@ void Endpoint::post_pending_receives() noexcept
 	if (setup)
 		std::vector<PendingRecv>().swap(setup->pending_recvs);
 	if (MultiRecv *const behind = data.rq ? data.rq->multi() : nullptr) {
-		std::lock_guard<std::mutex> hold(behind->lock);
+		std::lock_guard<Mutex> hold(behind->lock);
 		behind->ready = true;
 		behind->pump();
 	}
@@ -191,10 +191,10 @@ ssize_t Endpoint::cancel(void *context)
 		pending_records.push_back(record_of(p.wr.wr_id));
 	for (OpRecord *&r : pending_records)
 		unposted.push_back(&r);
-	std::unique_lock<std::mutex> hold;
+	std::unique_lock<Mutex> hold;
 	MultiRecv *const behind = data.rq->multi();
 	if (behind) {
-		hold = std::unique_lock<std::mutex>(behind->lock);
+		hold = std::unique_lock<Mutex>(behind->lock);
 		for (MultiRecv::Held &h : behind->held)
 			unposted.push_back(&h.record);
 	}
@@ -245,7 +245,7 @@ void Endpoint::set_min_multi_recv(size_t bytes)
 	bindings.extras_made().min_multi_recv = bytes;
 	std::lock_guard<OptionalLock> guard(data.rx_lock);
 	if (MultiRecv *const behind = data.rq ? data.rq->multi() : nullptr) {
-		std::lock_guard<std::mutex> hold(behind->lock);
+		std::lock_guard<Mutex> hold(behind->lock);
 		behind->min_free = bytes;
 	}
 }

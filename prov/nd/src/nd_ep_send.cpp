@@ -226,6 +226,7 @@ ssize_t Endpoint::post_deferred(const char *call)
  * this takes a device failure). */
 ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
 {
+	assert_held(data.tx_lock, "Endpoint::post_batch");
 	SendBatch &b = *data.batch;
 	ibv_send_wr *first = b.count ? &b.wr[0] : last;
 	if (b.count) {
@@ -294,6 +295,7 @@ ssize_t Endpoint::inject_refused(const void *buf, size_t len, uint64_t remote_ke
  * retires; 0 when there is room now. Under tx_lock. */
 ssize_t Endpoint::make_room(const char *call)
 {
+	assert_held(data.tx_lock, "Endpoint::make_room");
 	WorkQueue &queue = *data.sq;
 	if (queue.full()) {
 		/* Where a signaled request may have completed, the CQ is read

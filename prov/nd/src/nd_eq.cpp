@@ -214,19 +214,21 @@ void EventQueue::wake_locked()
 
 void EventQueue::signal_locked()
 {
+	assert_held(lock_, "EventQueue::signal_locked");
 	if (entries_.size() == 1)
 		wake_locked();
 }
 
 void EventQueue::drain_signal_locked()
 {
+	assert_held(lock_, "EventQueue::drain_signal_locked");
 	if (entries_.empty())
 		wait_fd_.drain();
 }
 
 void EventQueue::push(EqEntry &&entry)
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	entry.from_provider = true;
 	entries_.push_back(std::move(entry));
 	burst_ = burst_ || entries_.size() >= kBurst;
@@ -235,7 +237,7 @@ void EventQueue::push(EqEntry &&entry)
 
 void EventQueue::forget(const fid *object)
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	auto names = [object](const EqEntry &entry) {
 		if (entry.is_error)
 			return entry.from_provider && entry.error.fid == object;
@@ -256,7 +258,7 @@ void EventQueue::forget(const fid *object)
 
 size_t EventQueue::depth()
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	return entries_.size();
 }
 
@@ -279,7 +281,7 @@ ssize_t EventQueue::read(uint32_t *event, void *buf, size_t len, uint64_t flags)
 	if (ret)
 		return ret;
 	progress_if_idle();
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	if (entries_.empty())
 		return -FI_EAGAIN;
 	EqEntry &head = entries_.front();
@@ -323,7 +325,7 @@ ssize_t EventQueue::readerr(fi_eq_err_entry *buf, uint64_t flags)
 		return -FI_EINVAL;
 	}
 	progress_if_idle();
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	if (entries_.empty() || !entries_.front().is_error)
 		return -FI_EAGAIN;
 	EqEntry &head = entries_.front();
@@ -355,6 +357,7 @@ ssize_t EventQueue::readerr(fi_eq_err_entry *buf, uint64_t flags)
 
 void EventQueue::pop_locked() noexcept
 {
+	assert_held(lock_, "EventQueue::pop_locked");
 	entries_.pop_front();
 	/* A burst (thousands of connections set up at once) grew the deque's
 	 * map; once it is read empty the storage goes, so that it does not
@@ -383,7 +386,7 @@ ssize_t EventQueue::write(uint32_t event, const void *buf, size_t len, uint64_t 
 	if (len)
 		entry.data.assign(static_cast<const uint8_t *>(buf),
 				  static_cast<const uint8_t *>(buf) + len);
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	if (entries_.size() >= capacity_) {
 		ND_INFO(FI_LOG_EQ, "fi_eq_write: EQ full (%zu entries)\n", capacity_);
 		return -FI_EAGAIN;

@@ -99,7 +99,7 @@ struct EventQueue {
 	 * rdma_get_cm_event system call on a channel already read empty. */
 	void progress_if_idle();
 	/* Held by dispatch and by the connection calls of objects bound here. */
-	std::mutex &progress_lock() { return progress_lock_; }
+	Mutex &progress_lock() { return progress_lock_; }
 
 	/* Work an object asks of the EQ's next progress, where its CM events
 	 * are handled (under the progress lock): a CQ's poller that learns an
@@ -122,8 +122,8 @@ struct EventQueue {
 	size_t capacity_;
 	WaitFd wait_fd_;			/* eventfd, CM channel, async fds; FI_WAIT_SET joins it */
 	bool watching_async_ = false;		/* wait_fd_ watches the async fds */
-	std::mutex lock_;
-	std::mutex progress_lock_;
+	Mutex lock_{LockRank::eq};
+	Mutex progress_lock_{LockRank::eq_progress};
 	UniqueEventChannel cm_channel_;
 	std::deque<EqEntry> entries_;
 	bool burst_ = false;			/* entries_ held kBurst or more since it was last empty */
@@ -157,7 +157,7 @@ auto under_progress_lock(EventQueue *eq, Fn &&fn) -> decltype(fn())
 {
 	if (!eq)
 		return fn();
-	std::lock_guard<std::mutex> guard(eq->progress_lock());
+	std::lock_guard<Mutex> guard(eq->progress_lock());
 	return fn();
 }
 

@@ -277,7 +277,7 @@ bool Framing::on_message(const ibv_wc &wc, uint8_t *bounce, CompletionSink &sink
 	const size_t length = wc.byte_len - sizeof(frame::Header);
 	const frame::Kind kind = static_cast<frame::Kind>(header.kind);
 	{
-		std::lock_guard<std::mutex> hold(lock);
+		std::lock_guard<Mutex> hold(lock);
 		auto it = std::find_if(posted.begin(), posted.end(), [&](const FramedRecv &r) {
 			return frame::matches(r.tagged, r.tag, r.ignore, kind, header.tag);
 		});
@@ -297,7 +297,7 @@ bool Framing::on_message(const ibv_wc &wc, uint8_t *bounce, CompletionSink &sink
 ssize_t Framing::post(const FramedRecv &recv, CompletionQueue &cq)
 {
 	return cq.complete_now([&](CompletionSink &sink) -> ssize_t {
-		std::unique_lock<std::mutex> hold(lock);
+		std::unique_lock<Mutex> hold(lock);
 		for (uint32_t i = 0; i < unexpected.size(); i++) {
 			const UnexpectedMessages::Message message = unexpected[i];
 			if (!frame::matches(recv.tagged, recv.tag, recv.ignore,
@@ -331,7 +331,7 @@ ssize_t Framing::cancel(void *context, CompletionQueue &cq)
 {
 	FramedRecv canceled;
 	{
-		std::lock_guard<std::mutex> hold(lock);
+		std::lock_guard<Mutex> hold(lock);
 		auto it = std::find_if(posted.begin(), posted.end(),
 				       [&](const FramedRecv &r) { return r.context == context; });
 		if (it == posted.end()) {
@@ -350,7 +350,7 @@ ssize_t Framing::cancel(void *context, CompletionQueue &cq)
 
 void Framing::on_end(CompletionSink &sink) noexcept
 {
-	std::lock_guard<std::mutex> hold(lock);
+	std::lock_guard<Mutex> hold(lock);
 	while (!posted.empty()) {
 		const FramedRecv recv = posted.front();
 		posted.pop_front(); /* frees, never allocates */
@@ -370,7 +370,7 @@ void Framing::cancel_all(CompletionQueue &cq) noexcept
 {
 	cq.complete_now([&](CompletionSink &sink) -> ssize_t {
 		{
-			std::lock_guard<std::mutex> hold(lock);
+			std::lock_guard<Mutex> hold(lock);
 			unexpected.clear(); /* held buffers go with the endpoint */
 		}
 		on_end(sink);

@@ -169,7 +169,7 @@ struct Framing final : PlacedReceiver {
 	void *owner = nullptr;
 	uint32_t posted_limit;		/* application receives waiting at most */
 
-	std::mutex lock;
+	Mutex lock{LockRank::framing};
 	std::deque<FramedRecv> posted;	/* in posting order */
 	UnexpectedMessages unexpected;	/* under lock */
 

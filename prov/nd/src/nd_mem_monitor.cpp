@@ -27,8 +27,8 @@ constexpr size_t kMaxListeners = 64;
 struct Monitor {
 	/* Starting and stopping load libraries and install hooks, which may
 	 * unmap memory and so call on_vm_unmapped: under their own lock. */
-	std::mutex start_lock;
-	std::mutex lock;			/* the listeners; held while they are called */
+	Mutex start_lock{LockRank::monitor_start};
+	Mutex lock{LockRank::monitor};			/* the listeners; held while they are called */
 	std::array<UnmapListener *, kMaxListeners> listeners{};
 	bool tried = false;
 	bool running = false;
@@ -71,7 +71,7 @@ void on_vm_unmapped(ucm_event_type_t, ucm_event_t *event, void *) noexcept
 	const uintptr_t start = reinterpret_cast<uintptr_t>(event->vm_unmapped.address);
 	const size_t length = event->vm_unmapped.size;
 	Monitor &m = monitor();
-	std::lock_guard<std::mutex> guard(m.lock);
+	std::lock_guard<Mutex> guard(m.lock);
 	for (UnmapListener *listener : m.listeners)
 		if (listener)
 			listener->on_unmap(start, length);
@@ -144,7 +144,7 @@ bool start_ucm(Monitor &m)
 bool mem_monitor_start(std::string *why)
 {
 	Monitor &m = monitor();
-	std::lock_guard<std::mutex> guard(m.start_lock);
+	std::lock_guard<Mutex> guard(m.start_lock);
 	if (!m.tried) {
 		m.tried = true;
 #ifdef HAVE_UCM_API_UCM_H
@@ -165,7 +165,7 @@ bool mem_monitor_start(std::string *why)
 bool mem_monitor_subscribe(UnmapListener *listener) noexcept
 {
 	Monitor &m = monitor();
-	std::lock_guard<std::mutex> guard(m.lock);
+	std::lock_guard<Mutex> guard(m.lock);
 	for (UnmapListener *&slot : m.listeners) {
 		if (!slot) {
 			slot = listener;
@@ -178,7 +178,7 @@ bool mem_monitor_subscribe(UnmapListener *listener) noexcept
 void mem_monitor_unsubscribe(UnmapListener *listener) noexcept
 {
 	Monitor &m = monitor();
-	std::lock_guard<std::mutex> guard(m.lock);
+	std::lock_guard<Mutex> guard(m.lock);
 	for (UnmapListener *&slot : m.listeners)
 		if (slot == listener)
 			slot = nullptr;
@@ -187,7 +187,7 @@ void mem_monitor_unsubscribe(UnmapListener *listener) noexcept
 void mem_monitor_stop() noexcept
 {
 	Monitor &m = monitor();
-	std::lock_guard<std::mutex> guard(m.start_lock);
+	std::lock_guard<Mutex> guard(m.start_lock);
 #ifdef HAVE_UCM_API_UCM_H
 	if (m.running)
 		m.unset_handler(UCM_EVENT_VM_UNMAPPED, on_vm_unmapped, nullptr);

@@ -16,14 +16,14 @@ RegistrationCache::~RegistrationCache()
 {
 	if (watching_)
 		mem_monitor_unsubscribe(this);
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	while (!idle_.empty())
 		destroy_locked(idle_.back());
 }
 
 void RegistrationCache::on_unmap(uintptr_t start, size_t length) noexcept
 {
-	std::lock_guard<std::mutex> guard(unmapped_lock_);
+	std::lock_guard<Mutex> guard(unmapped_lock_);
 	if (unmapped_count_ == unmapped_.size()) {
 		unmapped_overflow_ = true;
 		return;
@@ -33,6 +33,7 @@ void RegistrationCache::on_unmap(uintptr_t start, size_t length) noexcept
 
 void RegistrationCache::apply_unmapped_locked() noexcept
 {
+	assert_held(lock_, "RegistrationCache::apply_unmapped_locked");
 	/* Deregistering can free memory and so report more ranges: loop until
 	 * none is left. */
 	for (;;) {
@@ -40,7 +41,7 @@ void RegistrationCache::apply_unmapped_locked() noexcept
 		size_t count;
 		bool overflow;
 		{
-			std::lock_guard<std::mutex> guard(unmapped_lock_);
+			std::lock_guard<Mutex> guard(unmapped_lock_);
 			count = unmapped_count_;
 			overflow = unmapped_overflow_;
 			for (size_t i = 0; i < count; i++)
@@ -59,6 +60,7 @@ void RegistrationCache::apply_unmapped_locked() noexcept
 
 void RegistrationCache::invalidate_locked(uintptr_t start, uintptr_t end) noexcept
 {
+	assert_held(lock_, "RegistrationCache::invalidate_locked");
 	/* Entries that overlap start at most `longest_` bytes before `start`. */
 	auto it = index_.lower_bound(start > longest_ ? start - longest_ : 0);
 	while (it != index_.end() && it->first < end) {
@@ -77,6 +79,7 @@ void RegistrationCache::invalidate_locked(uintptr_t start, uintptr_t end) noexce
 RegistrationCache::Entry *RegistrationCache::find_locked(uintptr_t start, uintptr_t end,
 							 int access, bool exact) noexcept
 {
+	assert_held(lock_, "RegistrationCache::find_locked");
 	if (exact) {
 		auto range = index_.equal_range(start);
 		for (auto it = range.first; it != range.second; ++it) {
@@ -98,6 +101,7 @@ RegistrationCache::Entry *RegistrationCache::find_locked(uintptr_t start, uintpt
 
 void RegistrationCache::unindex_locked(Entry *entry) noexcept
 {
+	assert_held(lock_, "RegistrationCache::unindex_locked");
 	if (!entry->indexed)
 		return;
 	auto range = index_.equal_range(entry->start);
@@ -113,6 +117,7 @@ void RegistrationCache::unindex_locked(Entry *entry) noexcept
 
 void RegistrationCache::destroy_locked(Entry *entry) noexcept
 {
+	assert_held(lock_, "RegistrationCache::destroy_locked");
 	if (entry->idle) {
 		idle_.erase(entry->idle_at);
 		entry->idle = false;
@@ -124,6 +129,7 @@ void RegistrationCache::destroy_locked(Entry *entry) noexcept
 
 void RegistrationCache::evict_idle_locked(size_t keep) noexcept
 {
+	assert_held(lock_, "RegistrationCache::evict_idle_locked");
 	while (idle_.size() > keep) {
 		evictions_++;
 		destroy_locked(idle_.back());
@@ -134,6 +140,7 @@ void RegistrationCache::evict_idle_locked(size_t keep) noexcept
  * cannot fit beside the entries in use. */
 bool RegistrationCache::make_room_locked(size_t length) noexcept
 {
+	assert_held(lock_, "RegistrationCache::make_room_locked");
 	if (length > limits_.max_bytes || limits_.max_count == 0)
 		return false;
 	while (index_.size() + 1 > limits_.max_count || indexed_bytes_ + length > limits_.max_bytes) {
@@ -148,6 +155,7 @@ bool RegistrationCache::make_room_locked(size_t length) noexcept
 RegistrationCache::Entry *RegistrationCache::register_locked(uintptr_t start, uintptr_t end, int access,
 							     int *err)
 {
+	assert_held(lock_, "RegistrationCache::register_locked");
 	auto *entry = new (std::nothrow) Entry;
 	if (!entry) {
 		*err = ENOMEM;
@@ -184,7 +192,7 @@ RegistrationCache::Entry *RegistrationCache::acquire(const void *addr, size_t le
 		length = 1;
 	const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
 	const uintptr_t end = start + length;
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	apply_unmapped_locked();
 	if (Entry *entry = find_locked(start, end, access, exact)) {
 		hits_++;
@@ -220,7 +228,7 @@ RegistrationCache::Entry *RegistrationCache::acquire(const void *addr, size_t le
 
 void RegistrationCache::release(Entry *entry, bool reusable) noexcept
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	apply_unmapped_locked();
 	if (!reusable)
 		unindex_locked(entry);
@@ -243,7 +251,7 @@ void RegistrationCache::release(Entry *entry, bool reusable) noexcept
 
 void RegistrationCache::stats(fi_nd_mr_cache_stats *out)
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	apply_unmapped_locked();
 	out->hits = hits_;
 	out->misses = misses_;

@@ -26,6 +26,7 @@
 #ifndef ND_MR_CACHE_H
 #define ND_MR_CACHE_H
 
+#include "nd.h"
 #include "nd_mem_monitor.h"
 #include "nd_verbs.h"
 
@@ -101,7 +102,7 @@ private:
 	const Registrar registrar_;
 	const Limits limits_;
 	bool watching_ = false;
-	std::mutex lock_;
+	Mutex lock_{LockRank::mr_cache};
 	std::multimap<uintptr_t, Entry *> index_;	/* by start */
 	std::list<Entry *> idle_;			/* most recently used first */
 	size_t longest_ = 0;				/* longest entry ever indexed */
@@ -110,7 +111,7 @@ private:
 
 	/* Ranges the monitor reported, not yet applied. A full array makes the
 	 * next operation treat every entry as unmapped. */
-	std::mutex unmapped_lock_;
+	Mutex unmapped_lock_{LockRank::mr_cache_unmapped};
 	std::array<std::pair<uintptr_t, uintptr_t>, 32> unmapped_{};
 	size_t unmapped_count_ = 0;
 	bool unmapped_overflow_ = false;

@@ -64,6 +64,7 @@ int MultiRecv::post_rest() noexcept
 
 MultiRecv::Placed MultiRecv::complete(OpRecord &record, const ibv_wc &wc) noexcept
 {
+	assert_held(lock, "MultiRecv::complete");
 	if (&record != active) {
 		/* Only the active buffer has a request on the device. */
 		ND_WARN(FI_LOG_CQ, "multi-receive: a completion for record %p, which is not the buffer being filled\n",
@@ -89,6 +90,7 @@ MultiRecv::Placed MultiRecv::complete(OpRecord &record, const ibv_wc &wc) noexce
 
 void MultiRecv::pump() noexcept
 {
+	assert_held(lock, "MultiRecv::pump");
 	while (!active && ready && !held.empty()) {
 		Held next = std::move(held.front());
 		held.pop_front();

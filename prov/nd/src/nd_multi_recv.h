@@ -56,7 +56,7 @@ struct MultiRecv {
 		bool multi;
 	};
 
-	std::mutex lock;
+	Mutex lock{LockRank::multi_recv};
 	/* Where work requests go: the queue pair or the SRQ (null once
 	 * destroyed: what then waits here never reaches the device). */
 	ibv_qp *qp = nullptr;

@@ -221,7 +221,7 @@ bool MemoryWindows::discard_locked(ibv_mw *window) noexcept
 
 ibv_mw *MemoryWindows::expose(ibv_mr *mr, const void *addr, size_t length, int access, int *err)
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	if (broken_) {
 		*err = EIO;
 		return nullptr;
@@ -248,7 +248,7 @@ ibv_mw *MemoryWindows::expose(ibv_mr *mr, const void *addr, size_t length, int a
 
 bool MemoryWindows::revoke(ibv_mw *window, ibv_mr *mr) noexcept
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	if (!broken_ && bind_and_wait_locked(window, mr, 0, 0, 0) == 0) {
 		try {
 			free_.push_back(window);

@@ -27,6 +27,7 @@
 #ifndef ND_MW_H
 #define ND_MW_H
 
+#include "nd.h"
 #include "nd_verbs.h"
 
 #include <memory>
@@ -68,7 +69,7 @@ private:
 	 * device refused. */
 	bool discard_locked(ibv_mw *window) noexcept;
 
-	std::mutex lock_;
+	Mutex lock_{LockRank::memory_windows};
 	UniqueCq cq_;
 	UniqueQp qp_;
 	ibv_pd *pd_ = nullptr;

@@ -29,12 +29,12 @@ namespace {
  * process: copies of a nic may share the pointer without either owning it.
  * There is one per distinct value (a few per adapter), kept in a registry.
  */
-std::mutex registry_lock;
+Mutex registry_lock{LockRank::nic_registry};
 std::list<fi_nd_nic_attr> registry;
 
 const fi_nd_nic_attr *intern(const fi_nd_nic_attr &attr)
 {
-	std::lock_guard<std::mutex> guard(registry_lock);
+	std::lock_guard<Mutex> guard(registry_lock);
 	for (const fi_nd_nic_attr &known : registry)
 		if (std::memcmp(&known, &attr, sizeof(attr)) == 0)
 			return &known;
@@ -44,7 +44,7 @@ const fi_nd_nic_attr *intern(const fi_nd_nic_attr &attr)
 
 bool is_interned(const void *attr)
 {
-	std::lock_guard<std::mutex> guard(registry_lock);
+	std::lock_guard<Mutex> guard(registry_lock);
 	for (const fi_nd_nic_attr &known : registry)
 		if (&known == attr)
 			return true;

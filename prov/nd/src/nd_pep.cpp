@@ -63,7 +63,7 @@ fi_info *request_info(PassiveEndpoint *pep, ConnRequest *request)
 int make_request_info(void *arg, fi_info **out) noexcept
 {
 	auto *request = static_cast<ConnRequest *>(arg);
-	std::lock_guard<std::mutex> guard(request_lock);
+	std::lock_guard<Mutex> guard(request_lock);
 	if (!live_requests.count(request))
 		return -FI_ENOENT;
 	try {
@@ -129,14 +129,14 @@ void on_connect_request(PassiveEndpoint *pep, const CmEventCopy &event)
 	ConnRequest *raw = request.release();
 	try {
 		{
-			std::lock_guard<std::mutex> guard(request_lock);
+			std::lock_guard<Mutex> guard(request_lock);
 			live_requests.insert(raw);
 			pep->pending.push_back(raw);
 		}
 		pep->eq->push(std::move(entry));
 	} catch (...) {
 		{
-			std::lock_guard<std::mutex> guard(request_lock);
+			std::lock_guard<Mutex> guard(request_lock);
 			live_requests.erase(raw);
 			pep->pending.remove(raw);
 		}
@@ -186,7 +186,7 @@ void pep_cm_event(void *owner, const CmEventCopy &event)
 ConnRequest *unlist_request(fid *handle, PassiveEndpoint *pep)
 {
 	auto *request = reinterpret_cast<ConnRequest *>(handle);
-	std::lock_guard<std::mutex> guard(request_lock);
+	std::lock_guard<Mutex> guard(request_lock);
 	if (!handle || !live_requests.count(request) || (pep && request->pep != pep))
 		return nullptr;
 	live_requests.erase(request);
@@ -200,7 +200,7 @@ ConnRequest *take_request(fid *handle, const std::function<bool(ConnRequest &)> 
 	 * handler of the request runs while it changes hands. */
 	EventQueue *eq = nullptr;
 	{
-		std::lock_guard<std::mutex> guard(request_lock);
+		std::lock_guard<Mutex> guard(request_lock);
 		auto *request = reinterpret_cast<ConnRequest *>(handle);
 		if (handle && live_requests.count(request))
 			eq = request->pep->eq;
@@ -209,7 +209,7 @@ ConnRequest *take_request(fid *handle, const std::function<bool(ConnRequest &)> 
 		ND_WARN(FI_LOG_EP_CTRL, "info->handle is not a live connection request\n");
 		return nullptr;
 	}
-	std::lock_guard<std::mutex> progress(eq->progress_lock());
+	std::lock_guard<Mutex> progress(eq->progress_lock());
 	ConnRequest *request = unlist_request(handle, nullptr);
 	if (!request) {
 		ND_WARN(FI_LOG_EP_CTRL, "info->handle is not a live connection request\n");
@@ -300,7 +300,7 @@ int pep_listen(fid_pep *fpep) noexcept
 			ND_WARN(FI_LOG_EP_CTRL, "fi_listen: bind an EQ first\n");
 			return -FI_ENOEQ;
 		}
-		std::lock_guard<std::mutex> guard(pep->eq->progress_lock());
+		std::lock_guard<Mutex> guard(pep->eq->progress_lock());
 		if (pep->listening) {
 			ND_WARN(FI_LOG_EP_CTRL, "fi_listen: already listening\n");
 			return -FI_EOPBADSTATE;
@@ -340,7 +340,7 @@ int pep_reject(fid_pep *fpep, fid_t handle, const void *param, size_t paramlen) 
 		}
 		if (!pep->eq)
 			return -FI_ENOEQ;
-		std::lock_guard<std::mutex> guard(pep->eq->progress_lock());
+		std::lock_guard<Mutex> guard(pep->eq->progress_lock());
 		ConnRequest *request = unlist_request(handle, pep);
 		if (!request) {
 			ND_WARN(FI_LOG_EP_CTRL, "fi_reject: not a pending request of this listener\n");
@@ -456,7 +456,7 @@ int PassiveEndpoint::close()
 	auto teardown = [&] {
 		std::list<ConnRequest *> doomed;
 		{
-			std::lock_guard<std::mutex> guard(request_lock);
+			std::lock_guard<Mutex> guard(request_lock);
 			doomed.swap(pending);
 			for (ConnRequest *request : doomed)
 				live_requests.erase(request);
@@ -466,7 +466,7 @@ int PassiveEndpoint::close()
 		cm.reset();
 	};
 	{
-		std::lock_guard<std::mutex> guard(request_lock);
+		std::lock_guard<Mutex> guard(request_lock);
 		live_peps.erase(this);
 	}
 	teardown_and_unbind(eq, &pep.fid, teardown);
@@ -481,7 +481,7 @@ int PassiveEndpoint::close()
  * object, or a closed one. */
 PassiveEndpoint *live_pep(const fid *handle)
 {
-	std::lock_guard<std::mutex> guard(request_lock);
+	std::lock_guard<Mutex> guard(request_lock);
 	auto *pep = reinterpret_cast<PassiveEndpoint *>(const_cast<fid *>(handle));
 	return handle && live_peps.count(pep) ? pep : nullptr;
 }
@@ -496,9 +496,9 @@ int with_live_pep(const fid *handle, Fn fn)
 	PassiveEndpoint *pep = live_pep(handle);
 	if (!pep)
 		return -FI_ENOENT;
-	std::unique_lock<std::mutex> progress;
+	std::unique_lock<Mutex> progress;
 	if (pep->eq)
-		progress = std::unique_lock<std::mutex>(pep->eq->progress_lock());
+		progress = std::unique_lock<Mutex>(pep->eq->progress_lock());
 	return fn(pep);
 }
 
@@ -564,7 +564,7 @@ int open_passive_ep(fid_fabric *f, fi_info *info, fid_pep **out, void *context) 
 		pep->bound = false;
 		pep->listening = false;
 		{
-			std::lock_guard<std::mutex> guard(request_lock);
+			std::lock_guard<Mutex> guard(request_lock);
 			live_peps.insert(pep.get());
 		}
 		fabric->children.acquire();

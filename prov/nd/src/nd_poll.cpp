@@ -45,7 +45,7 @@ int PollSet::add(fid *member)
 			member->fclass);
 		return -FI_EINVAL;
 	}
-	std::lock_guard<std::mutex> guard(lock);
+	std::lock_guard<Mutex> guard(lock);
 	if (std::any_of(members.begin(), members.end(), [&](const Member &x) { return same(x, member); })) {
 		ND_WARN(FI_LOG_DOMAIN, "fi_poll_add: already in the poll set\n");
 		return -FI_EALREADY;
@@ -60,7 +60,7 @@ int PollSet::add(fid *member)
 
 int PollSet::del(fid *member)
 {
-	std::lock_guard<std::mutex> guard(lock);
+	std::lock_guard<Mutex> guard(lock);
 	auto it = std::find_if(members.begin(), members.end(),
 			       [&](const Member &x) { return same(x, member); });
 	if (it == members.end()) {
@@ -81,7 +81,7 @@ int PollSet::poll(void **context, int count)
 		ND_WARN(FI_LOG_DOMAIN, "fi_poll: %d contexts into %p\n", count, static_cast<void *>(context));
 		return -FI_EINVAL;
 	}
-	std::lock_guard<std::mutex> guard(lock);
+	std::lock_guard<Mutex> guard(lock);
 	int found = 0;
 	for (Member &m : members) {
 		if (found == count)
@@ -106,7 +106,7 @@ int PollSet::poll(void **context, int count)
 int PollSet::close()
 {
 	{
-		std::lock_guard<std::mutex> guard(lock);
+		std::lock_guard<Mutex> guard(lock);
 		for (Member &m : members) {
 			if (m.cq)
 				m.cq->bound.release();

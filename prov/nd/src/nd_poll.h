@@ -37,7 +37,7 @@ struct PollSet {
 		uint64_t seen_value = 0;	/* counter counts last reported */
 		uint64_t seen_errors = 0;
 	};
-	std::mutex lock;
+	Mutex lock{LockRank::poll_set};
 	std::vector<Member> members;
 
 	int add(fid *member);

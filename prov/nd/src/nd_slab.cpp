@@ -56,7 +56,7 @@ SlabPool::~SlabPool()
 
 size_t SlabPool::mapped_slabs() const noexcept
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	return mapped_;
 }
 
@@ -104,7 +104,7 @@ void *SlabPool::allocate()
 #ifdef ND_SLAB_USES_HEAP
 	return ::operator new(object_size_);
 #else
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	Slab *slab = with_room_;
 	if (!slab) {
 		if (spare_) {
@@ -138,7 +138,7 @@ void SlabPool::deallocate(void *object) noexcept
 	if (!object)
 		return;
 	auto *slab = reinterpret_cast<Slab *>(reinterpret_cast<uintptr_t>(object) & ~(kSlabBytes - 1));
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard<Mutex> guard(lock_);
 	*static_cast<void **>(object) = slab->free;
 	slab->free = object;
 	if (!slab->linked)

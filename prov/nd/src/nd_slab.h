@@ -19,6 +19,8 @@
 #ifndef ND_SLAB_H
 #define ND_SLAB_H
 
+#include "nd.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -57,7 +59,7 @@ private:
 
 	const size_t object_size_;
 	const size_t per_slab_;
-	mutable std::mutex lock_;
+	mutable Mutex lock_{LockRank::slab};
 	Slab *with_room_ = nullptr;	/* slabs with a free object, in a list */
 	Slab *spare_ = nullptr;		/* an empty slab kept, its pages returned */
 	size_t mapped_ = 0;

@@ -102,7 +102,7 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 	int rc;
 	{
 		MultiRecv *const behind = queue.multi(); /* made above, kept until close */
-		std::lock_guard<std::mutex> hold(behind->lock);
+		std::lock_guard<Mutex> hold(behind->lock);
 		try {
 			rc = behind->submit(record, sge, count, multi);
 		} catch (const std::bad_alloc &) {
@@ -123,7 +123,7 @@ void SharedRx::set_min_multi_recv(size_t bytes)
 	std::lock_guard<OptionalLock> guard(lock);
 	min_multi_recv = bytes;
 	if (MultiRecv *const behind = queue.multi()) {
-		std::lock_guard<std::mutex> hold(behind->lock);
+		std::lock_guard<Mutex> hold(behind->lock);
 		behind->min_free = bytes;
 	}
 }

@@ -30,7 +30,7 @@ struct SharedRx {
 	fid_ep ep;				/* first: from_fid<SharedRx> */
 	Domain *domain;
 	UniqueSrq srq;
-	OptionalLock lock;			/* before queue, which points at it */
+	OptionalLock lock{LockRank::shared_rx};			/* before queue, which points at it */
 	WorkQueue queue;			/* a pool of records; the ring is not used */
 	uint32_t iov_limit;
 	uint64_t op_flags;			/* fi_recv's and fi_recvv's flags */

@@ -24,7 +24,7 @@ namespace nd {
 
 namespace {
 
-std::mutex topology_lock;
+Mutex topology_lock{LockRank::topology};
 hwloc_topology_t topology = nullptr;
 bool topology_tried = false;
 
@@ -32,7 +32,7 @@ bool topology_tried = false;
  * load one. Released by release_topology() when libfabric unloads us. */
 hwloc_topology_t process_topology()
 {
-	std::lock_guard<std::mutex> guard(topology_lock);
+	std::lock_guard<Mutex> guard(topology_lock);
 	if (topology_tried)
 		return topology;
 	topology_tried = true;
@@ -77,7 +77,7 @@ Locality locality_of(const Adapter &adapter, hwloc_const_bitmap_t thread_cpus)
 
 void release_topology() noexcept
 {
-	std::lock_guard<std::mutex> guard(topology_lock);
+	std::lock_guard<Mutex> guard(topology_lock);
 	if (topology)
 		hwloc_topology_destroy(topology);
 	topology = nullptr;

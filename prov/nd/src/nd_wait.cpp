@@ -36,7 +36,7 @@ WaitSet::~WaitSet()
 
 int WaitSet::add(fid *member, int member_fd)
 {
-	std::lock_guard<std::mutex> guard(lock);
+	std::lock_guard<Mutex> guard(lock);
 	members.push_back(member);
 	epoll_event ev{};
 	ev.events = EPOLLIN;
@@ -52,7 +52,7 @@ int WaitSet::add(fid *member, int member_fd)
 
 void WaitSet::remove(fid *member, int member_fd) noexcept
 {
-	std::lock_guard<std::mutex> guard(lock);
+	std::lock_guard<Mutex> guard(lock);
 	members.erase(std::remove(members.begin(), members.end(), member), members.end());
 	epoll_ctl(epoll_fd, EPOLL_CTL_DEL, member_fd, nullptr);
 }
@@ -64,7 +64,7 @@ int WaitSet::wait_for(int timeout_ms)
 		{
 			/* Members cannot close under us: they leave under this
 			 * lock, and trywait takes only their own locks. */
-			std::lock_guard<std::mutex> guard(lock);
+			std::lock_guard<Mutex> guard(lock);
 			for (fid *member : members) {
 				int rc = try_member(member);
 				if (rc == -FI_EAGAIN)
@@ -90,7 +90,7 @@ int WaitSet::wait_for(int timeout_ms)
 int WaitSet::close()
 {
 	{
-		std::lock_guard<std::mutex> guard(lock);
+		std::lock_guard<Mutex> guard(lock);
 		if (!members.empty()) {
 			ND_WARN(FI_LOG_FABRIC, "fi_close(wait): %zu CQ(s)/EQ(s)/counter(s) still use the set\n",
 				members.size());

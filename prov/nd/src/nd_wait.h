@@ -32,7 +32,7 @@ struct WaitSet {
 	fid_wait wait;				/* first: from_fid<WaitSet> */
 	Fabric *fabric;
 	int epoll_fd = -1;
-	std::mutex lock;
+	Mutex lock{LockRank::wait_set};
 	std::vector<fid *> members;		/* CQs, EQs and counters */
 
 	explicit WaitSet(Fabric *f) : wait{}, fabric(f) {}

@@ -224,7 +224,7 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *p
 	if (placed_by_nd && multi) {
 		/* A message in a multi-receive buffer: the slot stays the
 		 * buffer's until it is released (then FI_MULTI_RECV says so). */
-		std::lock_guard<std::mutex> guard(multi->lock);
+		std::lock_guard<Mutex> guard(multi->lock);
 		const MultiRecv::Placed where = multi->complete(record, wc);
 		if (placement)
 			placement->buf = where.buf;

@@ -75,6 +75,15 @@ void operator delete(void *p, std::size_t, std::align_val_t) noexcept { std::fre
 void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace nd;
+
+/* CompletionQueue::complete runs under the CQ's lock, as its read holds
+ * it (debug builds check). */
+template <typename Cq>
+static bool complete_locked(Cq &cq, const ibv_wc &wc, CqEntry *out)
+{
+	std::lock_guard<OptionalLock> hold(cq->lock);
+	return cq->complete(wc, out);
+}
 using nd::test::completion_of;
 using nd::test::post;
 
@@ -225,10 +234,10 @@ Test(completion_path, successes_failures_flushes_and_counters_allocate_nothing)
 	bool reported[4];
 	{
 		AllocationCount count;
-		reported[0] = cq->complete(completion_of(a, IBV_WC_SUCCESS, IBV_WC_SEND), &entries[0]);
-		reported[1] = cq->complete(completion_of(b, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND), &entries[1]);
-		reported[2] = cq->complete(completion_of(c, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND), &entries[2]);
-		reported[3] = cq->complete(completion_of(d, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND), &entries[3]);
+		reported[0] = complete_locked(cq, completion_of(a, IBV_WC_SUCCESS, IBV_WC_SEND), &entries[0]);
+		reported[1] = complete_locked(cq, completion_of(b, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND), &entries[1]);
+		reported[2] = complete_locked(cq, completion_of(c, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND), &entries[2]);
+		reported[3] = complete_locked(cq, completion_of(d, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND), &entries[3]);
 		cr_assert_eq(count.made(), 0u, "completing allocated %u times", count.made());
 	}
 	cr_assert(reported[0]);
@@ -265,8 +274,8 @@ Test(completion_path, a_multi_receive_buffer_allocates_nothing)
 	CqEntry first, last;
 	{
 		AllocationCount count;
-		cr_assert(cq->complete(completion_of(record, IBV_WC_SUCCESS, IBV_WC_RECV, 40), &first));
-		cr_assert(cq->complete(completion_of(record, IBV_WC_SUCCESS, IBV_WC_RECV, 50), &last));
+		cr_assert(complete_locked(cq, completion_of(record, IBV_WC_SUCCESS, IBV_WC_RECV, 40), &first));
+		cr_assert(complete_locked(cq, completion_of(record, IBV_WC_SUCCESS, IBV_WC_RECV, 50), &last));
 		cr_assert_eq(count.made(), 0u, "completing allocated %u times", count.made());
 	}
 	cr_assert_eq(first.buf, buffer);
@@ -290,11 +299,11 @@ Test(completion_path, framed_messages_matched_kept_truncated_and_ended_allocate_
 	{
 		AllocationCount count;
 		/* Matched: copied into its receive, the buffer given back. */
-		reported[0] = cq->complete(f.message(*f.in_adapter[0], frame::Kind::tagged, 0x10, hello, sizeof(hello)), &entry);
+		reported[0] = complete_locked(cq, f.message(*f.in_adapter[0], frame::Kind::tagged, 0x10, hello, sizeof(hello)), &entry);
 		/* Unexpected: no receive for tag 0x99; copied aside. */
-		reported[1] = cq->complete(f.message(*f.in_adapter[1], frame::Kind::tagged, 0x99, hello, 5), &entry);
+		reported[1] = complete_locked(cq, f.message(*f.in_adapter[1], frame::Kind::tagged, 0x99, hello, 5), &entry);
 		/* Truncated: an FI_ETRUNC error entry with the bytes that fit. */
-		reported[2] = cq->complete(f.message(*f.in_adapter[2], frame::Kind::tagged, 0x11, longer, sizeof(longer)), &entry);
+		reported[2] = complete_locked(cq, f.message(*f.in_adapter[2], frame::Kind::tagged, 0x11, longer, sizeof(longer)), &entry);
 		cr_assert_eq(count.made(), 0u, "completing allocated %u times", count.made());
 	}
 	cr_assert_not(reported[0] || reported[1] || reported[2], "framed entries go through the sink");
@@ -330,7 +339,7 @@ Test(completion_path, framed_messages_matched_kept_truncated_and_ended_allocate_
 		AllocationCount count;
 		ibv_wc wc = completion_of(*f.in_adapter[3], IBV_WC_SUCCESS, IBV_WC_RECV, 3);
 		std::memcpy(f.in_adapter[3]->context, "bad", 3);
-		cr_assert_not(cq->complete(wc, &entry));
+		cr_assert_not(complete_locked(cq, wc, &entry));
 		cr_assert_eq(count.made(), 0u, "ending the connection allocated %u times", count.made());
 	}
 	cr_assert_eq(f.link.state(), LinkState::broken);
@@ -350,7 +359,7 @@ Test(completion_path, each_enable_keeps_room_for_every_error_still_to_come)
 	for (int i = 0; i < 6; i++) {
 		OpRecord &r = post(sends, ctx(i), FI_SEND | FI_MSG);
 		AllocationCount count;
-		cr_assert_not(cq->complete(completion_of(r, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND), &entry));
+		cr_assert_not(complete_locked(cq, completion_of(r, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND), &entry));
 		cr_assert_eq(count.made(), 0u);
 	}
 	cr_assert_eq(cq->errors.size(), 6u, "none dropped");

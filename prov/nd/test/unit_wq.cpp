@@ -467,7 +467,7 @@ Test(multi_recv, a_flush_releases_the_buffer_and_what_waited_behind_it_follows)
 	OpRecord &plain = post_recv(queue, ctx(3), c, sizeof(c), false);
 	cr_assert(posted.empty());
 	{
-		std::lock_guard<std::mutex> hold(queue.multi()->lock);
+		std::lock_guard<Mutex> hold(queue.multi()->lock);
 		queue.multi()->ready = true;
 		queue.multi()->pump();
 	}
@@ -488,7 +488,7 @@ Test(multi_recv, a_flush_releases_the_buffer_and_what_waited_behind_it_follows)
 
 Test(work_queue, a_shared_receive_pool_takes_slots_back_in_any_order)
 {
-	OptionalLock lock;
+	OptionalLock lock{LockRank::shared_rx};
 	WorkQueue queue(QueueKind::shared_recv, 3);
 	queue.set_pool_lock(&lock);
 	cr_assert_eq(queue.free_slots().size(), 3u);
