@@ -257,12 +257,7 @@ int CompletionQueue::open(Domain *domain, const fi_cq_attr *attr, void *context,
 	cq->waitable = waitable;
 	cq->vector = vector;
 	cq->reserved = 0;
-	/* Unlocked only where the application serializes every use of the
-	 * endpoints that share it with the CQ itself (FI_THREAD_DOMAIN,
-	 * FI_THREAD_COMPLETION). Under FI_THREAD_FID an endpoint's post that
-	 * finds its ring full reads this CQ while another thread may. */
-	cq->lock.enable(domain->threading == FI_THREAD_SAFE || domain->threading == FI_THREAD_ENDPOINT ||
-			domain->threading == FI_THREAD_FID);
+	cq->lock.enable(domain->shared_objects_lock());
 	/* The wait objects come on first use (make_wait_objects), but a wait
 	 * set nests the CQ's wait fd now. */
 	if (wait_set)

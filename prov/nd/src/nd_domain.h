@@ -62,6 +62,16 @@ struct Domain {
 	 * gives up on a silent peer by itself (retry count below 7). */
 	int stall_timeout_s;
 	fi_threading threading;
+	/* Whether objects several endpoints share (a CQ, a shared receive
+	 * context) may be used by another thread while an endpoint posts:
+	 * all but FI_THREAD_DOMAIN and FI_THREAD_COMPLETION, where the
+	 * application serializes every use of them with their endpoints.
+	 * Under FI_THREAD_FID a post that finds its ring full reads its CQ
+	 * while another thread may. Such objects lock. */
+	bool shared_objects_lock() const noexcept
+	{
+		return threading != FI_THREAD_DOMAIN && threading != FI_THREAD_COMPLETION;
+	}
 	/* The API version the application asked for (its fabric's), which
 	 * the domain's children follow. */
 	uint32_t api_version;

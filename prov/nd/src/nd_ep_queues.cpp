@@ -196,8 +196,7 @@ int Endpoint::setup_data_path()
 	 * queue (flush_pending_credits, by try_lock): where another thread
 	 * may poll the CQ while this one posts (the CQ locks), so does the
 	 * send queue. */
-	const bool cq_shared = domain->threading == FI_THREAD_ENDPOINT || domain->threading == FI_THREAD_FID;
-	data.tx_lock.enable(locked || (data.credits && cq_shared));
+	data.tx_lock.enable(locked || (data.credits && domain->shared_objects_lock()));
 	data.rx_lock.enable(locked);
 	/* Sends on an endpoint with receive credits look at them first. */
 	data.link.set_slow_tx(static_cast<uint8_t>((locked ? SlowTx::locked : 0) | (bindings.stx() ? SlowTx::shared : 0) |

@@ -19,7 +19,7 @@ SharedRx::SharedRx(Domain *d, uint32_t depth)
 {
 	/* Completed receives go back to the pool under the lock that posts. */
 	queue.set_pool_lock(&lock);
-	lock.enable(d->threading != FI_THREAD_DOMAIN && d->threading != FI_THREAD_COMPLETION);
+	lock.enable(d->shared_objects_lock());
 }
 
 ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags)
