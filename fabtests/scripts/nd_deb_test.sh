@@ -25,19 +25,11 @@ source "$(dirname "$0")/../../util/lib/nd-common.sh"
 lists_nd() { fi_info -p nd 2>/dev/null | grep -q "domain: $device"; }
 
 lists_nd && fail "nd is listed before the package is installed"
-# The guest's root is a throw-away overlay: man-db's index rebuild, which
-# apt triggers on install and on remove (over a minute in the emulated
-# guest), is switched off there. The page itself is still installed and
-# checked below.
-if [[ ${ND_GUEST:-0} == 1 ]]; then
-	rm -f /var/lib/man-db/auto-update
-fi
 # apt-get resolves the dependencies from what is installed; nothing needs
-# downloading on a system that has libfabric and rdma-core. So it is given
-# no package sources: reading the archive's lists took it 26 s of the
-# emulated guest's time to install and 20 s to remove, against 11 and 11.
-apt_local=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/nonexistent)
-if ! DEBIAN_FRONTEND=noninteractive apt-get "${apt_local[@]}" install -y -q --no-install-recommends "$deb"; then
+# downloading on a system that has libfabric and rdma-core
+# (apt_from_installed, nd-common.sh, which also keeps man-db's index
+# rebuild out of the guest: the page is still installed, checked below).
+if ! apt_from_installed install -y -q --no-install-recommends "$deb"; then
 	fail "apt-get install $deb"
 	exit 1
 fi
@@ -68,7 +60,7 @@ else
 	fail "examples/ (fabtests/scripts/nd_examples.sh)"
 fi
 
-DEBIAN_FRONTEND=noninteractive apt-get "${apt_local[@]}" remove -y -q libfabric-nd >/dev/null || fail "apt-get remove libfabric-nd"
+apt_from_installed remove -y -q libfabric-nd >/dev/null || fail "apt-get remove libfabric-nd"
 lists_nd && fail "nd is still listed after the package was removed"
 echo "nd_deb_test: $((failed == 0 ? 1 : 0)) passed, $((failed == 0 ? 0 : 1)) failed"
 [[ $failed -eq 0 ]]

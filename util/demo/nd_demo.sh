@@ -56,11 +56,7 @@ done
 echo
 if [[ -n ${ND_DEMO_DEB:-} ]]; then
 	echo "== as a user: the package installed, examples/ built with pkg-config alone and run (ND's connection model)"
-	# man-db's index rebuild takes a minute in the emulated guest.
-	[[ ${ND_GUEST:-0} == 1 ]] && rm -f /var/lib/man-db/auto-update
-	# Dependencies from what is installed: no package lists to read.
-	DEBIAN_FRONTEND=noninteractive apt-get -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/nonexistent \
-		install -y -q --no-install-recommends "$ND_DEMO_DEB" >/dev/null
+	apt_from_installed install -y -q --no-install-recommends "$ND_DEMO_DEB" >/dev/null
 	# The installed provider, found with no FI_PROVIDER_PATH.
 	env -u FI_PROVIDER_PATH "$(dirname "$0")/../../fabtests/scripts/nd_examples.sh"
 	echo
