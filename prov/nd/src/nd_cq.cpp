@@ -726,7 +726,7 @@ void CompletionQueue::progress_locked()
 				return;
 			const int want = internal ? kPollBatch
 						  : static_cast<int>(std::min<size_t>(room, kPollBatch));
-			int n = ibv_poll_cq(slot.cq.get(), want, wc);
+			int n = poll_cq(slot.cq.get(), want, wc);
 			if (n <= 0)
 				break;
 			for (int i = 0; i < n; i++) {
@@ -814,7 +814,7 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
 		return read_found<Format>(buf, count);
 	ibv_wc wc[kPollBatch];
 	const int want = count < kPollBatch ? static_cast<int>(count) : kPollBatch;
-	const int got = ibv_poll_cq(verbs, want, wc);
+	const int got = poll_cq(verbs, want, wc);
 	if (__builtin_expect(got > 0, 0))
 		return complete_polled<Format>(verbs, wc, got, want, buf, count);
 	return nothing_read();
@@ -970,7 +970,7 @@ size_t CompletionQueue::poll_into(ibv_cq *verbs, void *buf, size_t n, size_t cou
 	ibv_wc wc[kPollBatch];
 	while (n < count) {
 		const int want = static_cast<int>(std::min<size_t>(count - n, kPollBatch));
-		const int got = ibv_poll_cq(verbs, want, wc);
+		const int got = poll_cq(verbs, want, wc);
 		if (got > 0)
 			n = complete_into<Format>(wc, got, buf, n, count);
 		if (got < want)

@@ -396,7 +396,7 @@ struct Endpoint {
 	ssize_t post_committed(ibv_send_wr &wr, const char *call)
 	{
 		ibv_send_wr *bad; /* read by nobody: one request */
-		const int rc = ibv_post_send(data.qp.get(), &wr, &bad);
+		const int rc = post_send(data.qp.get(), &wr, &bad);
 		return rc ? post_failed(rc, call) : 0;
 	}
 	ssize_t post_failed(int rc, const char *call);

@@ -179,7 +179,7 @@ void Endpoint::write_credits() noexcept
 		}
 	} else {
 		ibv_send_wr *bad = nullptr;
-		if (int rc = ibv_post_send(data.qp.get(), &wr, &bad)) {
+		if (int rc = post_send(data.qp.get(), &wr, &bad)) {
 			data.sq->uncommit();
 			c->pending.store(true, std::memory_order_release);
 			ND_INFO(FI_LOG_EP_DATA, "endpoint %p: receive credits: ibv_post_send: %s\n",

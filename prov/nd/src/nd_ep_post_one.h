@@ -101,7 +101,7 @@ template <ibv_wr_opcode Op, typename General>
 	wr.num_sge = 1;
 	queue.commit_at(h);
 	ibv_recv_wr *bad = nullptr;
-	if (const int rc = ibv_post_recv(data.qp.get(), &wr, &bad); __builtin_expect(rc != 0, 0))
+	if (const int rc = post_recv(data.qp.get(), &wr, &bad); __builtin_expect(rc != 0, 0))
 		return post_recv_failed(rc);
 	return 0;
 }

@@ -323,7 +323,7 @@ void Endpoint::post_drain_marker() noexcept
 	wr.opcode = IBV_WR_SEND;
 	wr.send_flags = claimed.send_flags;
 	ibv_send_wr *bad = nullptr;
-	if (int rc = ibv_post_send(data.qp.get(), &wr, &bad)) {
+	if (int rc = post_send(data.qp.get(), &wr, &bad)) {
 		data.sq->uncommit();
 		ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): drain marker: %s\n", std::strerror(rc));
 	}

@@ -118,7 +118,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 	data.rq->commit();
 	ibv_recv_wr *bad = nullptr;
-	if (int rc = ibv_post_recv(data.qp.get(), &wr, &bad))
+	if (int rc = post_recv(data.qp.get(), &wr, &bad))
 		return post_recv_failed(rc);
 	/* FI_MORE: the next receive call tells the peer of both. */
 	if (data.credits && !(flags & FI_MORE))
@@ -144,7 +144,7 @@ void Endpoint::post_pending_receives() noexcept
 	for (PendingRecv &pending : setup ? setup->pending_recvs : none) {
 		pending.wr.sg_list = pending.sge.data();
 		ibv_recv_wr *bad = nullptr;
-		int rc = ibv_post_recv(data.qp.get(), &pending.wr, &bad);
+		int rc = post_recv(data.qp.get(), &pending.wr, &bad);
 		if (rc)
 			ND_WARN(FI_LOG_EP_DATA, "posting a receive made before the connection: %s\n",
 				std::strerror(rc));

@@ -237,7 +237,7 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
 	if (!first)
 		return 0;
 	ibv_send_wr *bad = nullptr;
-	int rc = ibv_post_send(data.qp.get(), first, &bad);
+	int rc = post_send(data.qp.get(), first, &bad);
 	if (!rc)
 		return 0;
 	if (!bad)

@@ -200,7 +200,7 @@ void Framing::repost(uint8_t *bounce) noexcept
 	fill_bounce(record, bounce, wr, sge);
 	queue->commit();
 	ibv_recv_wr *bad = nullptr;
-	if (int rc = ibv_post_recv(to, &wr, &bad)) {
+	if (int rc = post_recv(to, &wr, &bad)) {
 		queue->uncommit();
 		ND_WARN(FI_LOG_EP_DATA, "framed endpoint: reposting a receive buffer: %s\n", std::strerror(rc));
 		return;

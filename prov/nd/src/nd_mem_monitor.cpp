@@ -53,12 +53,16 @@ void say_why(Monitor &m, const char *what, const char *detail = nullptr)
 	std::snprintf(m.why_not, sizeof(m.why_not), "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
 }
 
-/* AddressSanitizer's and valgrind's allocators take and return memory with
- * raw system calls that libucm's hooks never see. */
+/* AddressSanitizer's, ThreadSanitizer's and valgrind's allocators take and
+ * return memory with raw system calls that libucm's hooks never see. (Under
+ * ThreadSanitizer the hooks would also call nd from a thread that has
+ * ended for it: glibc madvises an exiting thread's stack.) */
 const char *allocator_hidden_from_hooks()
 {
 	if (dlsym(RTLD_DEFAULT, "__asan_init"))
 		return "the process runs under AddressSanitizer, whose allocator unmaps memory unseen";
+	if (dlsym(RTLD_DEFAULT, "__tsan_init"))
+		return "the process runs under ThreadSanitizer, whose allocator unmaps memory unseen";
 	const char *preload = std::getenv("LD_PRELOAD");
 	if (preload && std::strstr(preload, "vgpreload"))
 		return "the process runs under valgrind, whose allocator unmaps memory unseen";

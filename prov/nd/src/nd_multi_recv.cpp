@@ -1,5 +1,6 @@
 /* nd_multi_recv.cpp: FI_MULTI_RECV buffers; see nd_multi_recv.h. */
 #include "nd_multi_recv.h"
+#include "nd_verbs.h"
 
 #include <cstring>
 
@@ -9,9 +10,9 @@ int MultiRecv::post_to_device(MultiRecv &m, ibv_recv_wr &wr) noexcept
 {
 	ibv_recv_wr *bad = nullptr;
 	if (m.srq)
-		return ibv_post_srq_recv(m.srq, &wr, &bad);
+		return post_srq_recv(m.srq, &wr, &bad);
 	if (m.qp)
-		return ibv_post_recv(m.qp, &wr, &bad);
+		return post_recv(m.qp, &wr, &bad);
 	return ENODEV;
 }
 

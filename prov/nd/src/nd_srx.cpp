@@ -64,7 +64,7 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 	wr.sg_list = sge;
 	wr.num_sge = static_cast<int>(built);
 	ibv_recv_wr *bad = nullptr;
-	int rc = ibv_post_srq_recv(srq.get(), &wr, &bad);
+	int rc = post_srq_recv(srq.get(), &wr, &bad);
 	if (rc) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);

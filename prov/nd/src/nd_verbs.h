@@ -12,6 +12,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <cstdint>
 #include <memory>
 
 namespace nd {
@@ -47,6 +48,66 @@ struct CmDeviceListDeleter {
 	void operator()(ibv_context **list) const noexcept { rdma_free_devices(list); }
 };
 using UniqueCmDeviceList = std::unique_ptr<ibv_context *[], CmDeviceListDeleter>;
+
+/*
+ * Posting and polling, as ThreadSanitizer must see them. A poster writes a
+ * request's record and posts the request; the device completes it; a
+ * reader (maybe on another thread) polls the completion and reads the
+ * record. The device carries that happens-before (libibverbs' barriers
+ * around the doorbell and the CQ ring), where ThreadSanitizer cannot see
+ * it: in its build, every request posted releases its wr_id and every
+ * completion polled acquires it. Other builds call libibverbs and nothing
+ * else.
+ */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ND_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(ND_TSAN)
+#define ND_TSAN 1
+#endif
+#ifdef ND_TSAN
+extern "C" void __tsan_acquire(void *addr);
+extern "C" void __tsan_release(void *addr);
+template <typename WorkRequest>
+inline void hand_to_device(const WorkRequest *wr) noexcept
+{
+	for (; wr; wr = wr->next)
+		__tsan_release(reinterpret_cast<void *>(static_cast<uintptr_t>(wr->wr_id)));
+}
+inline void take_from_device(const ibv_wc *wc, int got) noexcept
+{
+	for (int i = 0; i < got; i++)
+		__tsan_acquire(reinterpret_cast<void *>(static_cast<uintptr_t>(wc[i].wr_id)));
+}
+#else
+template <typename WorkRequest>
+inline void hand_to_device(const WorkRequest *) noexcept {}
+inline void take_from_device(const ibv_wc *, int) noexcept {}
+#endif
+
+inline int post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad) noexcept
+{
+	hand_to_device(wr);
+	return ibv_post_send(qp, wr, bad);
+}
+inline int post_recv(ibv_qp *qp, ibv_recv_wr *wr, ibv_recv_wr **bad) noexcept
+{
+	hand_to_device(wr);
+	return ibv_post_recv(qp, wr, bad);
+}
+inline int post_srq_recv(ibv_srq *srq, ibv_recv_wr *wr, ibv_recv_wr **bad) noexcept
+{
+	hand_to_device(wr);
+	return ibv_post_srq_recv(srq, wr, bad);
+}
+inline int poll_cq(ibv_cq *cq, int entries, ibv_wc *wc) noexcept
+{
+	const int got = ibv_poll_cq(cq, entries, wc);
+	take_from_device(wc, got);
+	return got;
+}
 
 } // namespace nd
 

@@ -31,6 +31,7 @@
 #define ND_WQ_H
 
 #include "nd.h"
+#include "nd_verbs.h"
 
 #include <infiniband/verbs.h>
 #include <rdma/fabric.h>

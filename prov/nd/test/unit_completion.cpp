@@ -23,12 +23,33 @@
 #include <new>
 #include <vector>
 
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ND_TEST_TSAN 1
+#include <sanitizer/allocator_interface.h>
+#endif
+#endif
+
 /* ---- every allocation of the process, counted while `counting` ---- */
 
 namespace {
 thread_local bool counting = false;
 std::atomic<unsigned> allocations{0};
 
+#ifdef ND_TEST_TSAN
+/* ThreadSanitizer's runtime defines every operator new itself, so they
+ * cannot be replaced here; its allocator reports each allocation to this
+ * hook instead (malloc's too, which counts more, not less). */
+void count_allocation(const volatile void *, std::size_t)
+{
+	if (counting)
+		allocations.fetch_add(1, std::memory_order_relaxed);
+}
+void ignore_free(const volatile void *) {}
+/* Both hooks, or the runtime installs neither. */
+const bool hook_installed = __sanitizer_install_malloc_and_free_hooks(count_allocation, ignore_free) != 0;
+} // namespace
+#else
 void *counted_alloc(std::size_t size)
 {
 	if (counting)
@@ -48,6 +69,7 @@ void *counted_aligned_alloc(std::size_t size, std::align_val_t align)
 	throw std::bad_alloc();
 }
 } // namespace
+
 
 void *operator new(std::size_t size) { return counted_alloc(size); }
 void *operator new[](std::size_t size) { return counted_alloc(size); }
@@ -73,6 +95,7 @@ void operator delete(void *p, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void *p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#endif
 
 using namespace nd;
 
