@@ -1,6 +1,8 @@
 #!/bin/bash
-# nd_mpi.sh BUILDDIR [PROVIDER [RANKS]]: an MPI job over the provider built in
-# BUILDDIR. Compiles nd_mpi_check.c with the system's mpicc and runs it on
+# nd_mpi.sh BUILDDIR [PROVIDER [RANKS [PROGRAM]]]: an MPI job over the
+# provider built in BUILDDIR. Compiles PROGRAM (check: nd_mpi_check.c, the
+# default; threads: nd_mpi_threads.c, 8 threads a rank under
+# MPI_THREAD_MULTIPLE, 2 ranks) with the system's mpicc and runs it on
 # RANKS local ranks (default 2) through Open MPI's OFI MTL (pml cm, mtl ofi),
 # restricted to PROVIDER (default "nd;ofi_rxm", libfabric's RDM layer over
 # nd). Open MPI fails the job when no provider of that name is found, so a
@@ -13,9 +15,11 @@
 set -euo pipefail
 usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
-builddir=$(cd "${1:?usage: nd_mpi.sh BUILDDIR [PROVIDER [RANKS]]}" && pwd)
+builddir=$(cd "${1:?usage: nd_mpi.sh BUILDDIR [PROVIDER [RANKS [check|threads]]]}" && pwd)
 provider=${2:-nd;ofi_rxm}
 ranks=${3:-2}
+program=nd_mpi_${4:-check}
+[ -f "$(dirname "$0")/../functional/$program.c" ] || { echo "nd_mpi.sh: no program '${4:-}' (check or threads)" >&2; exit 2; }
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 
 for tool in mpicc mpirun; do
@@ -26,7 +30,7 @@ mpirun --version | head -1
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mpicc -O2 -Wall -o "$work/nd_mpi_check" "$srcdir/fabtests/functional/nd_mpi_check.c"
+mpicc -O2 -Wall -pthread -o "$work/$program" "$srcdir/fabtests/functional/$program.c"
 
 export FI_PROVIDER_PATH=$builddir/.libs
 # No tuning: ofi_rxm sizes its CQ for a universe of 256 peers by default,
@@ -42,4 +46,4 @@ export OMPI_MCA_btl=self
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
-	mpirun -np "$ranks" --oversubscribe "$work/nd_mpi_check"
+	mpirun -np "$ranks" --oversubscribe "$work/$program"

@@ -32,6 +32,12 @@
 #   ND_UPSTREAM_REMOTE_SET  across hosts: quick keeps five tests, data runs
 #                           the fifteen that move data (quick)
 #   ND_UPSTREAM_TIMEOUT     seconds each test may take (120)
+#   ND_UPSTREAM_REPEATS     all: every test of the sets; dc: not the plain
+#                           variant of a test that also runs byte-verifying
+#                           (-v), which stands for it; none: nor rxm's
+#                           delivery-complete repeats (-U) (all; util/nd-check
+#                           runs Debian 12 with none, Debian 13 with dc, so
+#                           that each test runs in the check at least once)
 #   ND_GUEST_TRANSPORT      iwarp: judged against upstream.iwarp.expect, the
 #                           sets changed (writedata last) (roce; util/nd-guest
 #                           sets it)
@@ -143,6 +149,19 @@ if [ -n "$remote" ]; then
 		rdm_excludes+=',^fi_rma_bw -e rdm -o write,^fi_rdm_atomic,^fi_rdm_cntr_pingpong,^fi_multi_recv -e rdm,^fi_rdm_pingpong,^fi_rdm_tagged_bw'
 	fi
 fi
+
+case ${ND_UPSTREAM_REPEATS:-all} in
+all) ;;
+dc | none)
+	msg_excludes+=',^fi_msg_pingpong -I 5$,^fi_msg_bw -I 5$'
+	rdm_excludes+=',^fi_rdm_pingpong -I 5$,^fi_rdm_tagged_pingpong -I 5$,^fi_rdm_tagged_bw -I 5$'
+	[ "$ND_UPSTREAM_REPEATS" = dc ] || rdm_excludes+=', -U$'
+	;;
+*)
+	echo "nd_upstream.sh: ND_UPSTREAM_REPEATS=$ND_UPSTREAM_REPEATS: say all, dc or none" >&2
+	exit 2
+	;;
+esac
 
 results=$workdir/results
 : >"$results"
