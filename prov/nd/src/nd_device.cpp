@@ -17,6 +17,7 @@
 #include <net/if.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <strings.h>
 
 #include <cstdio>
 #include <cstring>
@@ -401,6 +402,50 @@ CmDataLimits user_cm_limits(bool iwarp) noexcept
 CmDataLimits user_cm_limits(const Adapter &adapter) noexcept
 {
 	return user_cm_limits(adapter.iwarp);
+}
+
+namespace {
+/* libfabric's reading of a boolean setting (fi_param_get_bool). */
+bool says_yes(const char *value)
+{
+	return value && (!strcasecmp(value, "1") || !strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
+			 !strcasecmp(value, "on") || !strcasecmp(value, "y"));
+}
+} // namespace
+
+void prepare_for_fork() noexcept
+{
+	/* A kernel that copies pinned pages for the child at fork (Linux 5.13
+	 * on, which ibv_is_fork_initialized reports as UNNEEDED) keeps a
+	 * parent's registered memory its own whoever writes first. Before that,
+	 * the page the adapter uses could become the child's on the parent's
+	 * next write; ibv_fork_init() marks registered memory MADV_DONTFORK
+	 * instead (the child then has no such pages). It only works before the
+	 * process opened a device, hence at provider start. */
+	const bool unsafe = says_yes(std::getenv("FI_FORK_UNSAFE"));
+	if (!unsafe && ibv_is_fork_initialized() == IBV_FORK_DISABLED) {
+		if (int rc = ibv_fork_init())
+			ND_WARN(FI_LOG_CORE,
+				"fork: ibv_fork_init: %s (a device was opened before): memory registered "
+				"from now on is not protected from a fork; set RDMAV_FORK_SAFE=1 before "
+				"the process starts\n",
+				std::strerror(rc));
+	}
+	switch (ibv_is_fork_initialized()) {
+	case IBV_FORK_UNNEEDED:
+		ND_INFO(FI_LOG_CORE, "fork: the kernel copies registered pages for a child at fork: "
+				     "the parent's data path is unaffected\n");
+		break;
+	case IBV_FORK_ENABLED:
+		ND_INFO(FI_LOG_CORE, "fork: ibv_fork_init: registered memory is not inherited by a "
+				     "child (MADV_DONTFORK)\n");
+		break;
+	case IBV_FORK_DISABLED:
+		ND_INFO(FI_LOG_CORE, "fork: %s: a fork while memory is registered may take the "
+				     "parent's registered pages from it\n",
+			unsafe ? "FI_FORK_UNSAFE is set" : "no protection");
+		break;
+	}
 }
 
 } // namespace nd

@@ -128,6 +128,11 @@ void order_by_locality(std::vector<Adapter> &adapters);
 /* Frees the hwloc topology loaded by order_by_locality (provider cleanup). */
 void release_topology() noexcept;
 
+/* fork(2) with memory registered (fi_nd(7), FORK): at provider start,
+ * ibv_fork_init() unless FI_FORK_UNSAFE says yes (what the verbs provider
+ * does), and one log line saying which protection applies. */
+void prepare_for_fork() noexcept;
+
 } // namespace nd
 
 #endif /* ND_DEVICE_H */

@@ -4,10 +4,12 @@
  * the one symbol the library exports.
  */
 #include "nd.h"
+#include "nd_device.h"
 #include "nd_params.h"
 
 extern "C" __attribute__((visibility("default"))) struct fi_provider *fi_prov_ini(void) noexcept
 {
 	nd::define_params();
+	nd::prepare_for_fork();
 	return &nd_prov;
 }
