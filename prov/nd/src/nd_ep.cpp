@@ -65,6 +65,18 @@ Endpoint::Endpoint(Domain *d, const fi_info &info, cm::Side side)
 	  setup(std::make_unique<ConnectionSetup>(info)), options{.wanted = d->adapter_read_limits}
 {
 	fsm.set_iwarp(d->iwarp);
+	/* Fixed before the endpoint is visible: fi_cancel may take the receive
+	 * lock from another thread at once. They lock wherever another thread
+	 * may touch the endpoint while the application posts: under
+	 * FI_THREAD_SAFE, and under FI_THREAD_ENDPOINT and FI_THREAD_FID too,
+	 * where the thread reading the EQ posts the receives that waited for
+	 * the connection and flushes the FI_MORE batch. Under FI_THREAD_DOMAIN
+	 * and FI_THREAD_COMPLETION the application serializes its EQ reads with
+	 * the endpoint, as with any of its completion structures (fi_nd(7),
+	 * THREADS). */
+	const bool locked = d->shared_objects_lock();
+	data.rx_lock.enable(locked);
+	data.tx_lock.enable(locked);
 }
 
 void Endpoint::release_claimed_tuple() noexcept

@@ -222,7 +222,7 @@ struct EndpointBindings {
 /* Why a send-queue post goes out of line (Link::slow_tx, beside the link
  * state in one word). */
 namespace SlowTx {
-constexpr uint8_t locked = 1;		/* FI_THREAD_SAFE: the send lock */
+constexpr uint8_t locked = 1;		/* the send lock (SAFE, ENDPOINT, FID) */
 constexpr uint8_t shared = 2;		/* a shared transmit context's budget */
 constexpr uint8_t credits = 4;		/* iWARP: receive credits first */
 constexpr uint8_t held = 8;		/* FI_MORE holds requests back (SendBatch) */
@@ -231,7 +231,7 @@ constexpr uint8_t held = 8;		/* FI_MORE holds requests back (SendBatch) */
 /* Why DataPath::slow_rx sends fi_recv to post_rx. */
 namespace SlowRx {
 constexpr uint8_t not_ready = 1;	/* before INIT: receives wait in nd */
-constexpr uint8_t locked = 2;		/* FI_THREAD_SAFE: the receive lock */
+constexpr uint8_t locked = 2;		/* the receive lock (SAFE, ENDPOINT, FID) */
 constexpr uint8_t iwarp = 4;		/* receive sges as siw takes them; credits */
 constexpr uint8_t multi = 8;		/* multi-receive buffers: in order behind them */
 constexpr uint8_t other = 16;		/* a shared receive context, framing */
@@ -436,6 +436,7 @@ struct Endpoint {
 	/* Receiving, and fi_cancel (nd_ep_recv.cpp). */
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
 	void post_pending_receives() noexcept;
+	void post_pending_receives_locked() noexcept; /* under rx_lock */
 	ssize_t cancel(void *context);
 	void set_min_multi_recv(size_t bytes);
 

@@ -284,18 +284,24 @@ void Endpoint::flush_queue_pair() noexcept
 {
 	if (!data.qp)
 		return;
+	/* Under both posting locks, which every post holds while it looks at
+	 * the link and posts: a request either reached the queue pair before
+	 * the error state, and is flushed with the rest, or finds the link
+	 * flushed and is refused. None may reach it after: soft-iWARP keeps a
+	 * request posted to a queue pair in the error state in its ring and
+	 * never completes it. */
+	std::lock_guard<OptionalLock> rx_guard(data.rx_lock);
+	std::lock_guard<OptionalLock> tx_guard(data.tx_lock);
 	data.link.on(Link::Event::flushed);
 	/* Requests held back by FI_MORE go first, to be flushed with the rest. */
-	if (data.batch) {
-		std::lock_guard<OptionalLock> guard(data.tx_lock);
+	if (data.batch)
 		post_deferred("flushing the queue pair");
-	}
 	ibv_qp_attr attr{};
 	attr.qp_state = IBV_QPS_ERR;
 	ibv_modify_qp(data.qp.get(), &attr, IBV_QP_STATE);
 	/* Receives still waiting for INIT go to the error state's flush. */
 	if (!data.recv_ready() && data.rq)
-		post_pending_receives();
+		post_pending_receives_locked();
 }
 
 /* ---- application calls ---- */

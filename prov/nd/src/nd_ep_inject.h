@@ -77,6 +77,9 @@ template <ibv_wr_opcode Op>
 	constexpr bool takes_receive = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
 	CreditsAfterUnlock credits_after_unlock{this};
 	std::lock_guard<OptionalLock> guard(data.tx_lock);
+	/* Again under the lock (see post_tx). */
+	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
+		return link_error(inject_call_name(Op));
 	if (takes_receive && data.credits && !data.credits->can_send())
 		return no_credit(inject_call_name(Op));
 	if (data.sq->no_room())

@@ -191,13 +191,11 @@ int Endpoint::setup_data_path()
 	 * call's own flags only, never as a default for every call. */
 	data.tx_op_flags = tx_attr.op_flags & ~FI_MORE;
 	data.rx_op_flags = rx_attr.op_flags;
-	const bool locked = domain->threading == FI_THREAD_SAFE;
-	/* A CQ's poller writes this endpoint's receive credits on its send
-	 * queue (flush_pending_credits, by try_lock): where another thread
-	 * may poll the CQ while this one posts (the CQ locks), so does the
-	 * send queue. */
-	data.tx_lock.enable(locked || (data.credits && domain->shared_objects_lock()));
-	data.rx_lock.enable(locked);
+	/* The locks were switched on with the endpoint (its constructor); the
+	 * posts that take them go out of line. Where they lock, a CQ's poller
+	 * that writes this endpoint's receive credits on its send queue
+	 * (flush_pending_credits, by try_lock) meets the poster there. */
+	const bool locked = data.tx_lock.enabled();
 	/* Sends on an endpoint with receive credits look at them first. */
 	data.link.set_slow_tx(static_cast<uint8_t>((locked ? SlowTx::locked : 0) | (bindings.stx() ? SlowTx::shared : 0) |
 						   (data.credits ? SlowTx::credits : 0)));

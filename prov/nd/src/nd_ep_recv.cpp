@@ -60,6 +60,10 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 
 	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	/* Again under the lock: a flush (flush_queue_pair, under it) may have
+	 * ended the link since; nothing is posted to a queue pair in error. */
+	if (data.link.ended())
+		return link_error("fi_recv");
 	/* A ring that started small grows first (nd_wq.h). */
 	if (data.rq->full() && !grow_queue(false)) {
 		bindings.rx_cq->progress();
@@ -139,6 +143,12 @@ ssize_t Endpoint::post_recv_failed(int rc)
 void Endpoint::post_pending_receives() noexcept
 {
 	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	post_pending_receives_locked();
+}
+
+void Endpoint::post_pending_receives_locked() noexcept
+{
+	assert_held(data.rx_lock, "Endpoint::post_pending_receives_locked");
 	data.set_slow_rx(SlowRx::not_ready, false);
 	std::vector<PendingRecv> none;
 	for (PendingRecv &pending : setup ? setup->pending_recvs : none) {

@@ -4,8 +4,8 @@
  * the reasons a send is refused. fi_inject and its kin take their own path
  * (nd_ep_inject.h) into the out-of-line parts here.
  *
- * The fast path takes no lock unless the domain is FI_THREAD_SAFE and
- * allocates nothing: records come from the rings fixed at fi_enable and
+ * The fast path takes no lock unless the threading model needs one
+ * (FI_THREAD_SAFE, FI_THREAD_ENDPOINT, FI_THREAD_FID) and allocates nothing: records come from the rings fixed at fi_enable and
  * scatter/gather lists live on the stack.
  */
 #include "nd_cq.h"
@@ -81,6 +81,10 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 
 	CreditsAfterUnlock credits_after_unlock{this};
 	std::lock_guard<OptionalLock> guard(data.tx_lock);
+	/* Again under the lock: a flush (flush_queue_pair, under it) may have
+	 * ended the link since; nothing is posted to a queue pair in error. */
+	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
+		return link_error(r.call);
 	const bool takes_receive = r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM;
 	if (data.credits && takes_receive && !data.credits->can_send())
 		return no_credit(r.call);

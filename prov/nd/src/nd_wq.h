@@ -23,8 +23,8 @@
  * paths call it; nothing here knows endpoints, counters or CQs, so the
  * rules are unit-tested on the host with recorded work completions.
  *
- * Threading: one thread posts (under the endpoint's lock if the domain is
- * FI_THREAD_SAFE) and one thread retires (under the CQ's lock), so the ring
+ * Threading: one thread posts (under the endpoint's lock where the
+ * threading model needs it) and one thread retires (under the CQ's lock), so the ring
  * needs only an acquire/release pair on its two counters.
  */
 #ifndef ND_WQ_H
