@@ -74,7 +74,7 @@ struct ReceiveCredits {
 	/* What the peer's offer said it had posted (its word may not have
 	 * been written yet). */
 	uint64_t base = 0;
-	bool peer_known = false;
+	std::atomic<bool> peer_known{false};
 	/* The peer offered none (not an nd peer): sends are not held. */
 	bool unlimited = false;
 	/* Sender: messages that take a peer's receive, posted. */
@@ -95,12 +95,15 @@ struct ReceiveCredits {
 		offer->rkey = mr->rkey;
 		offer->posted = static_cast<uint32_t>(posted);
 	}
+	/* Written by the thread that makes the connection, before the link
+	 * goes up; read after the link is seen up (acquire), or under the
+	 * send lock. */
 	void take_offer(const cm::CreditOffer &peer) noexcept
 	{
 		peer_addr = peer.addr;
 		peer_rkey = peer.rkey;
 		base = peer.posted;
-		peer_known = true;
+		peer_known.store(true, std::memory_order_release);
 	}
 	uint64_t granted() const noexcept
 	{

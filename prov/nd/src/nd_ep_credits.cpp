@@ -88,7 +88,10 @@ void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
 void Endpoint::advertise_credits(bool from_progress) noexcept
 {
 	ReceiveCredits *c = data.credits.get();
-	if (!c || !c->peer_known || data.link.state(std::memory_order_acquire) != LinkState::up)
+	/* The link first: it goes up after the peer's offer was taken (by the
+	 * thread reading the EQ, while this one may be posting receives). */
+	if (!c || data.link.state(std::memory_order_acquire) != LinkState::up ||
+	    !c->peer_known.load(std::memory_order_acquire))
 		return;
 	if (!c->pending.load(std::memory_order_relaxed) &&
 	    !c->worth_writing(data.rq->head.load(std::memory_order_acquire)))
