@@ -95,13 +95,9 @@ static int bind_enable(struct pair *p, struct fid_ep *ep)
 static int open_pair(struct pair *p)
 {
 	memset(p, 0, sizeof(*p));
-	struct fi_info *hints = fi_allocinfo();
-	hints->fabric_attr->prov_name = strdup(prov);
-	hints->ep_attr->type = FI_EP_MSG;
-	hints->caps = FI_MSG | FI_RMA;
-	hints->mode = FI_CONTEXT | FI_CONTEXT2;
-	hints->addr_format = FI_SOCKADDR_IN;
-	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	struct fi_info *hints = nd_msg_rma_hints(prov);
+	if (!hints)
+		FAIL("fi_allocinfo");
 	int rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), address, "0", FI_SOURCE, hints,
 			    &p->info);
 	fi_freeinfo(hints);
@@ -401,7 +397,7 @@ int main(int argc, char **argv)
 	if (nd_parse_options(&cli, argc, argv) || nd_check_only(&suite))
 		return 2;
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	char exe[PATH_MAX];
+	static char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (n <= 0) {
 		perror("readlink /proc/self/exe");

@@ -51,6 +51,20 @@ static long check(const unsigned char *buf, size_t size, int round, int from_ran
 	return -1;
 }
 
+/* Receives into IN from the other rank with RECV_TAG (or MPI_ANY_TAG)
+ * while sending OUT with SEND_TAG; the receive's status in *ST. */
+static int exchange(unsigned char *in, const unsigned char *out, size_t size, int recv_tag, int send_tag,
+		    MPI_Status *st)
+{
+	MPI_Request req[2];
+	MPI_Status both[2];
+	MPI_Irecv(in, (int)size, MPI_BYTE, peer, recv_tag, MPI_COMM_WORLD, &req[0]);
+	MPI_Isend(out, (int)size, MPI_BYTE, peer, send_tag, MPI_COMM_WORLD, &req[1]);
+	int rc = MPI_Waitall(2, req, both);
+	*st = both[0];
+	return rc;
+}
+
 struct thread_result {
 	int thread;
 	int exchanged; /* messages received and checked */
@@ -70,13 +84,10 @@ static void *paired(void *arg)
 	for (int round = 0; round < ROUNDS; round++) {
 		for (size_t s = 0; s < N_SIZES; s++) {
 			const size_t size = sizes[s];
-			MPI_Request req[2];
 			fill(out, size, round, rank, t);
 			memset(in, 0, size);
-			MPI_Irecv(in, (int)size, MPI_BYTE, peer, t, MPI_COMM_WORLD, &req[0]);
-			MPI_Isend(out, (int)size, MPI_BYTE, peer, t, MPI_COMM_WORLD, &req[1]);
-			MPI_Status st[2];
-			if (MPI_Waitall(2, req, st) != MPI_SUCCESS) {
+			MPI_Status st[1];
+			if (exchange(in, out, size, t, t, st) != MPI_SUCCESS) {
 				snprintf(r->why, sizeof(r->why), "thread %d: MPI_Waitall failed at %zu bytes", t, size);
 				goto done;
 			}
@@ -123,11 +134,8 @@ static void *any_tag(void *arg)
 		struct header h = { t, round };
 		memcpy(out, &h, sizeof(h));
 		fill(out + sizeof(h), size - sizeof(h), round, rank, t);
-		MPI_Request req[2];
-		MPI_Irecv(in, (int)size, MPI_BYTE, peer, MPI_ANY_TAG, MPI_COMM_WORLD, &req[0]);
-		MPI_Isend(out, (int)size, MPI_BYTE, peer, 1000 + t, MPI_COMM_WORLD, &req[1]);
-		MPI_Status st[2];
-		if (MPI_Waitall(2, req, st) != MPI_SUCCESS) {
+		MPI_Status st[1];
+		if (exchange(in, out, size, MPI_ANY_TAG, 1000 + t, st) != MPI_SUCCESS) {
 			snprintf(r->why, sizeof(r->why), "thread %d: MPI_Waitall failed (any tag)", t);
 			goto done;
 		}

@@ -35,7 +35,13 @@
  * arrives. Every wait is bounded.
  *
  * usage: nd_stress [-p PROV] [-a ADDRESS] [-t SUBTEST] [-n ROUNDS] [-c CYCLES]
- * (-n scales every subtest; -c sets churn's cycles per thread, 15)
+ *                  [-i REQUESTS] [-T endpoint]
+ * (-n scales every subtest; -c sets churn's cycles per thread, 15; -i the
+ * requests each traffic thread posts, 400, three quarters of it beside the
+ * teardown and the churn; -T
+ * endpoint runs churn on an FI_THREAD_ENDPOINT domain: each endpoint used by
+ * one thread at a time while the EQ's readers make its connection, which
+ * posts the receives that waited for it.)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -77,6 +83,11 @@ static const char *prov = "nd";
 static const char *address;
 static int rounds = 1;
 static int churn_cycles = 15; /* -c: per churning thread */
+static int iterations = 400;	/* -i: each traffic thread's requests, per round */
+/* -T endpoint: the domain is FI_THREAD_ENDPOINT (churn only): each endpoint
+ * is used by one thread at a time, while the EQ's readers make its
+ * connection; receives are not posted again by the CQ's readers. */
+static bool endpoint_model;
 
 /* ---- what every thread may record ---- */
 
@@ -255,7 +266,7 @@ static void received(struct op *op)
 	if (atomic_exchange(&seen[h.sender][h.seq], 1))
 		failure("message %u of thread %u arrived twice", h.seq, h.sender);
 	pthread_mutex_lock(&c->lock);
-	if (!c->draining && c->ep[op->side]) {
+	if (!c->draining && c->ep[op->side] && !endpoint_model) {
 		int rc = post_recv_locked(c, op->side, op->slot);
 		if (rc)
 			failure("connection %d: posting a receive again: %s", c->id, fi_strerror(-rc));
@@ -485,12 +496,22 @@ static bool conn_open(struct conn *c)
 	c->ctx[1] = NULL;
 	atomic_store(&c->credits[0], RX_DEPTH);
 	atomic_store(&c->credits[1], RX_DEPTH);
-	for (int i = 0; i < RX_DEPTH && !rc; i++)
+	for (int i = 0; i < RX_DEPTH / 2 && !rc; i++)
 		rc = post_recv_locked(c, 0, i);
 	pthread_mutex_unlock(&c->lock);
 	struct conn_req req = { (uint32_t)c->id, MSG_MAGIC };
 	if (rc || (rc = fi_connect(ep, listen_addr, &req, sizeof(req)))) {
 		failure("connection %d: receives and fi_connect: %s", c->id, fi_strerror(-rc));
+		return false;
+	}
+	/* The other half while the connection is being made: the thread
+	 * reading the EQ posts the first half to the queue pair meanwhile. */
+	pthread_mutex_lock(&c->lock);
+	for (int i = RX_DEPTH / 2; i < RX_DEPTH && !rc; i++)
+		rc = post_recv_locked(c, 0, i);
+	pthread_mutex_unlock(&c->lock);
+	if (rc) {
+		failure("connection %d: receives while connecting: %s", c->id, fi_strerror(-rc));
 		return false;
 	}
 	double deadline = now_ms() + WAIT_MS;
@@ -744,13 +765,13 @@ static void *worker_main(void *arg)
 
 /* The buffers of thread slot ID, carved out of the registered region
  * after the connections' receive buffers. */
-static void worker_init(struct worker *w, int id, struct conn *c, int side, int iterations)
+static void worker_init(struct worker *w, int id, struct conn *c, int side, int count)
 {
 	memset(w, 0, sizeof(*w));
 	w->id = id;
 	w->conn = c;
 	w->side = side;
-	w->iterations = iterations;
+	w->iterations = count;
 	w->inject = w->rma = true;
 	uint8_t *base = mem + (size_t)MAX_CONNS * 2 * RX_DEPTH * MSG_MAX +
 			(size_t)id * (TX_SLOTS * MSG_MAX + 3 * RMA_MAX);
@@ -823,6 +844,30 @@ static int all_arrived(int id)
 	return T_PASS;
 }
 
+/* Connections 0..N-1 of a subtest, opened; T_FAIL when one did not. */
+static int open_conns(int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!conn_open(&conns[i]))
+			return T_FAIL;
+	return T_PASS;
+}
+
+/* What every subtest ends with: on success so far, every message workers
+ * 0..SENDERS-1 sent has arrived; then connections 0..N-1 are shut down and
+ * closed. Returns R, or the first failure. */
+static int close_conns(int n, int senders, int r)
+{
+	for (int i = 0; i < senders && r == T_PASS; i++)
+		r = all_arrived(i);
+	for (int i = 0; i < n; i++)
+		if (conns[i].ep[0]) {
+			conn_shutdown(&conns[i]);
+			conn_close(&conns[i]);
+		}
+	return r;
+}
+
 static int run_workers(struct worker *w, int n)
 {
 	pthread_t t[N_THREAD_SLOTS];
@@ -839,10 +884,7 @@ static int t_traffic(void)
 {
 	enum { N_CONNS = 6 };
 	start_service(true);
-	int r = T_PASS;
-	for (int i = 0; i < N_CONNS && r == T_PASS; i++)
-		if (!conn_open(&conns[i]))
-			r = T_FAIL;
+	int r = open_conns(N_CONNS);
 	struct worker w[N_WORKERS];
 	/* Threads 0,1 on connection 0's connector, 2,3 on connection 1's;
 	 * 4..7 alone on connections 2..5, 5 and 7 on the accepting side. */
@@ -850,18 +892,14 @@ static int t_traffic(void)
 	static const int side_of[N_WORKERS] = { 0, 0, 0, 0, 0, 1, 0, 1 };
 	if (r == T_PASS) {
 		for (int i = 0; i < N_WORKERS; i++)
-			worker_init(&w[i], i, &conns[conn_of[i]], side_of[i], 400 * rounds);
+			worker_init(&w[i], i, &conns[conn_of[i]], side_of[i], iterations * rounds);
 		run_workers(w, N_WORKERS);
 		for (int i = 0; i < N_WORKERS && r == T_PASS; i++)
 			r = all_arrived(i);
 	}
 	/* After the shutdowns every receive still posted ends FI_ECANCELED. */
 	atomic_store(&errors_fail, false);
-	for (int i = 0; i < N_CONNS; i++)
-		if (conns[i].ep[0]) {
-			conn_shutdown(&conns[i]);
-			conn_close(&conns[i]);
-		}
+	r = close_conns(N_CONNS, 0, r);
 	long flushed_expected = 2L * N_CONNS * RX_DEPTH;
 	RUN(stop_service_and_judge());
 	RUN(r);
@@ -1038,17 +1076,14 @@ static void *close_region_under_writes(void *arg)
 static int t_teardown(void)
 {
 	start_service(false);
-	int r = T_PASS;
-	for (int i = 0; i < 2 && r == T_PASS; i++)
-		if (!conn_open(&conns[i]))
-			r = T_FAIL;
+	int r = open_conns(2);
 	struct worker w[3];
 	int shutdowns = 0, regions = 0;
 	long cancels = 0;
 	if (r == T_PASS) {
-		worker_init(&w[0], 0, &conns[0], 0, 300 * rounds);
-		worker_init(&w[1], 1, &conns[0], 0, 300 * rounds);
-		worker_init(&w[2], 2, &conns[1], 1, 300 * rounds);
+		worker_init(&w[0], 0, &conns[0], 0, iterations * 3 / 4 * rounds);
+		worker_init(&w[1], 1, &conns[0], 0, iterations * 3 / 4 * rounds);
+		worker_init(&w[2], 2, &conns[1], 1, iterations * 3 / 4 * rounds);
 		pthread_t t[6];
 		for (int i = 0; i < 3; i++)
 			pthread_create(&t[i], NULL, worker_main, &w[i]);
@@ -1057,14 +1092,8 @@ static int t_teardown(void)
 		pthread_create(&t[5], NULL, close_region_under_writes, &regions);
 		for (int i = 0; i < 6; i++)
 			pthread_join(t[i], NULL);
-		for (int i = 0; i < 3 && r == T_PASS; i++)
-			r = all_arrived(i);
 	}
-	for (int i = 0; i < 2; i++)
-		if (conns[i].ep[0]) {
-			conn_shutdown(&conns[i]);
-			conn_close(&conns[i]);
-		}
+	r = close_conns(2, 3, r);
 	RUN(stop_service_and_judge());
 	RUN(r);
 	/* The connection shut down under its sender: what arrived was sent
@@ -1118,15 +1147,16 @@ static void *churn(void *arg)
 static int t_churn(void)
 {
 	start_service(false);
-	int r = T_PASS;
-	for (int i = 0; i < 2 && r == T_PASS; i++)
-		if (!conn_open(&conns[i]))
-			r = T_FAIL;
+	int r = open_conns(2);
 	struct worker w[2];
 	struct churner ch[4];
 	if (r == T_PASS) {
-		worker_init(&w[0], 0, &conns[0], 0, 300 * rounds);
-		worker_init(&w[1], 1, &conns[1], 1, 300 * rounds);
+		/* Under -T endpoint no traffic beside: its receives would be
+		 * posted again by the CQ's readers, while the churners' own
+		 * endpoints must not be (they send on them). */
+		const int traffic = endpoint_model ? 0 : iterations * 3 / 4 * rounds;
+		worker_init(&w[0], 0, &conns[0], 0, traffic);
+		worker_init(&w[1], 1, &conns[1], 1, traffic);
 		pthread_t t[6];
 		for (int i = 0; i < 2; i++)
 			pthread_create(&t[i], NULL, worker_main, &w[i]);
@@ -1136,14 +1166,8 @@ static int t_churn(void)
 		}
 		for (int i = 0; i < 6; i++)
 			pthread_join(t[i], NULL);
-		for (int i = 0; i < 2 && r == T_PASS; i++)
-			r = all_arrived(i);
 	}
-	for (int i = 0; i < 2; i++)
-		if (conns[i].ep[0]) {
-			conn_shutdown(&conns[i]);
-			conn_close(&conns[i]);
-		}
+	r = close_conns(2, 2, r);
 	RUN(stop_service_and_judge());
 	RUN(r);
 	int cycles = 0;
@@ -1157,8 +1181,8 @@ static int t_churn(void)
 	long errs = atomic_load(&errors), canc = atomic_load(&cancelled);
 	if (errs != canc)
 		FAIL("%ld error entries, %ld of them FI_ECANCELED (flushed receives)", errs, canc);
-	printf("# churn: %d connections opened, used and closed beside traffic; %ld requests\n", cycles,
-	       atomic_load(&posted));
+	printf("# churn: %d connections opened, used and closed%s; %ld requests\n", cycles,
+	       endpoint_model ? " (FI_THREAD_ENDPOINT: no traffic beside)" : " beside traffic", atomic_load(&posted));
 	return T_PASS;
 }
 
@@ -1166,14 +1190,12 @@ static int t_churn(void)
 
 static void open_shared(void)
 {
-	struct fi_info *hints = fi_allocinfo();
-	hints->fabric_attr->prov_name = strdup(prov);
-	hints->ep_attr->type = FI_EP_MSG;
-	hints->caps = FI_MSG | FI_RMA;
-	hints->mode = FI_CONTEXT | FI_CONTEXT2;
-	hints->addr_format = FI_SOCKADDR_IN;
-	hints->domain_attr->threading = FI_THREAD_SAFE;
-	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	struct fi_info *hints = nd_msg_rma_hints(prov);
+	if (!hints) {
+		fprintf(stderr, "nd_stress: fi_allocinfo failed\n");
+		exit(1);
+	}
+	hints->domain_attr->threading = endpoint_model ? FI_THREAD_ENDPOINT : FI_THREAD_SAFE;
 	CHECK(fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), address, "0", FI_SOURCE, hints, &info));
 	fi_freeinfo(hints);
 	mr_mode = info->domain_attr->mr_mode;
@@ -1237,6 +1259,12 @@ static int option(int opt, const char *arg)
 	case 'c':
 		churn_cycles = atoi(arg);
 		return churn_cycles > 0 && churn_cycles <= 100 ? 0 : -1;
+	case 'i':
+		iterations = atoi(arg);
+		return iterations >= 4 && iterations <= 100000 ? 0 : -1;
+	case 'T':
+		endpoint_model = !strcmp(arg, "endpoint");
+		return endpoint_model ? 0 : -1;
 	}
 	return -1;
 }
@@ -1244,21 +1272,28 @@ static int option(int opt, const char *arg)
 int main(int argc, char **argv)
 {
 	const struct nd_cli cli = {
-		.optstring = "p:a:t:n:c:h",
+		.optstring = "p:a:t:n:c:i:T:h",
 		.prov = &prov,
 		.address = &address,
 		.suite = &suite,
 		.option = option,
 		.usage = "usage: %s [-p PROV] [-a ADDRESS] [-t SUBTEST] [-n ROUNDS (1-16)] [-c CHURN-CYCLES (15)]\n"
+			 "       [-i REQUESTS a traffic thread posts (400)]\n"
+			 "       [-T endpoint (FI_THREAD_ENDPOINT, with -t churn)]\n"
 			 "Many threads on one FI_THREAD_SAFE domain, both ends in this process.\n",
 	};
 	address = nd_default_address();
 	if (nd_parse_options(&cli, argc, argv) || nd_check_only(&suite))
 		return 2;
+	if (endpoint_model && (!suite.only || strcmp(suite.only, "churn"))) {
+		fprintf(stderr, "nd_stress: -T endpoint runs churn only (-t churn): the other subtests share endpoints\n");
+		return 2;
+	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	open_shared();
-	printf("# %s on %s (%s), %d rounds\n", prov, info->domain_attr->name,
-	       info->ep_attr->protocol == FI_PROTO_IWARP ? "iWARP" : "RoCE/IB", rounds);
+	printf("# %s on %s (%s), %d rounds, %s\n", prov, info->domain_attr->name,
+	       info->ep_attr->protocol == FI_PROTO_IWARP ? "iWARP" : "RoCE/IB", rounds,
+	       fi_tostr(&info->domain_attr->threading, FI_TYPE_THREADING));
 	int status = nd_run_subtests(&suite);
 	close_shared();
 	return status;
