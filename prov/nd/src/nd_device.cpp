@@ -17,7 +17,6 @@
 #include <net/if.h>
 #include <limits.h>
 #include <stdlib.h>
-#include <strings.h>
 
 #include <cstdio>
 #include <cstring>
@@ -404,15 +403,6 @@ CmDataLimits user_cm_limits(const Adapter &adapter) noexcept
 	return user_cm_limits(adapter.iwarp);
 }
 
-namespace {
-/* libfabric's reading of a boolean setting (fi_param_get_bool). */
-bool says_yes(const char *value)
-{
-	return value && (!strcasecmp(value, "1") || !strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
-			 !strcasecmp(value, "on") || !strcasecmp(value, "y"));
-}
-} // namespace
-
 void prepare_for_fork() noexcept
 {
 	/* A kernel that copies pinned pages for the child at fork (Linux 5.13
@@ -422,7 +412,10 @@ void prepare_for_fork() noexcept
 	 * next write; ibv_fork_init() marks registered memory MADV_DONTFORK
 	 * instead (the child then has no such pages). It only works before the
 	 * process opened a device, hence at provider start. */
-	const bool unsafe = says_yes(std::getenv("FI_FORK_UNSAFE"));
+	/* libfabric's own setting (FI_FORK_UNSAFE), defined by its core before
+	 * any provider starts, read as the verbs provider reads it. */
+	int fork_unsafe = 0;
+	const bool unsafe = fi_param_get_bool(nullptr, "fork_unsafe", &fork_unsafe) == 0 && fork_unsafe;
 	if (!unsafe && ibv_is_fork_initialized() == IBV_FORK_DISABLED) {
 		if (int rc = ibv_fork_init())
 			ND_WARN(FI_LOG_CORE,
