@@ -43,7 +43,7 @@
 #                           sets it)
 #   ND_GUEST_IP             this host's address (10.0.2.15; util/nd-guest
 #                           sets it)
-#   ND_UPSTREAM_SERVER_IP, ND_UPSTREAM_CLIENT_HOST  set here across hosts for
+#   ND_UPSTREAM_SERVER_IP, ND_UPSTREAM_CLIENT_HOST  set here for
 #                           fabtests/scripts/nd_ssh_after_listen (internal);
 #                           its ND_UPSTREAM_LISTEN_WAIT (30) applies
 set -uo pipefail
@@ -75,8 +75,9 @@ unset FI_UNIVERSE_SIZE FI_PROVIDER
 # Where the two sides run: this host on its own address, or the two hosts
 # of ND_UPSTREAM_REMOTE by ssh, each test's processes given the provider
 # path explicitly (-E) rather than trusting ssh to carry the environment.
-where=(-s "$ip" -c "$ip")
-hosts=()
+where=(-s "$ip" -c "$ip" -p "$ftdir/bin")
+hosts=(nd-local-server nd-local-client)
+server_ip=$ip client_host=nd-local-client
 if [ -n "$remote" ]; then
 	s_host=${remote%%,*}
 	c_host=${remote#*,}
@@ -89,6 +90,7 @@ if [ -n "$remote" ]; then
 	where=(-s "$s_ip" -c "$c_ip" -p "$ftdir/bin")
 	[ -n "${FI_PROVIDER_PATH:-}" ] && where+=(-E "FI_PROVIDER_PATH=$FI_PROVIDER_PATH")
 	hosts=("$s_host" "$c_host")
+	server_ip=$s_ip client_host=$c_host
 	echo "upstream: servers on $s_host ($s_ip), clients on $c_host ($c_ip)"
 fi
 
@@ -97,13 +99,14 @@ workdir=$(mktemp -d)
 trap 'rm -rf "$workdir"' EXIT
 cd "$workdir" || exit 1
 
-# Across hosts, a test's client starts once its server listens, not one
-# second after the server's ssh was started (fabtests/scripts/nd_ssh_after_listen).
-if [ -n "$remote" ]; then
-	mkdir -p "$workdir/ssh-bin"
-	ln -s "$srcdir/fabtests/scripts/nd_ssh_after_listen" "$workdir/ssh-bin/ssh"
-	export PATH=$workdir/ssh-bin:$PATH ND_UPSTREAM_SERVER_IP=$s_ip ND_UPSTREAM_CLIENT_HOST=$c_host
-fi
+# runfabtests.sh's commands go through fabtests/scripts/nd_ssh_after_listen,
+# on one host (the two sides named nd-local-server and nd-local-client, run
+# here) as across hosts: a test's client starts once its server listens,
+# not one second after the server was started, and a test's server starts
+# with no program of the test before it still running.
+mkdir -p "$workdir/ssh-bin"
+ln -s "$srcdir/fabtests/scripts/nd_ssh_after_listen" "$workdir/ssh-bin/ssh"
+export PATH=$workdir/ssh-bin:$PATH ND_UPSTREAM_SERVER_IP=$server_ip ND_UPSTREAM_CLIENT_HOST=$client_host
 
 # The subsets of the issue that brought the suite in: MSG endpoints through
 # the provider itself, RDM endpoints through libfabric's rxm over it.
@@ -195,6 +198,54 @@ if [ -n "$late_rdm_excludes" ]; then
 	out_tag=-late run_suite RDM "$prov;ofi_rxm" -t "$rdm_set" -e "$late_rdm_excludes"
 fi
 
+# A test whose client was refused because nobody listened yet runs once
+# more, on its own. fabtests' MSG tests with an out-of-band socket
+# (fi_unexpected_msg, fi_bw, fi_multi_ep, fi_multi_recv with -e msg) have
+# the client call fi_connect as soon as that socket's handshake is done,
+# while the server still has fi_getinfo, its fabric and fi_listen to go:
+# the server usually gets there first, and does not when the other lane of
+# the check holds the host's CPUs. No wait outside the programs can order
+# the two. A second refusal, or any other failure, stands.
+refused='eq_readerr 111 \(Connection refused\), provider errno: (111|65544) '
+rerun_note=$workdir/reruns
+: >"$rerun_note"
+rerun_refused() { # SUITE
+	local suite=$1 name block s_cmd c_cmd env_prefix= s_pid c_ret s_ret start
+	while read -r name; do
+		block=$(awk -v n="$name" '/^- name:/ { x = $0; sub(/^- name: */, "", x); on = (x == n) }
+			on' "$workdir/$suite.out")
+		grep -qE "$refused" <<<"$block" || continue
+		s_cmd=$(sed -n 's/^ *server_cmd: *//p' <<<"$block" | head -1)
+		c_cmd=$(sed -n 's/^ *client_cmd: *//p' <<<"$block" | head -1)
+		[ -n "$s_cmd" ] && [ -n "$c_cmd" ] || continue
+		[ -n "$remote" ] && [ -n "${FI_PROVIDER_PATH:-}" ] && env_prefix="export FI_PROVIDER_PATH=$FI_PROVIDER_PATH;"
+		start=$SECONDS
+		timeout "$limit" ssh -n "${hosts[0]}" "$env_prefix $s_cmd" >"$workdir/rerun-server.out" 2>&1 &
+		s_pid=$!
+		sleep 1
+		timeout "$limit" ssh -n "${hosts[1]}" "$env_prefix $c_cmd" >"$workdir/rerun-client.out" 2>&1
+		c_ret=$?
+		if [ "$c_ret" -ne 0 ] && kill -0 "$s_pid" 2>/dev/null; then
+			sleep 2
+			kill -9 "$s_pid" 2>/dev/null
+		fi
+		wait "$s_pid"
+		s_ret=$?
+		if [ "$s_ret" -eq 0 ] && [ "$c_ret" -eq 0 ]; then
+			echo "  $suite Pass     $((SECONDS - start))s $name (second run: the first run's client was refused before its server listened)"
+			echo "$suite $name" >>"$rerun_note"
+			awk -v s="$suite" -v n="$name" '{ line = $0 } $1 == s && $2 == "Fail" {
+				t = $0; sub(/^[^ ]+ +[^ ]+ +/, "", t); if (t == n) line = s " Pass " n } { print line }' \
+				"$results" >"$results.new" && mv "$results.new" "$results"
+		else
+			echo "  $suite Fail     $((SECONDS - start))s $name (second run too: server $s_ret, client $c_ret)"
+			sed 's/^/      rerun server: /' "$workdir/rerun-server.out" | tail -5
+			sed 's/^/      rerun client: /' "$workdir/rerun-client.out" | tail -5
+		fi
+	done < <(awk -v s="$suite" '$1 == s && $2 == "Fail" { sub(/^[^ ]+ +[^ ]+ +/, ""); print }' "$results")
+}
+rerun_refused MSG
+
 [ "$prov" = nd ] || exit 0
 
 # Compare with the expectations: "VERSION SUITE RESULT TEST NAME... # reason"
@@ -229,5 +280,8 @@ while read -r suite result name; do
 		echo "FAIL: $suite $name: $result, expected $expected: update upstream/$(basename "$expect")"
 	fi
 done <"$results"
+if [ -s "$rerun_note" ]; then
+	echo "upstream: passed on a second run (the first refused before its server listened): $(sed 's/^[^ ]* //' "$rerun_note" | paste -sd';')"
+fi
 echo "upstream: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
