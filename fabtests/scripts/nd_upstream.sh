@@ -101,9 +101,9 @@ cd "$workdir" || exit 1
 
 # runfabtests.sh's commands go through fabtests/scripts/nd_ssh_after_listen,
 # on one host (the two sides named nd-local-server and nd-local-client, run
-# here) as across hosts: a test's client starts once its server listens,
-# not one second after the server was started, and a test's server starts
-# with no program of the test before it still running.
+# here) as across hosts: a test's server starts with no program of the test
+# before it still running, and across hosts a test's client starts once its
+# server listens, not one second after the server's ssh was started.
 mkdir -p "$workdir/ssh-bin"
 ln -s "$srcdir/fabtests/scripts/nd_ssh_after_listen" "$workdir/ssh-bin/ssh"
 export PATH=$workdir/ssh-bin:$PATH ND_UPSTREAM_SERVER_IP=$server_ip ND_UPSTREAM_CLIENT_HOST=$client_host
