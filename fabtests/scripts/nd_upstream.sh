@@ -199,14 +199,30 @@ if [ -n "$late_rdm_excludes" ]; then
 fi
 
 # A test whose client was refused because nobody listened yet runs once
-# more, on its own. fabtests' MSG tests with an out-of-band socket
-# (fi_unexpected_msg, fi_bw, fi_multi_ep, fi_multi_recv with -e msg) have
-# the client call fi_connect as soon as that socket's handshake is done,
-# while the server still has fi_getinfo, its fabric and fi_listen to go:
-# the server usually gets there first, and does not when the other lane of
-# the check holds the host's CPUs. No wait outside the programs can order
-# the two. A second refusal, or any other failure, stands.
-refused='eq_readerr 111 \(Connection refused\), provider errno: (111|65544) '
+# more, on its own, its client started once its server listens. Two starts
+# race when the host's CPUs are taken (the other lane of the check):
+#   - runfabtests.sh starts the client one second after the server, and on
+#     one host the client does not wait (nd_ssh_after_listen): a server
+#     slower than that refuses the client's out-of-band socket ("connect:
+#     Connection refused") or its fi_connect;
+#   - fabtests' MSG tests with an out-of-band socket (fi_unexpected_msg,
+#     fi_bw, fi_multi_ep, fi_multi_recv with -e msg) have the client call
+#     fi_connect as soon as that socket's handshake is done, while the
+#     server still has fi_getinfo, its fabric and fi_listen to go; no wait
+#     outside the programs can order those two.
+# A second refusal, or any other failure, stands.
+refused='eq_readerr 111 \(Connection refused\), provider errno: (111|65544) |^ *connect: Connection refused$'
+# wait_for_listener PROGRAM: until PROGRAM listens on TCP (an out-of-band
+# socket) or through rdma_cm, at most 30 s (ss and rdma name a process by
+# its first 15 characters).
+wait_for_listener() {
+	local comm=${1:0:15} deadline=$((SECONDS + 30))
+	until ss -ltnp 2>/dev/null | grep -q "((\"$comm\"" ||
+		rdma resource show cm_id 2>/dev/null | grep "comm $comm" | grep -q LISTEN; do
+		((SECONDS < deadline)) && pgrep -x "$comm" >/dev/null || return 0
+		sleep 0.2
+	done
+}
 rerun_note=$workdir/reruns
 : >"$rerun_note"
 rerun_refused() { # SUITE
@@ -223,6 +239,7 @@ rerun_refused() { # SUITE
 		timeout "$limit" ssh -n "${hosts[0]}" "$env_prefix $s_cmd" >"$workdir/rerun-server.out" 2>&1 &
 		s_pid=$!
 		sleep 1
+		[ -n "$remote" ] || wait_for_listener "$(basename "${s_cmd%% *}")"
 		timeout "$limit" ssh -n "${hosts[1]}" "$env_prefix $c_cmd" >"$workdir/rerun-client.out" 2>&1
 		c_ret=$?
 		if [ "$c_ret" -ne 0 ] && kill -0 "$s_pid" 2>/dev/null; then
