@@ -49,7 +49,7 @@
 set -uo pipefail
 usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
-# nd_guest_ip
+# nd_guest_ip, nd_wait_for_listener
 source "$(dirname "$0")/../../util/lib/nd-common.sh"
 
 ftdir=$(cd "${1:?usage: nd_upstream.sh FTDIR BUILDDIR [PROVIDER]}" && pwd)
@@ -212,17 +212,6 @@ fi
 #     outside the programs can order those two.
 # A second refusal, or any other failure, stands.
 refused='eq_readerr 111 \(Connection refused\), provider errno: (111|65544) |^ *connect: Connection refused$'
-# wait_for_listener PROGRAM: until PROGRAM listens on TCP (an out-of-band
-# socket) or through rdma_cm, at most 30 s (ss and rdma name a process by
-# its first 15 characters).
-wait_for_listener() {
-	local comm=${1:0:15} deadline=$((SECONDS + 30))
-	until ss -ltnp 2>/dev/null | grep -q "((\"$comm\"" ||
-		rdma resource show cm_id 2>/dev/null | grep "comm $comm" | grep -q LISTEN; do
-		((SECONDS < deadline)) && pgrep -x "$comm" >/dev/null || return 0
-		sleep 0.2
-	done
-}
 rerun_note=$workdir/reruns
 : >"$rerun_note"
 rerun_refused() { # SUITE
@@ -239,7 +228,7 @@ rerun_refused() { # SUITE
 		timeout "$limit" ssh -n "${hosts[0]}" "$env_prefix $s_cmd" >"$workdir/rerun-server.out" 2>&1 &
 		s_pid=$!
 		sleep 1
-		[ -n "$remote" ] || wait_for_listener "$(basename "${s_cmd%% *}")"
+		[ -n "$remote" ] || nd_wait_for_listener "$(basename "${s_cmd%% *}")" 30 1
 		timeout "$limit" ssh -n "${hosts[1]}" "$env_prefix $c_cmd" >"$workdir/rerun-client.out" 2>&1
 		c_ret=$?
 		if [ "$c_ret" -ne 0 ] && kill -0 "$s_pid" 2>/dev/null; then

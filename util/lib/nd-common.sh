@@ -9,7 +9,8 @@
 #     line), counts_from_criterion (Criterion's "Synthesis:" lines),
 #     counts_from_verdicts (PASS:/FAIL: lines);
 #   - valgrind_clean: a command under valgrind with the project's flags;
-#   - apt_from_installed: apt-get for a local package in the guest.
+#   - apt_from_installed: apt-get for a local package in the guest;
+#   - nd_wait_for_listener: until a test program's server listens.
 # Works under `set -u` and without `set -e`; defines no traps.
 
 # Addresses of the test bed (util/nd-guest and util/nd-cluster set them up;
@@ -101,6 +102,27 @@ counts_from_verdicts() {
 ND_VALGRIND=(valgrind --quiet --error-exitcode=99 --leak-check=full
 	--errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect)
 valgrind_clean() { "${ND_VALGRIND[@]}" "$@"; }
+
+# nd_wait_for_listener PROGRAM SECONDS [RUNNING]: returns once PROGRAM
+# listens on TCP (an out-of-band socket) or through rdma_cm, after SECONDS,
+# or once PROGRAM, seen running, has ended (a server that gave up: no
+# listener ever comes). RUNNING 1 says it was started already, so not
+# seeing it means it ended; 0 (default) waits to see it start (across
+# hosts its ssh login may not have started it yet). ss, rdma and pgrep
+# name a process by its first 15 characters.
+nd_wait_for_listener() {
+	local comm=${1:0:15} deadline=$((SECONDS + $2)) seen=${3:-0}
+	until ss -ltnp 2>/dev/null | grep -q "((\"$comm\"" ||
+		rdma resource show cm_id 2>/dev/null | grep "comm $comm" | grep -q LISTEN; do
+		((SECONDS < deadline)) || return 0
+		if pgrep -x "$comm" >/dev/null; then
+			seen=1
+		elif ((seen)); then
+			return 0
+		fi
+		sleep 0.2
+	done
+}
 
 # need_tool TOOL PACKAGE: true when TOOL is on PATH (or an executable path);
 # otherwise says which Debian package brings it, as a FAIL line of its own.
