@@ -49,6 +49,7 @@ Test(params, retry_parameters_come_from_the_environment)
 	cr_assert_eq(defaults.rnr_retry, 7, "RNR retries are infinite unless asked otherwise");
 	cr_assert_eq(defaults.retry_count, -1, "the device's default");
 	cr_assert_eq(defaults.ack_timeout, -1, "rdma_cm's ACK timeout unless asked otherwise");
+	cr_assert_eq(defaults.peer_timeout_s, 20, "fi_nd(7): a stalled peer is given up after 20 s");
 	setenv("FI_ND_RNR_RETRY", "0", 1);
 	setenv("FI_ND_RETRY_COUNT", "9", 1);
 	setenv("FI_ND_ACK_TIMEOUT", "14", 1);
@@ -56,6 +57,11 @@ Test(params, retry_parameters_come_from_the_environment)
 	cr_assert_eq(p.rnr_retry, 0);
 	cr_assert_eq(p.retry_count, -1, "9 is out of range: the default");
 	cr_assert_eq(p.ack_timeout, 14);
+	setenv("FI_ND_PEER_TIMEOUT", "4", 1);
+	cr_assert_eq(nd::read_params().peer_timeout_s, 4);
+	setenv("FI_ND_PEER_TIMEOUT", "3601", 1);
+	cr_assert_eq(nd::read_params().peer_timeout_s, 20, "3601 is out of range: the default");
+	unsetenv("FI_ND_PEER_TIMEOUT");
 	setenv("FI_ND_ACK_TIMEOUT", "32", 1);
 	setenv("FI_ND_RNR_RETRY", "-1", 1);
 	p = nd::read_params();
