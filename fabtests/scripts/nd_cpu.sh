@@ -118,7 +118,7 @@ cg_run() { # PROVIDER TEST FUNCTION EXTRA
 	sleep 0.2
 	# shellcheck disable=SC2086
 	out=$(timeout 600 valgrind --tool=callgrind --callgrind-out-file="$cgdir/$prov.$test.$fn$extra" \
-		--toggle-collect="$fn" --dump-after=perf_cq_calibrate \
+		--toggle-collect="$fn" --dump-after=perf_cq_calibrate --instr-atstart=no \
 		"$perf" -p "$prov" -c "$ip" -a "$ip" -P "$port" -t "$test" -S 8 -n "$cpu_iters" -C $extra \
 		</dev/null 2>&1)
 	kill "$server" 2>/dev/null
