@@ -34,7 +34,8 @@
 #   ND_UPSTREAM_TIMEOUT     seconds each test may take (120)
 #   ND_UPSTREAM_REPEATS     all: every test of the sets; dc: not the plain
 #                           variant of a test that also runs byte-verifying
-#                           (-v), which stands for it; none: nor rxm's
+#                           (-v), which stands for it, with or without -U;
+#                           none: nor rxm's
 #                           delivery-complete repeats (-U) (all; util/nd-check
 #                           runs Debian 12 with none, Debian 13 with dc, so
 #                           that each test runs in the check at least once)
@@ -158,6 +159,13 @@ all) ;;
 dc | none)
 	msg_excludes+=',^fi_msg_pingpong -I 5$,^fi_msg_bw -I 5$'
 	rdm_excludes+=',^fi_rdm_pingpong -I 5$,^fi_rdm_tagged_pingpong -I 5$,^fi_rdm_tagged_bw -I 5$'
+	# The same rule among the delivery-complete repeats: "-v -U" stands
+	# for "-U". fabtests 2.x has byte-verifying atomics too.
+	rdm_excludes+=',^fi_rdm_pingpong -I 5 -U$,^fi_rdm_tagged_pingpong -I 5 -U$,^fi_rdm_tagged_bw -I 5 -U$'
+	case $version in
+	1.*) ;;
+	*) rdm_excludes+=',^fi_rdm_atomic -I 5 -o all$,^fi_rdm_atomic -I 5 -o all -U$' ;;
+	esac
 	[ "$ND_UPSTREAM_REPEATS" = dc ] || rdm_excludes+=', -U$'
 	;;
 *)
