@@ -371,6 +371,8 @@ int open_domain(fid_fabric *fabric, fi_info *info, fid_domain **domain, void *co
 int open_passive_ep(fid_fabric *fabric, fi_info *info, fid_pep **pep, void *context) noexcept;
 int open_endpoint(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
 int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq, void *context) noexcept;
+int query_atomic(fid_domain *domain, fi_datatype datatype, fi_op op, fi_atomic_attr *attr,
+		 uint64_t flags) noexcept;
 int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr, void *context) noexcept;
 int srx_open(fid_domain *domain, fi_rx_attr *attr, fid_ep **rx_ep, void *context) noexcept;
 int stx_open(fid_domain *domain, fi_tx_attr *attr, fid_stx **stx, void *context) noexcept;

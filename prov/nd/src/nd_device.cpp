@@ -194,6 +194,7 @@ bool fill_from_verbs(ibv_context *context, uint8_t port_num, const Params &param
 	l.max_srq = static_cast<uint32_t>(dev.max_srq);
 	l.max_srq_wr = static_cast<uint32_t>(dev.max_srq_wr);
 	l.max_srq_sge = static_cast<uint32_t>(dev.max_srq_sge);
+	l.atomics = dev.atomic_cap != IBV_ATOMIC_NONE && !adapter->iwarp;
 	l.max_inline = probe_inline(context,
 				    adapter->name + "/" + std::to_string(adapter->node_guid),
 				    params.inline_probe);

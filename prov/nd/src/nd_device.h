@@ -41,6 +41,9 @@ struct DeviceLimits {
 	uint32_t max_srq_wr = 0;
 	uint32_t max_srq_sge = 0;
 	uint32_t max_inline = 0;	  /* probed: largest inline send accepted */
+	/* 64-bit fetch-and-add and compare-and-swap (atomic_cap); never on
+	 * iWARP, whose verbs have no atomics. */
+	bool atomics = false;
 };
 
 /* Connection private data limits of a transport, before provider framing. */

@@ -95,7 +95,7 @@ fi_ops_domain domain_ops = {
 	.poll_open = poll_open,
 	.stx_ctx = stx_open,
 	.srx_ctx = srx_open,
-	.query_atomic = unsupported::query_atomic,
+	.query_atomic = query_atomic,
 	.query_collective = unsupported::query_collective,
 	.endpoint2 = [](fid_domain *domain, fi_info *info, fid_ep **ep, uint64_t flags,
 			void *context) noexcept {
@@ -169,6 +169,7 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->adapter_read_limits = {static_cast<uint32_t>(attr.max_qp_rd_atom),
 				       static_cast<uint32_t>(attr.max_qp_init_rd_atom)};
 	domain->iwarp = domain->context->device->transport_type == IBV_TRANSPORT_IWARP;
+	domain->atomics = !domain->iwarp && attr.atomic_cap != IBV_ATOMIC_NONE;
 	domain->max_cqe = attr.max_cqe;
 	domain->max_srq_wr = attr.max_srq_wr;
 	/* 0 on devices that do not say (the limit is then max_sge). */
@@ -262,6 +263,21 @@ MemoryWindows *Domain::memory_windows()
 		}
 	}
 	return windows.get();
+}
+
+const Domain::AtomicSink *Domain::atomic_sink()
+{
+	std::call_once(atomic_sink_once, [this] {
+		auto sink = std::make_unique<AtomicSink>();
+		sink->mr.reset(ibv_reg_mr(pd.get(), &sink->word, sizeof(sink->word), IBV_ACCESS_LOCAL_WRITE));
+		if (!sink->mr) {
+			ND_WARN(FI_LOG_EP_DATA, "fi_domain(%s): ibv_reg_mr of fi_atomic's result word: %s\n",
+				info->domain_attr->name, std::strerror(errno));
+			return;
+		}
+		atomic_sink_ = std::move(sink);
+	});
+	return atomic_sink_.get();
 }
 
 int Domain::close()

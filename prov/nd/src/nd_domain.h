@@ -44,6 +44,9 @@ struct Domain {
 	/* What the application may send with connect, accept and reject. */
 	CmDataLimits cm_limits;
 	bool iwarp;
+	/* The adapter's 64-bit fetch-and-add and compare-and-swap
+	 * (nd_atomic.h); never on iWARP. */
+	bool atomics;
 	/* What the data path sizes and locks by. */
 	int max_cqe;
 	int max_srq_wr;
@@ -87,6 +90,18 @@ struct Domain {
 	/* The windows, opened on first use; nullptr where the device has none
 	 * (regions peers may reach are then registered for themselves). */
 	MemoryWindows *memory_windows();
+
+	/* Where fi_atomic's fetch-and-add puts the old value nobody asked
+	 * for: one registered word, written by the adapter and never read
+	 * (every connection may write it at once). Registered on the first
+	 * such call; nullptr when that failed (logged). */
+	struct AtomicSink {
+		alignas(8) uint64_t word = 0;
+		VerbsHandle<ibv_mr, ibv_dereg_mr> mr;
+	};
+	const AtomicSink *atomic_sink();
+	std::once_flag atomic_sink_once;
+	std::unique_ptr<AtomicSink> atomic_sink_;
 	int close();
 };
 

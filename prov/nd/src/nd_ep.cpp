@@ -611,7 +611,7 @@ int open_endpoint_impl(fid_domain *fdomain, fi_info *info, fid_ep **out, void *c
 	ep->ep.msg = ep->options.framed ? &ep_framed_msg_ops : &ep_msg_ops;
 	ep->ep.rma = &ep_rma_ops;
 	ep->ep.tagged = ep->options.framed ? &ep_tagged_ops : &unsupported::tagged_ops;
-	ep->ep.atomic = &unsupported::atomic_ops;
+	ep->ep.atomic = &ep_atomic_ops;
 	if (takes_address) {
 		int ret = bind_endpoint(ep.get(), taken_address, "fi_endpoint");
 		if (ret) {

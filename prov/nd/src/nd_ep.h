@@ -57,6 +57,11 @@ struct FrameHeaders {
 };
 
 /* One send-queue request as the msg and rma calls describe it. */
+inline bool is_atomic_opcode(ibv_wr_opcode opcode) noexcept
+{
+	return opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+}
+
 struct TxRequest {
 	ibv_wr_opcode opcode;
 	const iovec *iov;
@@ -65,6 +70,10 @@ struct TxRequest {
 	uint64_t remote_addr;
 	uint64_t remote_key;
 	uint32_t imm_data;		/* network order; for the _WITH_IMM opcodes */
+	/* The operands of IBV_WR_ATOMIC_FETCH_AND_ADD (compare_add: the
+	 * addend) and IBV_WR_ATOMIC_CMP_AND_SWP (compare_add, swap). */
+	uint64_t compare_add = 0;
+	uint64_t swap = 0;
 	void *context;
 	uint64_t flags;			/* FI_INJECT, FI_COMPLETION, FI_MORE, ... */
 	uint64_t cq_flags;		/* FI_SEND | FI_MSG, FI_RMA | FI_WRITE, ... */
@@ -479,6 +488,8 @@ void ep_peer_broke_framing(void *owner) noexcept;
 /* Data transfer tables of a connected endpoint (nd_ep_msg.cpp, nd_ep_rma.cpp). */
 extern fi_ops_msg ep_msg_ops;
 extern fi_ops_rma ep_rma_ops;
+/* nd_ep_atomic.cpp: the adapter's atomics (nd_atomic.h). */
+extern fi_ops_atomic ep_atomic_ops;
 /* A framed endpoint's (nd_ep_tagged.cpp). */
 extern fi_ops_msg ep_framed_msg_ops;
 extern fi_ops_tagged ep_tagged_ops;

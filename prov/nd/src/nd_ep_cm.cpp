@@ -217,11 +217,11 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 	/* rdma_cm computes an active id's INIT attributes before its IB CM id
 	 * exists, and then grants no remote access at all (librdmacm, which
 	 * owns its QPs, repeats INIT at RTR for this reason). Remote access is
-	 * the registration's business; reads are bounded by the negotiated
-	 * max_dest_rd_atomic below. */
+	 * the registration's business; reads and atomics are bounded by the
+	 * negotiated max_dest_rd_atomic below. */
 	if (state == IBV_QPS_INIT) {
 		attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				       IBV_ACCESS_REMOTE_READ;
+				       IBV_ACCESS_REMOTE_READ | (domain->atomics ? IBV_ACCESS_REMOTE_ATOMIC : 0);
 		mask |= IBV_QP_ACCESS_FLAGS;
 	}
 	/* The queue pair gets exactly the negotiated read limits. */

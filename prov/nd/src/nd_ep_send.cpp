@@ -40,7 +40,10 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	if ((r.opcode == IBV_WR_SEND_WITH_IMM || r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
 	    domain->iwarp)
 		return no_immediate_data(r.call);
-	const bool is_read = r.opcode == IBV_WR_RDMA_READ;
+	/* An atomic is a read at the responder (nd_atomic.h): it takes the
+	 * read budget, and lands its old value in the local buffer. */
+	const bool is_atomic = is_atomic_opcode(r.opcode);
+	const bool is_read = r.opcode == IBV_WR_RDMA_READ || is_atomic;
 	/* A framed message's header goes first, from its ring slot's copy. */
 	const uint32_t header_bytes = r.header ? static_cast<uint32_t>(kFrameHeaderSize) : 0;
 	/* Whether the data may go inline: it must fit the probed limit; a
@@ -49,7 +52,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	for (size_t i = 0; i < r.count && r.iov; i++)
 		total += r.iov[i].iov_len;
 	const bool inline_data = !is_read && total + header_bytes <= data.max_inline;
-	if ((r.flags & FI_INJECT) && !inline_data) {
+	if ((r.flags & FI_INJECT) && !inline_data && !is_atomic) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: %llu bytes to inject; inject_size is %u\n", r.call,
 			static_cast<unsigned long long>(total), data.max_inline - header_bytes);
 		return -FI_EMSGSIZE;
@@ -66,11 +69,13 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 		return -FI_EMSGSIZE;
 	}
 	if (is_read && conn.effective.outbound == 0) {
-		ND_WARN(FI_LOG_EP_DATA, "%s: the connection allows no RDMA reads (negotiated outbound read limit 0)\n",
-			r.call);
+		ND_WARN(FI_LOG_EP_DATA, "%s: the connection allows no RDMA reads%s (negotiated outbound read limit 0)\n",
+			r.call, is_atomic ? " and so no atomics" : "");
 		return -FI_EACCES;
 	}
-	Counter *counter = bindings.counter(r.opcode == IBV_WR_RDMA_READ ? CounterKind::read
+	/* fi_cntr(3): reads and fetching atomics count as reads, fi_atomic
+	 * as a write. */
+	Counter *counter = bindings.counter((r.cq_flags & FI_READ) ? CounterKind::read
 					    : (r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM)
 						    ? CounterKind::send
 						    : CounterKind::write);
@@ -127,8 +132,15 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	wr.opcode = r.opcode;
 	wr.send_flags = claimed.send_flags | (inline_data && total + header_bytes ? IBV_SEND_INLINE : 0);
 	wr.imm_data = r.imm_data;
-	wr.wr.rdma.remote_addr = r.remote_addr;
-	wr.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
+	if (is_atomic) {
+		wr.wr.atomic.remote_addr = r.remote_addr;
+		wr.wr.atomic.compare_add = r.compare_add;
+		wr.wr.atomic.swap = r.swap;
+		wr.wr.atomic.rkey = static_cast<uint32_t>(r.remote_key);
+	} else {
+		wr.wr.rdma.remote_addr = r.remote_addr;
+		wr.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
+	}
 	/* The slot is committed (claim): a batch that cannot be made posts
 	 * the request at once. */
 	const bool more = (r.flags & FI_MORE) && start_batch();
@@ -249,7 +261,8 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
 	uint64_t unposted = 0;
 	for (ibv_send_wr *w = bad; w; w = w->next)
 		++unposted;
-	data.sq->reads_posted = record_of(bad->wr_id)->read_mark - (bad->opcode == IBV_WR_RDMA_READ);
+	data.sq->reads_posted = record_of(bad->wr_id)->read_mark -
+				(bad->opcode == IBV_WR_RDMA_READ || is_atomic_opcode(bad->opcode));
 	data.sq->uncommit(unposted);
 	const uint64_t held_lost = unposted - (last ? 1 : 0);
 	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s%s\n", call, std::strerror(rc),

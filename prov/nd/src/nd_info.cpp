@@ -361,6 +361,9 @@ std::string hints_mismatch(uint32_t version, const fi_info *hints, const Adapter
 	    a.name != hints->nic->device_attr->name)
 		return format("nic name '%s' is not '%s'", hints->nic->device_attr->name,
 			      a.name.c_str());
+	if ((hints->caps & FI_ATOMIC) && !a.limits.atomics)
+		return a.iwarp ? "FI_ATOMIC: iWARP has no atomics"
+			       : "FI_ATOMIC: the device has no atomics (atomic_cap is IBV_ATOMIC_NONE)";
 	std::string why;
 	if (hints->caps & FI_TAGGED) {
 		/* A framed endpoint (nd_framing.h) owns its receive queue. */
@@ -424,6 +427,8 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 
 	if (mr_mode >= 0 && !old_api && !(mr_mode & (FI_MR_VIRT_ADDR | api::kMrBasic)))
 		caps &= ~kRmaCaps; /* messages only: see negotiate_mr_mode */
+	if (!a.limits.atomics)
+		caps &= ~FI_ATOMIC;
 	info->caps = caps;
 	info->mode = mode;
 	info->addr_format = format_of(address.addr);

@@ -21,8 +21,8 @@
 namespace nd {
 
 /* What the provider offers; a hint outside these is not satisfiable. */
-constexpr uint64_t kPrimaryCaps = FI_MSG | FI_RMA | FI_SEND | FI_RECV | FI_READ | FI_WRITE |
-				  FI_REMOTE_READ | FI_REMOTE_WRITE;
+constexpr uint64_t kPrimaryCaps = FI_MSG | FI_RMA | FI_ATOMIC | FI_SEND | FI_RECV | FI_READ |
+				  FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 constexpr uint64_t kSecondaryCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /* Offered to an application that asks for it, and only then: a multi-receive
  * buffer holds back every receive posted behind it (nd_multi_recv.h), which
@@ -33,10 +33,10 @@ constexpr uint64_t kAskedCaps = FI_MULTI_RECV | FI_TAGGED;
 constexpr uint64_t kCaps = kPrimaryCaps | kSecondaryCaps | kAskedCaps;
 constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /* The capabilities that let a peer reach registered memory. */
-constexpr uint64_t kRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+constexpr uint64_t kRmaCaps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 /* The capabilities each direction's context reports (fi_endpoint(3)). */
-constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_SEND | FI_READ | FI_WRITE | FI_TAGGED;
-constexpr uint64_t kRxCaps = FI_MSG | FI_RMA | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE |
+constexpr uint64_t kTxCaps = FI_MSG | FI_RMA | FI_ATOMIC | FI_SEND | FI_READ | FI_WRITE | FI_TAGGED;
+constexpr uint64_t kRxCaps = FI_MSG | FI_RMA | FI_ATOMIC | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE |
 			     FI_MULTI_RECV | FI_TAGGED;
 /* The orders nd can give. An RC queue pair executes requests in order,
  * except that a send or RDMA write that follows an RDMA read may run at the

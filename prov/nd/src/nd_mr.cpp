@@ -9,7 +9,7 @@
 
 namespace nd {
 
-int verbs_access_of(uint64_t access) noexcept
+int verbs_access_of(uint64_t access, bool atomics) noexcept
 {
 	if (!access)
 		access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
@@ -18,8 +18,10 @@ int verbs_access_of(uint64_t access) noexcept
 	int flags = 0;
 	if (access & (FI_RECV | FI_READ | FI_REMOTE_WRITE))
 		flags |= IBV_ACCESS_LOCAL_WRITE;
+	/* An atomic writes the word it targets: a region peers may write
+	 * takes their atomics too, where the device has them. */
 	if (access & FI_REMOTE_WRITE)
-		flags |= IBV_ACCESS_REMOTE_WRITE;
+		flags |= IBV_ACCESS_REMOTE_WRITE | (atomics ? IBV_ACCESS_REMOTE_ATOMIC : 0);
 	if (access & FI_REMOTE_READ)
 		flags |= IBV_ACCESS_REMOTE_READ;
 	return flags;
@@ -47,7 +49,7 @@ fi_ops mr_fid_ops = {
  * fill up with. */
 constexpr uint64_t kOfiMrNoCache = 1ULL << 60;
 
-constexpr int kRemoteAccess = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+constexpr int kRemoteAccess = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
 
 constexpr uint64_t kAccessFlags = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ |
 				  FI_REMOTE_WRITE;
@@ -80,7 +82,7 @@ int register_region(Domain *domain, const void *buf, size_t len, uint64_t access
 	}
 	auto region = std::make_unique<MemoryRegion>();
 	region->domain = domain;
-	const int verbs_access = verbs_access_of(access);
+	const int verbs_access = verbs_access_of(access, domain->atomics);
 	const int remote_access = verbs_access & kRemoteAccess;
 	bool cacheable = domain->mr_cache && !(flags & kOfiMrNoCache);
 	/* A cached registration outlives the region, so peers reach it only

@@ -130,8 +130,9 @@ inline ssize_t gather_sges(const char *call, const iovec *iov, void **desc, size
 }
 
 /* Maps libfabric access flags (FI_SEND, FI_REMOTE_WRITE, ...) to verbs
- * access flags; 0 access means every access, as libfabric says. */
-int verbs_access_of(uint64_t access) noexcept;
+ * access flags; 0 access means every access, as libfabric says. Remote
+ * write includes remote atomics where the device has them (`atomics`). */
+int verbs_access_of(uint64_t access, bool atomics) noexcept;
 
 
 } // namespace nd

@@ -28,11 +28,6 @@ int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept
 	return not_implemented("fi_scalable_ep", "FI_EP_MSG endpoints have one context each");
 }
 
-int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) noexcept
-{
-	return not_implemented("fi_query_atomic", "atomics are not offered (no FI_ATOMIC cap)");
-}
-
 int query_collective(fid_domain *, fi_collective_op, fi_collective_attr *, uint64_t) noexcept
 {
 	return not_implemented("fi_query_collective", "collectives are not offered");
@@ -263,7 +258,7 @@ ssize_t no_tagged() noexcept
 }
 ssize_t no_atomic() noexcept
 {
-	return not_implemented("atomics", "FI_ATOMIC is not offered");
+	return not_implemented("atomics", "a shared context carries no atomics: its endpoints do");
 }
 } // namespace
 

@@ -22,7 +22,6 @@ namespace nd::unsupported {
 
 int av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept;
 int scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept;
-int query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) noexcept;
 int query_collective(fid_domain *, fi_collective_op, fi_collective_attr *, uint64_t) noexcept;
 
 int ops_open(fid *, const char *, uint64_t, void **, void *) noexcept;

@@ -210,6 +210,29 @@ struct DataFixture : CmFixture {
 	}
 };
 
+inline void close_side(Side s) { cr_assert_eq(fi_close(&s.ep->fid), 0); }
+
+/* Sends `len` bytes client → server and checks both completions. */
+inline void send_and_check(DataFixture &f, Side from, Side to, size_t len, uint8_t seed)
+{
+	Buffer &src = f.buffer(len ? len : 1);
+	Buffer &dst = f.buffer(len + 16, 0xee);
+	auto want = pattern(len, seed);
+	src.fill(want);
+	int recv_ctx, send_ctx;
+	cr_assert_eq(fi_recv(to.ep, dst.data(), len + 16, dst.desc(), 0, &recv_ctx), 0);
+	cr_assert_eq(fi_send(from.ep, src.data(), len, src.desc(), 0, &send_ctx), 0);
+	fi_cq_data_entry r = wait_cq(to.cq);
+	cr_assert_eq(r.op_context, &recv_ctx);
+	cr_assert_eq(r.flags, FI_RECV | FI_MSG, "recv flags 0x%llx", (unsigned long long)r.flags);
+	cr_assert_eq(r.len, len, "received %zu bytes, sent %zu", r.len, len);
+	cr_assert(dst.holds(want), "%zu bytes arrived intact", len);
+	cr_assert_eq(dst.bytes[len], 0xee, "nothing written past the message");
+	fi_cq_data_entry s = wait_cq(from.cq);
+	cr_assert_eq(s.op_context, &send_ctx);
+	cr_assert_eq(s.flags, FI_SEND | FI_MSG);
+}
+
 } // namespace nd::test
 
 #endif /* ND_TEST_DATA_FIXTURE_H */

@@ -63,6 +63,7 @@ inline Adapter rxe_adapter()
 	a.limits.max_srq_wr = 1048576;
 	a.limits.max_srq_sge = 27;
 	a.limits.max_inline = 256;
+	a.limits.atomics = true;
 	PortAddress v4;
 	v4.addr = ipv4("10.0.2.15");
 	v4.prefix_len = 24;

@@ -7,6 +7,7 @@
 
 #include "guest.h"
 
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_ext_nd.h>
 #include <infiniband/verbs.h>
 
@@ -167,6 +168,51 @@ Test(getinfo, service_alone_is_a_local_port)
 	cr_assert_null(info->dest_addr);
 }
 
+/* The adapter's atomics (nd_atomic.h): offered by default and to hints that
+ * ask, on a device that has them; never on iWARP, where hints that ask get
+ * nothing. */
+Test(getinfo, atomics_where_the_device_has_them)
+{
+	InfoPtr info;
+	InfoPtr hints = nd_hints();
+	hints->caps = 0;
+	cr_assert_eq(getinfo(nullptr, nullptr, 0, hints.get(), &info), 0);
+	const bool iwarp = info->ep_attr->protocol == FI_PROTO_IWARP;
+	cr_assert_eq(!!(info->caps & FI_ATOMIC), !iwarp, "FI_ATOMIC by default: %s", iwarp ? "not on iWARP" : "yes");
+	cr_assert_eq(!!(info->tx_attr->caps & FI_ATOMIC), !iwarp);
+	cr_assert_eq(!!(info->rx_attr->caps & FI_ATOMIC), !iwarp);
+
+	hints = nd_hints();
+	hints->caps = FI_MSG | FI_ATOMIC;
+	const int ret = getinfo(nullptr, nullptr, 0, hints.get(), &info);
+	if (iwarp) {
+		cr_assert_eq(ret, -FI_ENODATA, "iWARP has no atomics");
+		return;
+	}
+	cr_assert_eq(ret, 0);
+	for (fi_info *cur = info.get(); cur; cur = cur->next)
+		cr_assert(cur->caps & FI_ATOMIC);
+	fid_fabric *fabric;
+	fid_domain *domain;
+	cr_assert_eq(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
+	cr_assert_eq(fi_domain(fabric, info.get(), &domain, nullptr), 0);
+	fi_atomic_attr attr{};
+	cr_assert_eq(fi_query_atomic(domain, FI_UINT64, FI_SUM, &attr, 0), 0);
+	cr_assert_eq(attr.size, 8u);
+	cr_assert_eq(attr.count, 1u);
+	cr_assert_eq(fi_query_atomic(domain, FI_INT64, FI_SUM, &attr, FI_FETCH_ATOMIC), 0);
+	cr_assert_eq(fi_query_atomic(domain, FI_UINT64, FI_CSWAP, &attr, FI_COMPARE_ATOMIC), 0);
+	cr_assert_eq(fi_query_atomic(domain, FI_UINT32, FI_SUM, &attr, 0), -FI_EOPNOTSUPP);
+	cr_assert_eq(fi_query_atomic(domain, FI_UINT64, FI_MIN, &attr, FI_FETCH_ATOMIC), -FI_EOPNOTSUPP);
+	cr_assert_eq(fi_query_atomic(domain, FI_UINT64, FI_CSWAP_NE, &attr, FI_COMPARE_ATOMIC), -FI_EOPNOTSUPP);
+	cr_assert_eq(fi_query_atomic(domain, FI_DOUBLE, FI_SUM, &attr, FI_FETCH_ATOMIC), -FI_EOPNOTSUPP);
+	cr_assert_eq(fi_query_atomic(domain, FI_UINT64, FI_SUM, &attr, FI_FETCH_ATOMIC | FI_COMPARE_ATOMIC),
+		     -FI_EBADFLAGS);
+	cr_assert_eq(fi_query_atomic(domain, FI_UINT64, FI_SUM, nullptr, 0), -FI_EINVAL);
+	cr_assert_eq(fi_close(&domain->fid), 0);
+	cr_assert_eq(fi_close(&fabric->fid), 0);
+}
+
 Test(getinfo, bad_hints_give_enodata)
 {
 	InfoPtr info;
@@ -198,9 +244,6 @@ Test(getinfo, bad_hints_give_enodata)
 	cr_assert_eq(getinfo("10.0.2.99", "7471", FI_SOURCE, hints.get(), &info), -FI_ENODATA,
 		     "not a local address");
 
-	hints = nd_hints();
-	hints->caps = FI_ATOMIC;
-	cr_assert_eq(getinfo(nullptr, nullptr, 0, hints.get(), &info), -FI_ENODATA);
 	hints = nd_hints();
 	hints->caps = FI_TAGGED | FI_MULTI_RECV;
 	cr_assert_eq(getinfo(nullptr, nullptr, 0, hints.get(), &info), -FI_ENODATA, "not together");

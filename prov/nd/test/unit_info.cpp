@@ -54,6 +54,7 @@ Adapter siw_adapter()
 	a.iwarp = true;
 	a.name = "siw0";
 	a.limits.max_sge_rd = 1;
+	a.limits.atomics = false; /* discovery: never on iWARP */
 	return a;
 }
 
@@ -82,10 +83,44 @@ Test(hints, capabilities_beyond_the_provider_do_not_match)
 	InfoPtr hints = app_hints();
 	hints->caps = FI_COLLECTIVE;
 	cr_assert(mismatch(hints.get()).find("caps") != std::string::npos);
-	hints->caps = FI_MSG | FI_ATOMIC;
-	cr_assert_not(mismatch(hints.get()).empty());
 	hints->caps = FI_MSG | FI_SEND | FI_RECV | FI_READ | FI_REMOTE_WRITE | FI_LOCAL_COMM;
 	cr_assert(mismatch(hints.get()).empty());
+}
+
+/* The adapter's atomics (nd_atomic.h): where it has them, by default and to
+ * hints that ask; never on iWARP, nor on a device whose atomic_cap is none. */
+Test(info, atomics_where_the_device_has_them)
+{
+	InfoPtr hints = app_hints();
+	hints->caps = FI_MSG | FI_ATOMIC;
+	cr_assert(mismatch(hints.get()).empty());
+	InfoPtr info = build(hints.get());
+	cr_assert_eq(info->caps & (FI_ATOMIC | FI_RMA), FI_ATOMIC);
+	cr_assert(info->tx_attr->caps & FI_ATOMIC);
+	cr_assert(info->rx_attr->caps & FI_ATOMIC);
+	info = build(nullptr);
+	cr_assert(info->caps & FI_ATOMIC, "offered by default");
+	hints->caps = FI_MSG | FI_RMA;
+	info = build(hints.get());
+	cr_assert_not(info->caps & FI_ATOMIC, "not to hints that ask for other primary caps only");
+
+	Adapter siw = siw_adapter();
+	hints->caps = FI_MSG | FI_ATOMIC;
+	const std::string why = hints_mismatch(kVersion, hints.get(), siw, siw.addresses[0], Params{});
+	cr_assert(why.find("iWARP has no atomics") != std::string::npos, "%s", why.c_str());
+	info.reset(build_info(kVersion, nullptr, siw, siw.addresses[0], {}, Params{}));
+	cr_assert_not(info->caps & FI_ATOMIC);
+	cr_assert_not(info->tx_attr->caps & FI_ATOMIC);
+
+	Adapter none = rxe_adapter();
+	none.limits.atomics = false;
+	cr_assert_not(hints_mismatch(kVersion, hints.get(), none, none.addresses[0], Params{}).empty());
+
+	/* Atomics reach registered memory as RMA does: not without keys and
+	 * virtual addresses. */
+	hints->caps = FI_MSG | FI_ATOMIC;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED;
+	cr_assert_not(mismatch(hints.get()).empty());
 }
 
 Test(hints, names_must_match_the_device_and_network)
@@ -640,8 +675,8 @@ Test(build_info, reported_mr_mode_is_within_the_offer)
 Test(build_info, context_caps_are_per_direction)
 {
 	InfoPtr info = build(nullptr);
-	cr_assert_eq(info->tx_attr->caps, FI_MSG | FI_RMA | FI_SEND | FI_READ | FI_WRITE);
-	cr_assert_eq(info->rx_attr->caps, FI_MSG | FI_RMA | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE);
+	cr_assert_eq(info->tx_attr->caps, FI_MSG | FI_RMA | FI_ATOMIC | FI_SEND | FI_READ | FI_WRITE);
+	cr_assert_eq(info->rx_attr->caps, FI_MSG | FI_RMA | FI_ATOMIC | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE);
 	for (uint64_t asked : {FI_MSG, FI_RMA, FI_MSG | FI_RMA}) {
 		InfoPtr hints = app_hints();
 		hints->caps = asked;
