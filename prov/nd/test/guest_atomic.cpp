@@ -42,6 +42,20 @@ void set_word(Buffer &b, uint64_t v, size_t offset = 8)
 	std::memcpy(b.bytes.data() + offset, &v, sizeof(v));
 }
 
+/* The msg forms' description of one FI_UINT64 element at TARGET. */
+fi_msg_atomic uint64_msg(const fi_ioc *operand, const fi_rma_ioc *target, fi_op op, void *context = nullptr)
+{
+	fi_msg_atomic msg{};
+	msg.msg_iov = operand;
+	msg.iov_count = 1;
+	msg.rma_iov = target;
+	msg.rma_iov_count = 1;
+	msg.datatype = FI_UINT64;
+	msg.op = op;
+	msg.context = context;
+	return msg;
+}
+
 /* Opens the fixture asking for atomics, where the device has them. */
 void open_for_atomics(DataFixture &f)
 {
@@ -137,14 +151,7 @@ Test(atomic, fetch_add_add_and_compare_swap_land_at_both_ends)
 		fi_ioc operand{&ops[2], 1};
 		ops[2] = 1;
 		fi_rma_ioc target{remote.addr(8), 1, remote.key()};
-		fi_msg_atomic msg{};
-		msg.msg_iov = &operand;
-		msg.iov_count = 1;
-		msg.rma_iov = &target;
-		msg.rma_iov_count = 1;
-		msg.datatype = FI_UINT64;
-		msg.op = FI_SUM;
-		msg.context = &ctx;
+		fi_msg_atomic msg = uint64_msg(&operand, &target, FI_SUM, &ctx);
 		fi_ioc fetched{&res[5], 1};
 		void *result_desc = result.desc();
 		cr_assert_eq(fi_fetch_atomicmsg(c.ep, &msg, &fetched, &result_desc, 1, FI_COMPLETION), 0);
@@ -221,13 +228,7 @@ Test(atomic, bad_input_is_refused_at_the_call)
 			     -FI_EINVAL, "keys are 4 bytes");
 		fi_ioc operand{&one, 1};
 		fi_rma_ioc target{remote.addr(8), 1, remote.key()};
-		fi_msg_atomic msg{};
-		msg.msg_iov = &operand;
-		msg.iov_count = 1;
-		msg.rma_iov = &target;
-		msg.rma_iov_count = 1;
-		msg.datatype = FI_UINT64;
-		msg.op = FI_SUM;
+		fi_msg_atomic msg = uint64_msg(&operand, &target, FI_SUM);
 		msg.data = 5;
 		cr_assert_eq(fi_atomicmsg(c.ep, &msg, FI_REMOTE_CQ_DATA), -FI_EOPNOTSUPP, "no immediate data with atomics");
 		cr_assert_eq(fi_atomicmsg(c.ep, nullptr, 0), -FI_EINVAL);
