@@ -67,7 +67,7 @@ static int move_bytes(struct pair *p, struct buffers *b, unsigned seed, const ch
 	for (int s = 0; s < 2; s++)
 		TRY(fi_recv(p->ep[s], b->recv + (size_t)s * (LEN / 2), LEN / 2, desc_of(p, b->recv_again), 0, NULL));
 	for (int s = 0; s < 2; s++)
-		TRY(fi_send(p->ep[s], b->send, LEN / 2, desc_of(p, b->send_again), 0, NULL));
+		TRY(send_when_credited(p->ep[s], b->send, LEN / 2, desc_of(p, b->send_again), NULL));
 	uint64_t at = (p->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)b->target : 0;
 	TRY(fi_write(p->ep[0], b->send, LEN, desc_of(p, b->send_mr), 0, at, fi_mr_key(b->target_mr), NULL));
 	snprintf(what, sizeof(what), "%s: two messages and a write", when);

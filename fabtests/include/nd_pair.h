@@ -132,6 +132,19 @@ static inline void close_pair(struct pair *p)
 	memset(p, 0, sizeof(*p));
 }
 
+/* A send that may find no credit yet: on iWARP the peer's count of posted
+ * receives arrives by RDMA write after its fi_recv returns, and until then
+ * nd answers -FI_EAGAIN (fi_nd(7), iWARP). Retried within ND_PAIR_WAIT_MS;
+ * the count needs no call here to arrive, so nothing is read meanwhile. */
+static inline ssize_t send_when_credited(struct fid_ep *ep, const void *buf, size_t len, void *desc, void *context)
+{
+	double deadline = now_ms() + ND_PAIR_WAIT_MS;
+	ssize_t rc;
+	while ((rc = fi_send(ep, buf, len, desc, 0, context)) == -FI_EAGAIN && now_ms() < deadline)
+		;
+	return rc;
+}
+
 /* N successful completions on P's CQ within ND_PAIR_WAIT_MS. */
 static inline int completions(struct pair *p, int n, const char *what)
 {
