@@ -61,6 +61,7 @@ void append_credit_offer(const CreditOffer &offer, std::vector<uint8_t> *wire)
 	}
 	bytes[16] = offer.inbound;
 	bytes[17] = offer.outbound;
+	bytes[18] = offer.data_slots_log2;
 	wire->insert(wire->end(), bytes, bytes + kCreditOfferBytes);
 }
 
@@ -82,6 +83,7 @@ bool read_credit_offer(const void *wire, size_t wire_len, CreditOffer *out) noex
 	}
 	offer.inbound = bytes[16];
 	offer.outbound = bytes[17];
+	offer.data_slots_log2 = bytes[18];
 	*out = offer;
 	return true;
 }

@@ -45,7 +45,9 @@ Unframed unframe(const void *wire, size_t wire_len) noexcept;
  * iWARP: every connect and accept carries this offer after the
  * application's bytes. Receive credits (nd_credits.h): where the peer
  * writes the count of receives it has posted (addr and rkey 0 for an
- * endpoint that keeps none), and that count now. Read limits: the iWARP CM
+ * endpoint that keeps none), and that count now; remote CQ data's slots
+ * (nd_credits.h: RemoteDataSlots), which follow the credit word in the same
+ * registration, as log2 of their count (0: none). Read limits: the iWARP CM
  * reports MPA's IRD/ORD as the adapter settled them, not the peer's ND
  * values, so the offerer's own travel here (the connector's offered
  * limits, the accepter's negotiated ones). Little-endian, its fields packed
@@ -57,11 +59,13 @@ struct CreditOffer {
 	uint32_t posted = 0;	/* receives posted when the offer was made */
 	uint8_t inbound = 0;	/* reads the offerer serves */
 	uint8_t outbound = 0;	/* reads the offerer issues */
+	uint8_t data_slots_log2 = 0;	/* remote CQ data's slots: 1 << this; 0: none */
 	bool operator==(const CreditOffer &) const = default;
 };
-constexpr size_t kCreditOfferBytes = 18;
+constexpr size_t kCreditOfferBytes = 19;
 static_assert(kCreditOfferBytes == sizeof(CreditOffer::addr) + sizeof(CreditOffer::rkey) + sizeof(CreditOffer::posted) +
-				   sizeof(CreditOffer::inbound) + sizeof(CreditOffer::outbound));
+				   sizeof(CreditOffer::inbound) + sizeof(CreditOffer::outbound) +
+				   sizeof(CreditOffer::data_slots_log2));
 
 /* Appends `offer` to framed private data. */
 void append_credit_offer(const CreditOffer &offer, std::vector<uint8_t> *wire);

@@ -32,6 +32,24 @@
  * unlocks (Endpoint::flush_pending_credits). Each write takes
  * a send-ring slot; kWriteSlots more than the application's tx_size keep
  * room for them when the application's requests fill the ring.
+ *
+ * Remote CQ data rides on the same machinery, since iWARP carries no
+ * immediate data. The receiver keeps one 16-byte slot per slot of its
+ * receive ring (RemoteDataSlots), registered after its credit word, so
+ * that receive number k (its ring's posting order) owns slot k mod N. A
+ * sender whose message k carries data first writes the data into that
+ * slot, on the same connection: iWARP places an RDMA write before a later
+ * send completes at the target (RDMAP's ordering), so when receive k
+ * completes its slot holds the data, and the completion is reported as
+ * one that carried immediate data (WorkQueue::take_remote_data, before the
+ * ring slot is retired). fi_writedata
+ * is the write, the slot write, then a zero-byte send, whose receive the
+ * target reports as a remote write with data, as RDMA_WRITE_WITH_IMM's
+ * is. No slot is written twice before it is read: the sender writes slot
+ * k only for a message that has a credit, and receive k is posted only
+ * once receive k - N has retired (the receive ring holds fewer than N),
+ * whose slot was read and cleared first. Each slot names the message it
+ * belongs to, so a slot not written for this receive is never taken.
  */
 #ifndef ND_CREDITS_H
 #define ND_CREDITS_H
@@ -50,10 +68,50 @@
 namespace nd {
 
 /* Registered: the peer writes `granted`; `outgoing` is the source of this
- * side's writes to the peer. */
+ * side's writes to the peer. The remote CQ data slots follow in the same
+ * registration (kDataSlotsOffset). */
 struct CreditWords {
 	alignas(64) volatile uint64_t granted;
 	alignas(64) volatile uint64_t outgoing;
+};
+/* Where the peer's data slots start, from its credit word, and each
+ * slot's size: its DataSlot word, then the length of an fi_writedata's
+ * write (which the target reports, as RDMA_WRITE_WITH_IMM's byte_len). */
+inline constexpr uint64_t kDataSlotsOffset = sizeof(CreditWords);
+inline constexpr size_t kDataSlotWords = 2;
+inline constexpr size_t kDataSlotBytes = kDataSlotWords * sizeof(uint64_t);
+
+/*
+ * One receive's remote CQ data, as the sender writes it: the low 24 bits
+ * of the receive's number (OpRecord::seq) and what the message is, in the
+ * high word, the data in the low. 0 is an empty slot. Pure, tested on the
+ * host.
+ */
+enum class DataSlotKind : uint8_t { none = 0, message = 1, write = 2 };
+struct DataSlot {
+	DataSlotKind kind = DataSlotKind::none;
+	uint32_t seq = 0;	/* low 24 bits */
+	uint32_t data = 0;
+
+	static uint64_t encode(DataSlotKind kind, uint64_t seq, uint32_t data) noexcept
+	{
+		const uint64_t high = (static_cast<uint64_t>(seq) & 0xffffff) << 8 | static_cast<uint8_t>(kind);
+		return high << 32 | data;
+	}
+	static DataSlot decode(uint64_t word) noexcept
+	{
+		const uint32_t high = static_cast<uint32_t>(word >> 32);
+		DataSlot slot;
+		slot.kind = static_cast<DataSlotKind>(high & 0xff);
+		slot.seq = high >> 8;
+		slot.data = static_cast<uint32_t>(word);
+		return slot;
+	}
+	/* Written for receive `seq` (low 24 bits), as a kind nd writes. */
+	bool belongs_to(uint32_t seq_low) const noexcept
+	{
+		return (kind == DataSlotKind::message || kind == DataSlotKind::write) && seq == (seq_low & 0xffffff);
+	}
 };
 
 /* How long a receive call reads the send CQ for room to write its count
@@ -66,11 +124,26 @@ struct ReceiveCredits {
 	/* Send-ring slots kept for the credit writes. */
 	static constexpr uint32_t kWriteSlots = 4;
 
-	std::unique_ptr<CreditWords> words;
+	/* The credit words, this side's data slots after them, then the
+	 * sources of its slot writes: one block, registered once. */
+	std::unique_ptr<uint8_t[]> block;
+	CreditWords *words = nullptr;
+	/* Remote CQ data: one slot (kDataSlotWords) per receive-ring slot
+	 * (none where the endpoint has no receive ring of its own to index
+	 * them: framed). Written by the peer's adapter; read and cleared by
+	 * the receive queue (WorkQueue::take_remote_data) with atomic loads
+	 * and stores. */
+	uint64_t *data_slots = nullptr;
+	uint32_t data_slot_count = 0;		/* a power of two, or 0 */
+	/* The sources of this side's slot writes: one slot per send-ring
+	 * slot, stable until that request retires. */
+	uint64_t *slot_sources = nullptr;
 	VerbsHandle<ibv_mr, ibv_dereg_mr> mr;
 	/* The peer's word, from its offer. */
 	uint64_t peer_addr = 0;
 	uint32_t peer_rkey = 0;
+	/* The peer's data slots: their count - 1, or 0 where it offered none. */
+	uint32_t peer_slot_mask = 0;
 	/* What the peer's offer said it had posted (its word may not have
 	 * been written yet). */
 	uint64_t base = 0;
@@ -85,15 +158,19 @@ struct ReceiveCredits {
 	 * lock was held, or its internal slots busy); the next post sends it. */
 	std::atomic<bool> pending{false};
 
-	/* Registers the word; nullptr (logged) when it cannot. */
-	static std::unique_ptr<ReceiveCredits> open(ibv_pd *pd) noexcept;
+	/* Registers the words, `data_slots` receive slots (a power of two,
+	 * or 0) and `send_slots` slot-write sources; nullptr (logged) when it
+	 * cannot. */
+	static std::unique_ptr<ReceiveCredits> open(ibv_pd *pd, uint32_t data_slots, uint32_t send_slots) noexcept;
 
 	/* Where the peer writes, and the count now. */
 	void fill_offer(uint64_t posted, cm::CreditOffer *offer) const noexcept
 	{
 		offer->addr = reinterpret_cast<uintptr_t>(&words->granted);
-		offer->rkey = mr->rkey;
+		offer->rkey = mr ? mr->rkey : 0; /* unregistered: the host's unit tests */
 		offer->posted = static_cast<uint32_t>(posted);
+		offer->data_slots_log2 =
+			data_slot_count ? static_cast<uint8_t>(__builtin_ctz(data_slot_count)) : 0;
 	}
 	/* Written by the thread that makes the connection, before the link
 	 * goes up; read after the link is seen up (acquire), or under the
@@ -103,6 +180,7 @@ struct ReceiveCredits {
 		peer_addr = peer.addr;
 		peer_rkey = peer.rkey;
 		base = peer.posted;
+		peer_slot_mask = peer.data_slots_log2 && peer.data_slots_log2 < 32 ? (1u << peer.data_slots_log2) - 1 : 0;
 		peer_known.store(true, std::memory_order_release);
 	}
 	uint64_t granted() const noexcept
@@ -111,6 +189,13 @@ struct ReceiveCredits {
 		return std::max(written, base);
 	}
 	bool can_send() const noexcept { return unlimited || sent < granted(); }
+	/* The peer takes remote CQ data (it offered slots, and counts). */
+	bool carries_data() const noexcept { return !unlimited && peer_slot_mask; }
+	/* The address of the peer's slot for the next message sent. */
+	uint64_t next_slot_address() const noexcept
+	{
+		return peer_addr + kDataSlotsOffset + (sent & peer_slot_mask) * kDataSlotBytes;
+	}
 	/* Whether the receiver has receives the peer was not told of. */
 	bool worth_writing(uint64_t posted) const noexcept { return posted > advertised; }
 };

@@ -409,6 +409,12 @@ struct Endpoint {
 		return rc ? post_failed(rc, call) : 0;
 	}
 	ssize_t post_failed(int rc, const char *call);
+	/* iWARP's remote CQ data: the slot write, then the message (nd_credits.h). */
+	ssize_t post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_sge, uint32_t total, bool inline_data,
+				    bool counted);
+	/* fi_injectdata and fi_inject_writedata on iWARP: through post_tx. */
+	ssize_t inject_with_data_slot(ibv_wr_opcode opcode, const void *buf, size_t len, uint32_t imm_data,
+				      uint64_t remote_addr, uint64_t remote_key);
 	bool start_batch() noexcept;
 	void hold_injects(bool held) noexcept;
 	ssize_t defer(const ibv_send_wr &wr, bool copy_inline, const char *call);

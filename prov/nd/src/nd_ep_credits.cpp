@@ -9,21 +9,34 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <mutex>
 #include <thread>
 
 namespace nd {
 
-std::unique_ptr<ReceiveCredits> ReceiveCredits::open(ibv_pd *pd) noexcept
+std::unique_ptr<ReceiveCredits> ReceiveCredits::open(ibv_pd *pd, uint32_t data_slots, uint32_t send_slots) noexcept
 {
 	auto credits = std::unique_ptr<ReceiveCredits>(new (std::nothrow) ReceiveCredits);
 	if (!credits)
 		return nullptr;
-	credits->words.reset(new (std::nothrow) CreditWords{});
-	if (!credits->words)
+	/* The words, the slots the peer writes (at kDataSlotsOffset, as the
+	 * peer computes it), then this side's slot-write sources. */
+	const size_t bytes = sizeof(CreditWords) + (static_cast<size_t>(data_slots) + send_slots) * kDataSlotBytes;
+	credits->block.reset(new (std::nothrow) uint8_t[bytes + alignof(CreditWords)]);
+	if (!credits->block)
 		return nullptr;
-	credits->mr.reset(ibv_reg_mr(pd, credits->words.get(), sizeof(CreditWords),
-				     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+	void *start = credits->block.get();
+	size_t room = bytes + alignof(CreditWords);
+	start = std::align(alignof(CreditWords), bytes, start, room);
+	std::memset(start, 0, bytes);
+	credits->words = new (start) CreditWords{};
+	auto *after = reinterpret_cast<uint64_t *>(static_cast<uint8_t *>(start) + kDataSlotsOffset);
+	credits->data_slots = data_slots ? after : nullptr;
+	credits->data_slot_count = data_slots;
+	credits->slot_sources = send_slots ? after + static_cast<size_t>(data_slots) * kDataSlotWords : nullptr;
+	credits->mr.reset(ibv_reg_mr(pd, start, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
 	if (!credits->mr) {
 		ND_WARN(FI_LOG_EP_CTRL, "receive credits: ibv_reg_mr: %s\n", std::strerror(errno));
 		return nullptr;

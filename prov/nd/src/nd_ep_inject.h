@@ -54,13 +54,13 @@ template <ibv_wr_opcode Op>
 		if (!open) {
 			if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
 				if (domain->iwarp)
-					return no_immediate_data(inject_call_name(Op));
+					return inject_with_data_slot(Op, buf, len, imm_data, remote_addr, remote_key);
 			return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
 		}
 	}
 	if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
 		if (__builtin_expect(domain->iwarp, 0))
-			return no_immediate_data(inject_call_name(Op));
+			return inject_with_data_slot(Op, buf, len, imm_data, remote_addr, remote_key);
 	WorkQueue &queue = *data.sq;
 	const uint64_t head = queue.head.load(std::memory_order_relaxed);
 	if (__builtin_expect(queue.full_at(head), 0))

@@ -76,8 +76,6 @@ int Endpoint::setup_data_path()
 	/* iWARP: receive credits, whose writes take send-ring slots of their
 	 * own and complete into the send CQ (nd_credits.h). */
 	const uint32_t credit_slots = wants_credits() ? ReceiveCredits::kWriteSlots : 0;
-	if (credit_slots && !(data.credits = ReceiveCredits::open(domain->pd.get())))
-		return -FI_ENOMEM;
 	/* Where the CQs can grow, the rings start with room for one request
 	 * and grow with what is in flight (WorkQueue::grow, at the post that
 	 * finds one full), their CQ reservations with them. Rings whose slots
@@ -89,6 +87,16 @@ int Endpoint::setup_data_path()
 					      small_rings && !bindings.stx() ? 1 : 0);
 	if (!bindings.srx())
 		data.rq = std::make_unique<WorkQueue>(QueueKind::recv, rx, 0, small_rings ? 1 : 0);
+	/* Their rings are fixed (not small_rings): remote CQ data's slots
+	 * follow the receive ring's, one each, and the sources of this side's
+	 * slot writes the send ring's (nd_credits.h). A framed endpoint
+	 * carries its data in its frame header instead. */
+	if (credit_slots) {
+		const uint32_t data_slots = options.framed ? 0 : data.rq->mask + 1;
+		const uint32_t send_slots = data_slots ? data.sq->mask + 1 : 0;
+		if (!(data.credits = ReceiveCredits::open(domain->pd.get(), data_slots, send_slots)))
+			return -FI_ENOMEM;
+	}
 	const uint32_t rx_completions = bindings.srx() ? bindings.srx()->queue.depth : data.rq->limit;
 	/* The request that drains the send queue at close (post_drain_marker)
 	 * reserves its entry then where rings grow: with thousands of
@@ -162,6 +170,8 @@ int Endpoint::setup_data_path()
 		RetireTargets recv_targets;
 		recv_targets.link = &data.link;
 		recv_targets.flush_breaks_link = domain->iwarp;
+		if (data.credits)
+			recv_targets.data_slots = data.credits->data_slots;
 		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(bindings.counter(CounterKind::recv));
 		data.rq->set_targets(recv_targets);
 	}

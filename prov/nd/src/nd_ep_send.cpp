@@ -14,6 +14,8 @@
 #include "nd_framing.h"
 #include "nd_mr.h"
 
+#include <arpa/inet.h>
+
 #include <cstring>
 
 namespace nd {
@@ -37,8 +39,11 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 {
 	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
 		return link_error(r.call);
-	if ((r.opcode == IBV_WR_SEND_WITH_IMM || r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
-	    domain->iwarp)
+	/* iWARP has no immediate data: the data goes into the peer's slot for
+	 * the receive the message takes (nd_credits.h), where credits are kept. */
+	const bool data_in_slot =
+		(r.opcode == IBV_WR_SEND_WITH_IMM || r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && domain->iwarp;
+	if (data_in_slot && !data.credits)
 		return no_immediate_data(r.call);
 	/* An atomic is a read at the responder (nd_atomic.h): it takes the
 	 * read budget, and lands its old value in the local buffer. */
@@ -90,7 +95,9 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	 * ended the link since; nothing is posted to a queue pair in error. */
 	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
 		return link_error(r.call);
-	const bool takes_receive = r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM;
+	const bool takes_receive = r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM || data_in_slot;
+	if (data_in_slot && !data.credits->carries_data())
+		return no_immediate_data(r.call);
 	if (data.credits && takes_receive && !data.credits->can_send())
 		return no_credit(r.call);
 	if (data.sq->no_room() || (is_read && data.sq->reads_in_flight() >= conn.effective.outbound)) {
@@ -100,6 +107,11 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 			return ret;
 		if (is_read && data.sq->reads_in_flight() >= conn.effective.outbound)
 			return -FI_EAGAIN; /* never more reads in flight than negotiated */
+	}
+	if (data_in_slot) {
+		ret = post_with_data_slot(r, sge, num_sge, static_cast<uint32_t>(total), inline_data, counter != nullptr);
+		credits_after_post(ret == 0);
+		return ret;
 	}
 	/* An unsignaled request retires when a later signaled one completes
 	 * (nd_wq.h), and an unsignaled read gives its read budget back then.
@@ -156,6 +168,111 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
 	return ret;
+}
+
+/*
+ * Remote CQ data on iWARP (nd_credits.h), under the send lock, with credit
+ * and room for the application's request: the data goes by RDMA write
+ * into the peer's slot for the receive the message takes, then the
+ * message. fi_writedata's message is a zero-byte send behind its write,
+ * which the peer reports as the remote write with its data. The requests
+ * before the message report nothing; the message is the application's
+ * (its context, flags, counter). They take up to two send-ring slots past
+ * the application's room, out of the internal ones (the ring holds them:
+ * a request is claimed only while the application's room is not full).
+ */
+ssize_t Endpoint::post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_sge, uint32_t total, bool inline_data,
+				      bool counted)
+{
+	assert_held(data.tx_lock, "Endpoint::post_with_data_slot");
+	ReceiveCredits &c = *data.credits;
+	WorkQueue &queue = *data.sq;
+	const bool write = r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+	const uint32_t inline_flag = inline_data && total ? IBV_SEND_INLINE : 0;
+	ibv_send_wr wr[3] = {};
+	int n = 0;
+	if (write) {
+		const Claimed claimed = queue.claim<SendKind::data>(SendClaim{nullptr, 0, total, false, false},
+								    data.signal_interval, 1, data.read_fence);
+		ibv_send_wr &w = wr[n++];
+		w.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
+		w.sg_list = sge;
+		w.num_sge = num_sge;
+		w.opcode = IBV_WR_RDMA_WRITE;
+		w.send_flags = claimed.send_flags | inline_flag;
+		w.wr.rdma.remote_addr = r.remote_addr;
+		w.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
+	}
+	const Claimed slot_claimed = queue.claim<SendKind::internal>(
+		SendClaim{nullptr, 0, static_cast<uint32_t>(kDataSlotBytes), false, false}, data.signal_interval);
+	/* Its source stays as written until this request retires: one per
+	 * send-ring slot. */
+	uint64_t *source = c.slot_sources + static_cast<size_t>(slot_claimed.record - queue.records) * kDataSlotWords;
+	source[0] = DataSlot::encode(write ? DataSlotKind::write : DataSlotKind::message, c.sent, ntohl(r.imm_data));
+	source[1] = write ? total : 0;
+	ibv_sge slot_sge;
+	slot_sge.addr = reinterpret_cast<uintptr_t>(source);
+	slot_sge.length = static_cast<uint32_t>(kDataSlotBytes);
+	slot_sge.lkey = c.mr->lkey;
+	{
+		ibv_send_wr &w = wr[n++];
+		w.wr_id = reinterpret_cast<uintptr_t>(slot_claimed.record);
+		w.sg_list = &slot_sge;
+		w.num_sge = 1;
+		w.opcode = IBV_WR_RDMA_WRITE;
+		w.send_flags = slot_claimed.send_flags;
+		w.wr.rdma.remote_addr = c.next_slot_address();
+		w.wr.rdma.rkey = c.peer_rkey;
+	}
+	const SendClaim request{r.context, static_cast<uint32_t>(r.cq_flags), total, r.report, r.report || counted};
+	const Claimed claimed = queue.claim<SendKind::data>(request, data.signal_interval, 1, data.read_fence);
+	{
+		ibv_send_wr &w = wr[n++];
+		w.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
+		w.sg_list = write ? nullptr : sge;
+		w.num_sge = write ? 0 : num_sge;
+		w.opcode = IBV_WR_SEND;
+		w.send_flags = claimed.send_flags | (write ? 0 : inline_flag);
+	}
+	for (int i = 0; i + 1 < n; i++)
+		wr[i].next = &wr[i + 1];
+	/* Whatever FI_MORE held back goes first, with these. */
+	if (data.batch && data.batch->count)
+		return post_batch(&wr[0], r.call);
+	ibv_send_wr *bad = nullptr;
+	const int rc = post_send(data.qp.get(), &wr[0], &bad);
+	if (!rc)
+		return 0;
+	uint64_t unposted = 0;
+	for (ibv_send_wr *w = bad ? bad : &wr[0]; w; w = w->next)
+		++unposted;
+	queue.uncommit(unposted);
+	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", r.call, std::strerror(rc));
+	return fi_error_of_post(rc);
+}
+
+/* iWARP's fi_injectdata and fi_inject_writedata: three requests or two,
+ * not one inline post, so through post_tx with FI_INJECT (inline, no
+ * completion). */
+ssize_t Endpoint::inject_with_data_slot(ibv_wr_opcode opcode, const void *buf, size_t len, uint32_t imm_data,
+					uint64_t remote_addr, uint64_t remote_key)
+{
+	const bool write = opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+	iovec iov{const_cast<void *>(buf), len};
+	TxRequest r;
+	r.opcode = opcode;
+	r.iov = &iov;
+	r.desc = nullptr;
+	r.count = 1;
+	r.remote_addr = remote_addr;
+	r.remote_key = remote_key;
+	r.imm_data = imm_data;
+	r.context = nullptr;
+	r.flags = FI_INJECT;
+	r.cq_flags = write ? FI_RMA | FI_WRITE : FI_SEND | FI_MSG;
+	r.report = false;
+	r.call = write ? "fi_inject_writedata" : "fi_injectdata";
+	return post_tx(r);
 }
 
 /* Under the send lock, after a post: a message took one of the peer's
@@ -279,13 +396,19 @@ ssize_t Endpoint::post_failed(int rc, const char *call)
 	return fi_error_of_post(rc);
 }
 
-/* Remote CQ data travels as immediate data, which iWARP does not have
- * (fi_getinfo reports cq_data_size 0 there); tagged endpoints carry it in
- * their frame header instead and never come here with it. */
+/* Remote CQ data travels as immediate data, which iWARP does not have:
+ * there it goes into the peer's data slots, which need receive credits on
+ * both sides (fi_getinfo reports cq_data_size 0 where they cannot be
+ * kept). Tagged endpoints carry it in their frame header instead and never
+ * come here with it. */
 ssize_t Endpoint::no_immediate_data(const char *call) const
 {
-	ND_WARN(FI_LOG_EP_DATA, "%s: remote CQ data needs immediate data, which iWARP (%s) does not carry\n",
-		call, domain->info->domain_attr->name);
+	if (!data.credits)
+		ND_WARN(FI_LOG_EP_DATA, "%s: iWARP (%s) has no immediate data, and remote CQ data needs the endpoint's receive credits, which it does not keep (FI_RM_DISABLED, a shared receive context or FI_MULTI_RECV)\n",
+			call, domain->info->domain_attr->name);
+	else
+		ND_WARN(FI_LOG_EP_DATA, "%s: iWARP (%s) has no immediate data, and the peer offered no slots for remote CQ data (it keeps no receive credits)\n",
+			call, domain->info->domain_attr->name);
 	return -FI_EOPNOTSUPP;
 }
 

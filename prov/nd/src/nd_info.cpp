@@ -146,10 +146,16 @@ bool credits_possible(const fi_info *hints)
 	return !shared_rx && !multi_recv;
 }
 
-/* Remote CQ data rides as immediate data: none on iWARP. */
-size_t cq_data_size(const Adapter &a)
+/* Remote CQ data rides as immediate data; iWARP has none, and there nd
+ * writes it into the peer's slot for the receive (nd_credits.h), which
+ * takes the receive credits: none where they cannot be kept. */
+size_t cq_data_size(const Adapter &a, const fi_info *hints)
 {
-	return a.iwarp ? 0 : kCqDataSize;
+	if (!a.iwarp)
+		return kCqDataSize;
+	const bool rm_disabled = hints && hints->domain_attr &&
+				 api::enum_value(hints->domain_attr->resource_mgmt) == FI_RM_DISABLED;
+	return credits_possible(hints) && !rm_disabled ? kCqDataSize : 0;
 }
 
 std::string check_progress(const char *which, const fi_progress &field, bool manual_only)
@@ -190,9 +196,12 @@ std::string check_domain(uint32_t version, const fi_info *hints, const Adapter &
 		return "domain_attr->resource_mgmt FI_RM_ENABLED on iWARP with a shared receive context "
 		       "or FI_MULTI_RECV: iWARP has no receiver-not-ready retry, and nd's receive "
 		       "credits need a receive queue of the endpoint's own without multi-receive buffers";
-	if (d->cq_data_size > cq_data_size(a))
-		return format("domain_attr->cq_data_size %zu > %zu%s", d->cq_data_size,
-			      cq_data_size(a), a.iwarp ? " (iWARP has no immediate data)" : "");
+	if (d->cq_data_size > cq_data_size(a, hints))
+		return format("domain_attr->cq_data_size %zu > %zu%s", d->cq_data_size, cq_data_size(a, hints),
+			      a.iwarp ? " (iWARP has no immediate data; nd carries remote CQ data in its receive "
+					"credits, which FI_RM_DISABLED, a shared receive context and FI_MULTI_RECV "
+					"rule out)"
+				      : "");
 	if (d->mr_key_size > kMrKeySize)
 		return format("domain_attr->mr_key_size %zu > %zu", d->mr_key_size, kMrKeySize);
 	if (d->cq_cnt > l.max_cq || d->ep_cnt > l.max_qp || d->tx_ctx_cnt > l.max_qp ||
@@ -530,7 +539,7 @@ fi_info *build_info(uint32_t version, const fi_info *hints, const Adapter &a,
 	d->av_type = FI_AV_UNSPEC;
 	d->mr_mode = mr_mode;
 	d->mr_key_size = kMrKeySize;
-	d->cq_data_size = rx_cq_data ? cq_data_size(a) : 0;
+	d->cq_data_size = rx_cq_data ? cq_data_size(a, hints) : 0;
 	d->cq_cnt = l.max_cq;
 	d->ep_cnt = l.max_qp;
 	d->tx_ctx_cnt = l.max_qp;

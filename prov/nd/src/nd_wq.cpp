@@ -4,6 +4,8 @@
 #include "nd_multi_recv.h"
 #include "nd_slab.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <bit>
 #include <new>
@@ -212,11 +214,48 @@ void WorkQueue::set_multi(std::unique_ptr<MultiRecv> m)
 	update_plain();
 }
 
+void WorkQueue::apply_remote_data(const OpRecord &record, uint64_t *slot, uint64_t word, ibv_wc &wc) noexcept
+{
+	const uint64_t write_len = __atomic_load_n(slot + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(slot, uint64_t{0}, __ATOMIC_RELAXED); /* read: the slot is the next message's */
+	const DataSlot data = DataSlot::decode(word);
+	if (!data.belongs_to(record.seq())) {
+		ND_WARN(FI_LOG_CQ, "remote CQ data slot %zu holds 0x%llx, not written for receive %u: ignored\n",
+			static_cast<size_t>(&record - records), static_cast<unsigned long long>(word), record.seq());
+		return;
+	}
+	wc.wc_flags |= IBV_WC_WITH_IMM;
+	wc.imm_data = htonl(data.data);
+	if (data.kind == DataSlotKind::write) {
+		/* The zero-byte send after an fi_writedata: reported as the
+		 * remote write it ends, as RDMA_WRITE_WITH_IMM's receive is,
+		 * with the write's length. */
+		wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+		wc.byte_len = static_cast<uint32_t>(write_len);
+	}
+}
+
+/* iWARP's remote CQ data (take_remote_data) is written into the work
+ * completion itself, so that every reader of it reports the data as
+ * immediate data. The completions retired are the CQ's own ibv_poll_cq
+ * arrays or its callers' copies, never const objects; retire() takes them
+ * const so that RoCE's inline path stays as it was. */
+Retired WorkQueue::retire_with_slot(OpRecord &record, const ibv_wc &wc) noexcept
+{
+	take_remote_data(record, const_cast<ibv_wc &>(wc)); /* before the slot may be reused */
+	const Retired done{record.context, record.flags, record.report()};
+	retire_through(&record);
+	return done;
+}
+
 Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *placement) noexcept
 {
+	ibv_wc &completion = const_cast<ibv_wc &>(wc); /* see retire_with_slot */
 	/* Read before the slot is retired, when it may be reused. */
 	Retired done{record.context, record.flags & ~kPlacedByNd, record.report()};
 	bool ok = wc.status == IBV_WC_SUCCESS;
+	if (ok && kind == QueueKind::recv && data_slots)
+		take_remote_data(record, completion); /* counted: before the slot retires */
 	const bool placed_by_nd = record.flags & kPlacedByNd;
 	bool release = true;
 	MultiRecv *const multi = this->multi();

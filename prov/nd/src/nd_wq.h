@@ -31,6 +31,7 @@
 #define ND_WQ_H
 
 #include "nd.h"
+#include "nd_credits.h"
 #include "nd_verbs.h"
 
 #include <infiniband/verbs.h>
@@ -316,6 +317,10 @@ struct RetireTargets {
 	Link *link = nullptr;			/* broken by a real failure */
 	const QueueHooks *hooks = nullptr;	/* static; null: none */
 	void *owner = nullptr;			/* the hooks' argument */
+	/* iWARP, a receive queue: its remote CQ data slots (nd_credits.h),
+	 * kDataSlotWords per ring slot; null: none. A receive queue has no
+	 * hooks, so it keeps them where a send queue keeps its hooks' owner. */
+	uint64_t *data_slots = nullptr;
 	/* iWARP: a refused request ends the stream with a terminate, which
 	 * flushes everything with no error of its own; a flush while the link
 	 * is up is then the failure (elsewhere the failed request completes
@@ -440,6 +445,9 @@ struct WorkQueue {
 	/* Set by the CQ's StallWatch: the connection ends because nothing
 	 * moved; the first flushed request reports FI_ETIMEDOUT. */
 	std::atomic<bool> stalled{false};
+	/* A receive queue that is plain but for its remote CQ data slots:
+	 * its successes take retire_with_slot. Kept by update_plain. */
+	bool plain_with_slots = false;
 	uint16_t internal_slots = 0;	/* beyond depth, for the provider's own */
 	uint32_t depth;			/* most requests outstanding at once */
 	uint32_t limit;			/* most the ring holds now (<= depth) */
@@ -460,7 +468,10 @@ struct WorkQueue {
 	 * the extras, made for a counted queue only). */
 	Link *link = nullptr;
 	const QueueHooks *hooks = nullptr;
-	void *owner = nullptr;
+	union {
+		void *owner = nullptr;		/* a send queue's: the hooks' argument */
+		uint64_t *data_slots;		/* a receive queue's: RetireTargets' */
+	};
 	std::atomic<uint64_t> head{0};	/* posted: written by the poster */
 	std::atomic<uint64_t> tail{0};	/* retired: written by the reaper */
 	/* head just after the last signaled request (the poster's): a request
@@ -539,7 +550,10 @@ struct WorkQueue {
 			std::copy(std::begin(t.counters), std::end(t.counters), extras().counters);
 		link = t.link;
 		hooks = t.hooks;
-		owner = t.owner;
+		if (kind == QueueKind::send)
+			owner = t.owner;
+		else
+			data_slots = kind == QueueKind::recv ? t.data_slots : nullptr;
 		flush_breaks_link = t.flush_breaks_link;
 		update_plain();
 	}
@@ -552,7 +566,7 @@ struct WorkQueue {
 		counted = false;
 		link = nullptr;
 		hooks = nullptr;
-		owner = nullptr;
+		owner = nullptr; /* and data_slots */
 		flush_breaks_link = false;
 		update_plain();
 	}
@@ -574,8 +588,11 @@ struct WorkQueue {
 	}
 	void update_plain() noexcept
 	{
-		plain = kind != QueueKind::shared_recv && !counted && !budget() && !multi() && !framing() &&
-			!(hooks && hooks->room);
+		const bool simple = kind != QueueKind::shared_recv && !counted && !budget() && !multi() &&
+				    !framing() && !(hooks && hooks->room);
+		const bool slots = kind == QueueKind::recv && data_slots;
+		plain = simple && !slots;
+		plain_with_slots = simple && slots;
 	}
 
 	/*
@@ -588,7 +605,9 @@ struct WorkQueue {
 	 * Messages nd placed take the rest too (placed_message): a
 	 * multi-receive message says where it landed, and a framed
 	 * endpoint's is matched, in *placement (kept out of Retired, whose
-	 * two words come back in registers on the CQ's fast path).
+	 * two words come back in registers on the CQ's fast path). A receive
+	 * queue with remote CQ data slots (iWARP) takes the rest as well:
+	 * RoCE's and InfiniBand's completions pay nothing for it.
 	 */
 	static Retired retire(const ibv_wc &wc, Placement *placement = nullptr) noexcept
 	{
@@ -599,7 +618,22 @@ struct WorkQueue {
 			queue->retire_through(record); /* the slot may be reused now */
 			return done;
 		}
+		if (wc.status == IBV_WC_SUCCESS && queue->plain_with_slots)
+			return queue->retire_with_slot(*record, wc);
 		return queue->retire_other(*record, wc, placement);
+	}
+
+	/* iWARP's remote CQ data (nd_credits.h): a receive's slot, written by
+	 * the peer's adapter before the message arrived, goes into its work
+	 * completion, which then reads as one that carried immediate data.
+	 * Before the ring slot retires: a receive posted in it again lets the
+	 * peer write the data slot again. Most messages carry none: one load. */
+	void take_remote_data(const OpRecord &record, ibv_wc &wc) noexcept
+	{
+		uint64_t *slot = data_slots + static_cast<size_t>(&record - records) * kDataSlotWords;
+		const uint64_t word = __atomic_load_n(slot, __ATOMIC_RELAXED); /* the adapter's write */
+		if (__builtin_expect(word != 0, 0))
+			apply_remote_data(record, slot, word, wc);
 	}
 
 	/* Whether the completion is a message in a buffer nd places messages
@@ -778,6 +812,11 @@ private:
 	/* retire() for a failure, a counted queue, a pool, or a buffer nd
 	 * places messages in (nd_wq.cpp). */
 	Retired retire_other(OpRecord &record, const ibv_wc &wc, Placement *placement) noexcept;
+	/* retire() for a success on a receive queue that is plain but for its
+	 * remote CQ data slots (iWARP): small, out of line (nd_wq.cpp). */
+	[[gnu::noinline]] Retired retire_with_slot(OpRecord &record, const ibv_wc &wc) noexcept;
+	/* take_remote_data's rare part: a slot that holds data (nd_wq.cpp). */
+	void apply_remote_data(const OpRecord &record, uint64_t *slot, uint64_t word, ibv_wc &wc) noexcept;
 };
 /* 168 + malloc's 8-byte header: one 176-byte block; a field more is a 192-byte
  * block, two per endpoint (docs/scale.md, memory per connection). */

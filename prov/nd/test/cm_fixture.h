@@ -177,8 +177,8 @@ struct CmFixture {
 	/* iWARP (soft-iWARP in the guest): fi_nd(7)'s section iWARP. */
 	bool iwarp() const { return info->ep_attr->protocol == FI_PROTO_IWARP; }
 	/* fi_nd(7), LIMITS: private data the application may send. */
-	size_t connect_limit() const { return iwarp() ? 229 : 55; }
-	size_t accept_limit() const { return iwarp() ? 229 : 195; }
+	size_t connect_limit() const { return iwarp() ? 228 : 55; }
+	size_t accept_limit() const { return iwarp() ? 228 : 195; }
 	size_t reject_limit() const { return iwarp() ? 247 : 147; }
 
 	static uint16_t port_of(const sockaddr_storage &addr)

@@ -115,8 +115,8 @@ Test(getinfo, attributes_are_the_devices)
 	/* fi_nd(7), LIMITS: what the transport carries, less nd's length
 	 * byte and, on iWARP, its receive-credit offer. */
 	const bool iwarp = i->ep_attr->protocol == FI_PROTO_IWARP;
-	cr_assert_eq(nd->max_connect_data, iwarp ? 229u : 55u);
-	cr_assert_eq(nd->max_accept_data, iwarp ? 229u : 195u);
+	cr_assert_eq(nd->max_connect_data, iwarp ? 228u : 55u);
+	cr_assert_eq(nd->max_accept_data, iwarp ? 228u : 195u);
 	cr_assert_eq(nd->max_reject_data, iwarp ? 247u : 147u);
 	cr_assert_eq(nd->max_inline_data, i->tx_attr->inject_size);
 	cr_assert_eq(i->nic->link_attr->state, FI_LINK_UP);

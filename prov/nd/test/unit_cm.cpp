@@ -79,7 +79,7 @@ Test(errors, the_most_negative_status_stays_positive)
  * every length, and is found only where a whole one was sent. */
 Test(framing, credit_offer_follows_the_application_bytes)
 {
-	const CreditOffer offer{0x1122334455667788ull, 0xa1b2c3d4u, 77, 16, 3};
+	const CreditOffer offer{0x1122334455667788ull, 0xa1b2c3d4u, 77, 16, 3, 11};
 	for (size_t len = 0; len <= 229; len++) {
 		std::vector<uint8_t> payload(len, static_cast<uint8_t>(len));
 		std::vector<uint8_t> wire;
@@ -108,7 +108,8 @@ Test(framing, credit_offer_follows_the_application_bytes)
 Test(credits, the_count_is_written_whenever_it_rose)
 {
 	nd::ReceiveCredits c;
-	c.words = std::make_unique<nd::CreditWords>();
+	nd::CreditWords words{};
+	c.words = &words;
 	c.advertised = 100;
 	cr_assert_not(c.worth_writing(100), "nothing new");
 	cr_assert(c.worth_writing(101), "one receive the peer was not told of");
@@ -118,6 +119,43 @@ Test(credits, the_count_is_written_whenever_it_rose)
 	cr_assert_not(c.can_send());
 	c.words->granted = 6; /* the peer's write */
 	cr_assert(c.can_send());
+}
+
+/* Remote CQ data on iWARP: a slot names the receive it was written for,
+ * and the offer says how many slots follow the credit word. */
+Test(credits, a_data_slot_names_its_receive)
+{
+	using nd::DataSlot;
+	using nd::DataSlotKind;
+	const uint64_t word = DataSlot::encode(DataSlotKind::write, 0x1234567, 0xdeadbeef);
+	const DataSlot slot = DataSlot::decode(word);
+	cr_assert_eq(slot.kind, DataSlotKind::write);
+	cr_assert_eq(slot.data, 0xdeadbeefu);
+	cr_assert_eq(slot.seq, 0x234567u, "the low 24 bits of the receive's number");
+	cr_assert(slot.belongs_to(0x234567));
+	cr_assert(slot.belongs_to(0xff234567), "only the low 24 bits are compared");
+	cr_assert_not(slot.belongs_to(0x234568), "another receive's");
+	cr_assert_not(DataSlot::decode(0).belongs_to(0), "an empty slot is nobody's");
+	cr_assert_not(DataSlot::decode(uint64_t{7} << 32).belongs_to(0), "a kind nd never writes");
+	cr_assert_eq(DataSlot::decode(DataSlot::encode(DataSlotKind::message, 5, 0)).kind, DataSlotKind::message);
+
+	nd::ReceiveCredits receiver;
+	nd::CreditWords words{};
+	receiver.words = &words;
+	receiver.data_slot_count = 256;
+	CreditOffer offer;
+	receiver.fill_offer(0, &offer);
+	offer.rkey = 1; /* as a registered word's */
+	cr_assert_eq(offer.data_slots_log2, 8);
+	nd::ReceiveCredits sender;
+	sender.take_offer(offer);
+	cr_assert(sender.carries_data());
+	sender.sent = 257;
+	cr_assert_eq(sender.next_slot_address(), offer.addr + nd::kDataSlotsOffset + nd::kDataSlotBytes, "message 257 takes slot 1");
+	offer.data_slots_log2 = 0;
+	nd::ReceiveCredits without;
+	without.take_offer(offer);
+	cr_assert_not(without.carries_data(), "a peer that offered no slots takes no data");
 }
 
 Test(framing, hostile_length_byte_is_cut_to_the_field)

@@ -592,31 +592,40 @@ Test(device, cm_data_limits_per_transport)
 	cr_assert_eq(t.reject, 148u);
 	a.iwarp = true;
 	/* MPA in Linux carries 256 bytes, 8 of them MPA v2's IRD/ORD; 1 is
-	 * nd's length byte, and connect and accept carry nd's 18-byte
-	 * receive-credit and read-limit offer. */
+	 * nd's length byte, and connect and accept carry nd's 19-byte
+	 * receive-credit, data-slot and read-limit offer. */
 	CmDataLimits u = user_cm_limits(a);
-	cr_assert_eq(u.connect, 229u);
-	cr_assert_eq(u.accept, 229u);
+	cr_assert_eq(u.connect, 228u);
+	cr_assert_eq(u.accept, 228u);
 	cr_assert_eq(u.reject, 247u);
 }
 
 /* What iWARP cannot carry is not reported there, and hints that ask for it
  * do not match, with the reason. */
-Test(build_info, iwarp_reports_no_cq_data_and_keeps_rm_by_credits)
+Test(build_info, iwarp_carries_cq_data_and_keeps_rm_by_credits)
 {
 	Adapter a = siw_adapter();
 	InfoPtr info(build_info(kVersion, nullptr, a, a.addresses[0], {}, Params{}));
-	cr_assert_eq(info->domain_attr->cq_data_size, 0u);
+	/* Remote CQ data in the receive credits' slots (nd_credits.h). */
+	cr_assert_eq(info->domain_attr->cq_data_size, 4u);
 	/* Receive credits (nd_credits.h) stand in for RNR retries. */
 	cr_assert_eq(info->domain_attr->resource_mgmt, FI_RM_ENABLED);
 	cr_assert_eq(info->ep_attr->protocol, static_cast<uint32_t>(FI_PROTO_IWARP));
 	cr_assert_eq(info->domain_attr->max_err_data, 247u);
 
 	InfoPtr hints = app_hints();
-	hints->domain_attr->cq_data_size = 4;
+	hints->domain_attr->cq_data_size = 8;
 	std::string why = hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{});
-	cr_assert(why.find("immediate data") != std::string::npos, "%s", why.c_str());
+	cr_assert(why.find("cq_data_size 8 > 4") != std::string::npos, "%s", why.c_str());
+	hints->domain_attr->cq_data_size = 4;
+	cr_assert(hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{}).empty());
+	/* Without credits, no slots: FI_RM_DISABLED asks for none. */
+	hints->domain_attr->resource_mgmt = FI_RM_DISABLED;
+	why = hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{});
+	cr_assert(why.find("receive credits") != std::string::npos, "%s", why.c_str());
 	hints->domain_attr->cq_data_size = 0;
+	cr_assert_eq(InfoPtr(build_info(kVersion, hints.get(), a, a.addresses[0], {}, Params{}))->domain_attr->cq_data_size,
+		     0u);
 	hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
 	cr_assert(hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{}).empty());
 	/* Credits need the endpoint's own receive queue: not with a shared
@@ -627,6 +636,7 @@ Test(build_info, iwarp_reports_no_cq_data_and_keeps_rm_by_credits)
 	hints->domain_attr->resource_mgmt = FI_RM_UNSPEC;
 	InfoPtr shared(build_info(kVersion, hints.get(), a, a.addresses[0], {}, Params{}));
 	cr_assert_eq(shared->domain_attr->resource_mgmt, FI_RM_DISABLED);
+	cr_assert_eq(shared->domain_attr->cq_data_size, 0u, "no credits, no slots for remote CQ data");
 	hints->ep_attr->rx_ctx_cnt = 0;
 	hints->domain_attr->resource_mgmt = FI_RM_DISABLED;
 	cr_assert(hints_mismatch(kVersion, hints.get(), a, a.addresses[0], Params{}).empty());

@@ -10,6 +10,8 @@
 
 #include <rdma/fabric.h>
 
+#include <arpa/inet.h>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -674,4 +676,56 @@ Test(send_protocol, a_claimed_record_reports_and_retires_what_it_was_given)
 	cr_assert_eq(done.context, ctx(7));
 	cr_assert_eq(queue.reads_in_flight(), 0u);
 	cr_assert_not(queue.signaled_outstanding());
+}
+
+/* iWARP's remote CQ data (nd_credits.h): a receive's slot, written by the
+ * peer before its message, makes the receive's completion read as one with
+ * immediate data; the slot is cleared once read, and a slot written for
+ * another receive is not taken; with a counter bound as without. */
+Test(work_queue, a_receive_takes_the_remote_cq_data_in_its_slot)
+{
+	for (bool counted : {false, true}) {
+		WorkQueue queue(QueueKind::recv, 4);
+		const uint32_t slots = queue.mask + 1;
+		std::vector<uint64_t> data_slots(slots * kDataSlotWords, 0);
+		Cells received;
+		RetireTargets targets;
+		targets.data_slots = data_slots.data();
+		if (counted)
+			targets.counters[static_cast<size_t>(CounterKind::recv)] = received.cells();
+		queue.set_targets(targets);
+		cr_assert_eq(queue.data_slots, data_slots.data());
+		cr_assert_not(queue.plain, "RoCE's inline path never looks at slots");
+		cr_assert_eq(queue.plain_with_slots, !counted);
+		for (uint64_t k = 0; k < 3 * slots; k++) {
+			OpRecord &r = post(queue, ctx(k + 1), kRecvFlags);
+			uint64_t *slot = &data_slots[(k & queue.mask) * kDataSlotWords];
+			const int what = static_cast<int>(k % 4); /* none, message, write, someone else's */
+			if (what == 1)
+				slot[0] = DataSlot::encode(DataSlotKind::message, k, 0xc0de0000u + static_cast<uint32_t>(k));
+			else if (what == 2)
+				slot[0] = DataSlot::encode(DataSlotKind::write, k, 0xfeed0000u + static_cast<uint32_t>(k));
+			else if (what == 3)
+				slot[0] = DataSlot::encode(DataSlotKind::message, k + 1, 1);
+			slot[1] = 4096;
+			ibv_wc wc = completion_of(r, IBV_WC_SUCCESS, IBV_WC_RECV, 16);
+			const Retired done = WorkQueue::retire(wc); /* writes the data into wc */
+			cr_assert_eq(done.context, ctx(k + 1));
+			cr_assert_eq(done.flags, kRecvFlags);
+			cr_assert_eq(slot[0], 0u, "receive %llu: the slot is cleared once read", (unsigned long long)k);
+			if (what == 1 || what == 2) {
+				cr_assert(wc.wc_flags & IBV_WC_WITH_IMM, "receive %llu carries data", (unsigned long long)k);
+				cr_assert_eq(ntohl(wc.imm_data), (what == 1 ? 0xc0de0000u : 0xfeed0000u) + k);
+				cr_assert_eq(wc.opcode, what == 1 ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM);
+				cr_assert_eq(wc.byte_len, what == 1 ? 16u : 4096u, "a write reports its length");
+			} else {
+				cr_assert_not(wc.wc_flags & IBV_WC_WITH_IMM, "receive %llu: no data of its own",
+					      (unsigned long long)k);
+				cr_assert_eq(wc.opcode, IBV_WC_RECV);
+				cr_assert_eq(wc.byte_len, 16u);
+			}
+		}
+		cr_assert_eq(queue.outstanding(), 0u);
+		cr_assert_eq(received.success.load(), counted ? 3u * slots : 0u);
+	}
 }
