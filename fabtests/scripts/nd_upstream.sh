@@ -40,8 +40,7 @@
 #                           runs Debian 12 with none, Debian 13 with dc, so
 #                           that each test runs in the check at least once)
 #   ND_GUEST_TRANSPORT      iwarp: judged against upstream.iwarp.expect, the
-#                           sets changed (writedata last) (roce; util/nd-guest
-#                           sets it)
+#                           sets changed (roce; util/nd-guest sets it)
 #   ND_GUEST_IP             this host's address (10.0.2.15; util/nd-guest
 #                           sets it)
 #   ND_UPSTREAM_SERVER_IP, ND_UPSTREAM_CLIENT_HOST  set here for
@@ -132,17 +131,9 @@ rdm_set=short
 # sets, less the repeats that add no coverage there: each test's
 # byte-verifying variant (-v) stands for the plain one, and rxm's
 # delivery-complete repeats (-U) are Soft-RoCE's and the cross-node run's.
-# There rxm's writedata fails (its core has no immediate data) and
-# runfabtests SIGKILLs the test's server; the kernel keeps that process's
-# iWARP listener on the test port for a while, so the next test's server
-# cannot listen (EADDRINUSE) and its client retries until the time limit.
-# So writedata runs last, on its own (late_rdm_excludes: all but it).
-late_rdm_excludes=
 if [ "${ND_GUEST_TRANSPORT:-roce}" = iwarp ] && [ -z "$remote" ]; then
 	msg_excludes+=',^fi_msg_pingpong -I 5$,^fi_msg_bw -I 5$'
 	rdm_excludes+=', -U$,^fi_rdm_pingpong -I 5$,^fi_rdm_tagged_pingpong -I 5$,^fi_rdm_tagged_bw -I 5$'
-	rdm_excludes+=',^fi_rma_bw -e rdm -o writedata'
-	late_rdm_excludes='^fi_msg,^fi_rma_bw -e msg,^fi_rma_bw -e rdm -o write -I,^fi_rma_bw -e rdm -o read,^fi_rdm,^fi_multi_recv,^fi_dgram, -U$'
 fi
 if [ -n "$remote" ]; then
 	msg_set=short
@@ -182,7 +173,7 @@ results=$workdir/results
 run_suite() {
 	local suite=$1 provarg=$2
 	shift 2
-	local out=$workdir/$suite${out_tag:-}.out
+	local out=$workdir/$suite.out
 	# Each test's outcome is shown as it ends, for a run that takes minutes.
 	PATH=$ftdir/bin:$PATH "$ftdir/bin/runfabtests.sh" -v -T "$limit" "$@" \
 		"${where[@]}" "$provarg" "${hosts[@]}" 2>&1 | tee "$out" | awk -v suite="$suite" '
@@ -202,9 +193,6 @@ run_suite() {
 
 run_suite MSG "$prov" -t "$msg_set" -e "$msg_excludes"
 run_suite RDM "$prov;ofi_rxm" -t "$rdm_set" -e "$rdm_excludes"
-if [ -n "$late_rdm_excludes" ]; then
-	out_tag=-late run_suite RDM "$prov;ofi_rxm" -t "$rdm_set" -e "$late_rdm_excludes"
-fi
 
 # A test whose client was refused because nobody listened yet runs once
 # more, on its own, its client started once its server listens. Two starts
@@ -307,7 +295,7 @@ while read -r suite result name; do
 	if [ "$expected" = Pass ]; then
 		echo "FAIL: $suite $name: $result, and upstream/$(basename "$expect") does not list it"
 		awk -v n="$name" '/^- name:/ { x = $0; sub(/^- name: */, "", x); on = (x == n) }
-			on' "$workdir/$suite.out" "$workdir/$suite-late.out" 2>/dev/null | head -80 | sed 's/^/    /'
+			on' "$workdir/$suite.out" 2>/dev/null | head -80 | sed 's/^/    /'
 	else
 		echo "FAIL: $suite $name: $result, expected $expected: update upstream/$(basename "$expect")"
 	fi
