@@ -289,7 +289,8 @@ Test(data, remote_cq_data_many_times_round_the_receive_ring)
 	DataOptions o;
 	o.rx_size = 8;
 	o.tx_size = 8;
-	auto [c, s] = f.connect_data(o);
+	Side c, s; /* not a structured binding: the lambdas below capture them */
+	std::tie(c, s) = f.connect_data(o);
 	constexpr size_t kWindow = 6, kMessages = 240, kLen = 32;
 	Buffer &src = f.buffer(kLen * kMessages);
 	Buffer &dst = f.buffer(kLen * kWindow, 0xee);
