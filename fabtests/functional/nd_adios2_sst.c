@@ -14,8 +14,9 @@
  * that exactly STEPS steps arrived. The writer names its contact file
  * STREAM.sst in the working directory, where the reader finds it.
  *
- * Prints "nd_adios2_sst: ROLE: N steps, B bytes checked" and exits 0, or
- * says what was wrong and exits 1.
+ * Prints what it wrote or checked ("nd_adios2_sst: reader: N steps, B bytes
+ * checked", and a FIGURE line of MB/s and time a step) and exits 0, or says
+ * what was wrong and exits 1.
  */
 #include <adios2_c.h>
 #include <inttypes.h>
