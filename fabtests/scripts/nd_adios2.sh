@@ -12,7 +12,7 @@
 # so FI_PROVIDER="CORE,ofi_rxm" leaves it only CORE's. The pass needs both
 # programs to exit 0 and both to say, at SstVerbose=5, that they chose the
 # "rdma" data plane over "CORE;ofi_rxm": SST would otherwise fall back to
-# its TCP data plane and still carry the bytes.
+# another data plane (UCX's, or its own over TCP) and still carry the bytes.
 #
 # Prints the reader's FIGURE line (MB/s, from the open to the last step).
 # Bounded: each program is killed after ND_ADIOS2_TIMEOUT seconds (120).
