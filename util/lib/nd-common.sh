@@ -10,7 +10,8 @@
 #     counts_from_verdicts (PASS:/FAIL: lines);
 #   - valgrind_clean: a command under valgrind with the project's flags;
 #   - apt_from_installed: apt-get for a local package in the guest;
-#   - nd_wait_for_listener: until a test program's server listens.
+#   - nd_wait_for_listener: until a test program's server listens;
+#   - host_mirror: the Debian mirror the host's apt sources name.
 # Works under `set -u` and without `set -e`; defines no traps.
 
 # Addresses of the test bed (util/nd-guest and util/nd-cluster set them up;
@@ -145,4 +146,15 @@ apt_from_installed() {
 	fi
 	DEBIAN_FRONTEND=noninteractive apt-get -o Dir::Etc::SourceList=/dev/null \
 		-o Dir::Etc::SourceParts=/nonexistent "$@"
+}
+
+# The Debian mirror of the host's own apt sources (deb822 or one-line).
+host_mirror() {
+	local url
+	url=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\)\/\{0,1\}$/\1/p' \
+		/etc/apt/sources.list.d/*.sources 2>/dev/null | head -1)
+	[[ -n $url ]] || url=$(sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\{0,1\}\([^[:space:]]*\/debian\)\/\{0,1\}[[:space:]].*/\2/p' \
+		/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -1)
+	[[ -n $url ]] || die "no Debian mirror found in the host's apt sources"
+	echo "$url"
 }
