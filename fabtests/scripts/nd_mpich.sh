@@ -1,0 +1,303 @@
+#!/bin/bash
+# nd_mpich.sh: MPICH over OFI (util/nd-mpich) on the provider built in
+# BUILDDIR, in a guest (or on a host with an RDMA device).
+#
+#   nd_mpich.sh MPICH BUILDDIR MODE [PROVIDER [ARGS...]]
+#
+# MPICH is the folder `util/nd-mpich build` printed; PROVIDER is
+# "nd;ofi_rxm" by default. Modes:
+#   check     cpi, finalize and suite, as util/nd-check runs them
+#   suite [DIR...]
+#             MPICH's own test suite (test/mpi, each run judged by MPICH's
+#             runtests) in the DIRs given (default: attr coll comm datatype
+#             errhan pt2pt rma threads/pt2pt), the tests of 2 to 4
+#             processes; every outcome compared with
+#             fabtests/test_configs/nd/mpich.expect, one PASS:/FAIL: line a
+#             test
+#   finalize [RUNS]
+#             nd_mpi_finalize (100 messages sent just before MPI_Finalize)
+#             RUNS times (ND_MPICH_FINALIZE_RUNS); a run that does not end
+#             within ND_MPICH_FINALIZE_TIMEOUT seconds lost a message
+#   cpi       MPICH's examples/cpi.c on 2 ranks
+#   compare [DIR...]
+#             the suite over nd;ofi_rxm and over verbs;ofi_rxm (with
+#             FI_UNIVERSE_SIZE=64, without which verbs does not start on
+#             Soft-RoCE) on the same boot; the counts per directory, and
+#             judged: nd passes at least as many, and none that verbs passes
+# Closes with "mpich: N passed, M failed"; exits non-zero on any failure.
+#
+# The ranks share one host and talk through OFI, not shared memory
+# (MPIR_CVAR_NOLOCAL=1); nd's runs set nothing else: MPICH picks the AV
+# type, thread level and completion semantics it wants. Runs as whoever
+# runs it.
+#
+# Environment:
+#   ND_MPICH_TIMEOUT           seconds a suite test may run before MPICH's
+#                              launcher ends it (MPITEST_TIMEOUT; 60)
+#   ND_MPICH_TIER              check: every ND_MPICH_STRIDE-th test of a
+#                              directory from the ND_MPICH_OFFSET-th, and not
+#                              those mpich.expect marks Slow (listed, not
+#                              run); full: every test (check)
+#   ND_MPICH_STRIDE            the check tier's stride (12)
+#   ND_MPICH_OFFSET            the check tier's first test, 0-based (0)
+#   ND_MPICH_FINALIZE_RUNS     finalize runs (10)
+#   ND_MPICH_FINALIZE_TIMEOUT  seconds a finalize run may take (30)
+#   ND_MPICH_HOSTS             nd-node0,nd-node1,...: the suite's ranks are
+#                              spread over these hosts (round robin), started
+#                              over ssh (unset: one host)
+#   ND_MEET                    with ND_MPICH_HOSTS, the directory every node
+#                              shares (util/nd-cluster sets it)
+#   ND_GUEST_TRANSPORT         iwarp selects the iwarp lines of mpich.expect
+#                              (roce; util/nd-guest sets it)
+#   ND_TEST_DEVICE             the device named in the output (util/nd-guest
+#                              sets it)
+set -uo pipefail
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
+PROG=nd_mpich
+srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=../../util/lib/nd-common.sh
+source "$srcdir/util/lib/nd-common.sh"
+
+mpich=$(cd "${1:?usage: nd_mpich.sh MPICH BUILDDIR MODE [PROVIDER [ARGS...]]}" && pwd)
+builddir=$(cd "${2:?usage: nd_mpich.sh MPICH BUILDDIR MODE [PROVIDER [ARGS...]]}" && pwd)
+mode=${3:?usage: nd_mpich.sh MPICH BUILDDIR MODE [PROVIDER [ARGS...]]}
+provider=${4:-nd;ofi_rxm}
+shift 4 2>/dev/null || set --
+prefix=$mpich/prefix
+[ -x "$prefix/bin/mpiexec" ] || die "$prefix/bin/mpiexec not found: build MPICH first (util/nd-mpich build)"
+version=$(cat "$mpich/nd-mpich-done")
+version=${version%%-*}
+transport=${ND_GUEST_TRANSPORT:-roce}
+expect=$srcdir/fabtests/test_configs/nd/mpich.expect
+
+export FI_PROVIDER_PATH=$builddir/.libs FI_PROVIDER=$provider
+export MPIR_CVAR_NOLOCAL=1
+if [ -n "${ND_MPICH_HOSTS:-}" ]; then
+	# Across nodes: hydra starts the ranks over ssh, in this directory,
+	# which must be the same on every node (util/nd-cluster's shared one),
+	# and hands them this environment.
+	export MPITEST_MPIEXECARG="-hosts $ND_MPICH_HOSTS"
+	work=${ND_MEET:?ND_MPICH_HOSTS needs a directory every node shares (ND_MEET)}/nd-mpich
+	rm -rf "$work"
+	mkdir -p "$work"
+else
+	# One host: hydra forks the ranks itself (no ssh).
+	export HYDRA_LAUNCHER=fork
+	work=$(mktemp -d)
+fi
+trap 'rm -rf "$work"' EXIT
+
+# expected KEY: the RESULT mpich.expect gives this MPICH version and
+# transport for KEY ("DIR/TEST NP [ARGS]"), or nothing (must pass).
+# Lines: VERSION TRANSPORT RESULT DIR/TEST NP [ARGS...] # why
+expected() {
+	awk -v v="$version" -v t="$transport" -v key="$1" '
+		{ sub(/[ \t]*#.*/, "") }
+		NF >= 5 && ($1 == "*" || $1 == v) && ($2 == "*" || $2 == t) {
+			k = $4; for (i = 5; i <= NF; i++) k = k " " $i
+			if (k == key) { print $3; exit }
+		}' "$expect"
+}
+
+# judge KEY RESULT SECONDS: RESULT is Pass, Fail, or Timeout (MPICH's
+# launcher ended it at ND_MPICH_TIMEOUT).
+judge() {
+	local want
+	want=$(expected "$1")
+	case ${want:-Pass}/$2 in
+	Pass/Pass | Slow/Pass) pass "$1 ($3 s)" ;;
+	Slow/Timeout) pass "$1 ($3 s): timed out, which mpich.expect allows it (Slow)" ;;
+	Fail/Fail | Fail/Timeout) pass "$1 ($3 s): fails as mpich.expect says" ;;
+	Pass/*) fail "$1 ($3 s): $2, and mpich.expect does not list it" ;;
+	Slow/Fail) fail "$1 ($3 s): failed, not for time (mpich.expect allows it only to time out)" ;;
+	Fail/Pass) fail "$1 ($3 s): passes: take it out of mpich.expect" ;;
+	*) fail "$1: mpich.expect says '$want' (Fail or Slow)" ;;
+	esac
+}
+
+# One directory of the suite through MPICH's runtests, on the writable copy
+# (runtests builds what is missing and leaves files beside the programs),
+# over the provider in FI_PROVIDER. Writes "RESULT<TAB>KEY<TAB>SECONDS" per
+# run to RESULTS, KEY being DIR/TEST NP [ARGS]: variants of one program
+# differ only by their arguments, which runtests prints (-verbose) before
+# each run, in the order of its TAP lines. A failed run's output goes to
+# RESULTS.out.
+run_dir() { # DIR RESULTS
+	local dir=$1 results=$2 copy=$work/mpi list tap=$work/tap out=$work/out
+	[ -f "$copy/$dir/testlist" ] || { fail "$dir: no testlist in $mpich/test/mpi/$dir"; return 1; }
+	# The tests of 2 to 4 processes (those of one do not reach the
+	# network); in the check tier every STRIDE-th of them from OFFSET, and
+	# not those mpich.expect lists (Slow or Fail).
+	list=$copy/$dir/testlist.nd
+	awk -v v="$version" -v t="$transport" -v dir="$dir" -v expect="$expect" \
+		-v tier="${ND_MPICH_TIER:-check}" -v stride="${ND_MPICH_STRIDE:-12}" -v offset="${ND_MPICH_OFFSET:-0}" '
+		BEGIN {
+			while ((getline line < expect) > 0) {
+				sub(/[ \t]*#.*/, "", line); n = split(line, f, /[ \t]+/)
+				if (n >= 5 && (f[1] == "*" || f[1] == v) && (f[2] == "*" || f[2] == t) && (f[3] == "Slow" || f[3] == "Fail")) {
+					k = f[4]; for (i = 5; i <= n; i++) k = k " " f[i]; listed[k] = f[3]
+				}
+			}
+			if (tier != "check") stride = 1
+		}
+		{
+			line = $0; sub(/^[ \t]+/, "", line); sub(/[ \t]*#.*/, "", line)
+			n = split(line, f, /[ \t]+/)
+			if (n < 2 || f[2] !~ /^[0-9]+$/ || f[2] < 2 || f[2] > 4) next
+			if (stride > 1 && (eligible++ % stride) != offset % stride) next
+			k = dir "/" f[1] " " f[2]
+			for (i = 3; i <= n; i++) if (f[i] ~ /^arg=/) k = k " " substr(f[i], 5)
+			for (i = 3; i <= n; i++) if (f[i] ~ /^env=/) k = k " env:" substr(f[i], 5)
+			if (tier == "check" && (k in listed)) { print k " (" listed[k] ")" > "/dev/stderr"; next }
+			print
+		}' "$copy/$dir/testlist" >"$list" 2>"$work/slow" || { fail "$dir: filtering its testlist"; return 1; }
+	sed 's/^/    left to the full tier (listed in mpich.expect): /' "$work/slow"
+	rm -f "$tap"
+	(cd "$copy/$dir" && MPITEST_TIMEOUT=${ND_MPICH_TIMEOUT:-60} "$copy/runtests" -srcdir=. \
+		-tests="$(basename "$list")" -mpiexec="$prefix/bin/mpiexec" -verbose \
+		-tapfile="$tap") >"$out" 2>&1
+	if ! [ -s "$tap" ]; then
+		fail "$dir: runtests wrote no results"
+		tail -20 "$out" | sed 's/^/    /'
+		return 1
+	fi
+	awk -v dir="$dir" '
+		# The command lines runtests prints (-verbose), in run order.
+		FNR == NR {
+			if ($0 ~ /^Env includes /) { env = $0; sub(/^Env includes */, "", env); next }
+			if ($0 ~ /mpiexec -n [0-9]+ /) {
+				sub(/.*mpiexec -n /, ""); np = $1
+				prog = $0; sub(/^[0-9]+ +/, "", prog); sub(/^\.\//, "", prog)
+				gsub(/  +/, " ", prog); sub(/ +$/, "", prog)
+				cmd[++ncmd] = prog " " np
+				envs[ncmd] = env; env = ""
+			}
+			next
+		}
+		# The "##" lines after a failed run (TAP) end with
+		# "APPLICATION TIMED OUT" when the launcher ended it: a Timeout.
+		/^ *## .*APPLICATION TIMED OUT/ { if (last) sub(/^Fail\t/, "Timeout\t", out[last]); next }
+		/^(not )?ok +[0-9]* *- / {
+			if ($0 ~ /# SKIP/) next
+			result = ($0 ~ /^not ok/) ? "Fail" : "Pass"
+			t = $0; sub(/.*time=/, "", t); t = sprintf("%.0f", t)
+			# "PROG ARGS NP" -> "DIR/PROG NP ARGS"
+			n = split(cmd[++i], f, " "); key = dir "/" f[1] " " f[n]
+			for (j = 2; j < n; j++) key = key " " f[j]
+			m = split(envs[i], e, " ")
+			for (j = 1; j <= m; j++) key = key " env:" e[j]
+			out[++last] = result "\t" key "\t" t
+		}
+		END { for (j = 1; j <= last; j++) print out[j] }' "$out" "$tap" >>"$results"
+	# What failed runs printed (TAP's "##" lines), for the log.
+	awk '/^not ok/ { show = 1; print "    " $0; next } /^ok/ { show = 0 } show && /^ *##/ { print "      " $0 }' \
+		"$tap" | head -200 >>"$results.out"
+}
+
+# run_suite RESULTS DIR...: every DIR over FI_PROVIDER into RESULTS.
+run_suite() {
+	local results=$1 dir
+	shift
+	: >"$results"
+	: >"$results.out"
+	[ -d "$work/mpi" ] || cp -a "$mpich/test/mpi" "$work/mpi" || die "copying the suite to a writable folder failed"
+	for dir in "$@"; do
+		say "$dir over $FI_PROVIDER"
+		run_dir "$dir" "$results"
+	done
+}
+
+suite_dirs=(attr coll comm datatype errhan pt2pt rma threads/pt2pt)
+
+# nd's runs, each judged against mpich.expect.
+suite() {
+	local dirs=("$@") result key seconds
+	((${#dirs[@]})) || dirs=("${suite_dirs[@]}")
+	echo "== MPICH $version's test suite over $provider on ${ND_TEST_DEVICE:-the device}, tier ${ND_MPICH_TIER:-check}: ${dirs[*]}"
+	run_suite "$work/nd.results" "${dirs[@]}"
+	while IFS=$'\t' read -r result key seconds; do
+		judge "$key" "$result" "$seconds"
+	done <"$work/nd.results"
+	if grep -q "^Fail" "$work/nd.results"; then
+		echo "    what the failed runs printed:"
+		cat "$work/nd.results.out"
+	fi
+}
+
+finalize() {
+	local runs=${1:-${ND_MPICH_FINALIZE_RUNS:-10}} run rc out=$work/finalize.log start
+	echo "== nd_mpi_finalize over $provider: $runs runs of 100 messages sent just before MPI_Finalize"
+	"$prefix/bin/mpicc" -O2 -Wall -o "$work/nd_mpi_finalize" "$srcdir/fabtests/functional/nd_mpi_finalize.c" ||
+		{ fail "nd_mpi_finalize did not compile"; return; }
+	for ((run = 1; run <= runs; run++)); do
+		start=$SECONDS
+		timeout -k 5 "${ND_MPICH_FINALIZE_TIMEOUT:-30}" "$prefix/bin/mpiexec" -n 2 "$work/nd_mpi_finalize" -n 100 >"$out" 2>&1
+		rc=$?
+		if [ "$rc" -eq 0 ] && grep -q "^nd_mpi_finalize: 100 passed, 0 failed" "$out"; then
+			pass "finalize run $run ($((SECONDS - start)) s)"
+		else
+			fail "finalize run $run: exit $rc$( ((rc != 124)) || echo ": a message was lost (the receiver waited)")"
+			tail -10 "$out" | sed 's/^/    /'
+		fi
+	done
+}
+
+cpi() {
+	local out=$work/cpi.log
+	echo "== MPICH's cpi over $provider"
+	"$prefix/bin/mpicc" -O2 -o "$work/cpi" "$mpich/examples/cpi.c" -lm || { fail "cpi did not compile"; return; }
+	if timeout -k 5 120 "$prefix/bin/mpiexec" -n 2 "$work/cpi" >"$out" 2>&1 && grep -q "pi is approximately" "$out"; then
+		pass "cpi over $provider"
+	else
+		fail "cpi over $provider"
+		tail -10 "$out" | sed 's/^/    /'
+	fi
+}
+
+# nd beside the verbs provider on the same boot: the suite over both, per
+# directory the counts of each, and judged: nd passes at least as many as
+# verbs, and no test that verbs passes fails over nd. verbs runs with
+# FI_UNIVERSE_SIZE=64, without which it does not start on Soft-RoCE.
+compare() {
+	local dirs=("$@") dir
+	((${#dirs[@]})) || dirs=("${suite_dirs[@]}")
+	echo "== MPICH $version's test suite, nd;ofi_rxm beside verbs;ofi_rxm (FI_UNIVERSE_SIZE=64), tier ${ND_MPICH_TIER:-check}"
+	run_suite "$work/nd.results" "${dirs[@]}"
+	FI_PROVIDER="verbs;ofi_rxm" FI_UNIVERSE_SIZE=64 run_suite "$work/verbs.results" "${dirs[@]}"
+	printf '    %-16s %-14s %s\n' directory "nd pass/run" "verbs pass/run"
+	for dir in "${dirs[@]}"; do
+		printf '    %-16s %-14s %s\n' "$dir" \
+			"$(awk -F'\t' -v d="$dir/" 'index($2, d) == 1 { n++; p += $1 == "Pass" } END { print p + 0 "/" n + 0 }' "$work/nd.results")" \
+			"$(awk -F'\t' -v d="$dir/" 'index($2, d) == 1 { n++; p += $1 == "Pass" } END { print p + 0 "/" n + 0 }' "$work/verbs.results")"
+	done
+	local nd_pass verbs_pass worse
+	nd_pass=$(grep -c "^Pass" "$work/nd.results")
+	verbs_pass=$(grep -c "^Pass" "$work/verbs.results")
+	if ((nd_pass >= verbs_pass)); then
+		pass "nd passes $nd_pass tests, verbs $verbs_pass"
+	else
+		fail "nd passes $nd_pass tests, verbs $verbs_pass"
+	fi
+	worse=$(awk -F'\t' 'FNR == NR { if ($1 == "Pass") ok[$2] = 1; next } $1 != "Pass" && ($2 in ok) { print $2 }' \
+		"$work/verbs.results" "$work/nd.results")
+	if [ -z "$worse" ]; then
+		pass "no test that verbs passes fails over nd"
+	else
+		fail "tests that verbs passes fail over nd: $(echo "$worse" | paste -sd ';')"
+	fi
+}
+
+case $mode in
+check)
+	cpi
+	finalize
+	suite "$@"
+	;;
+suite) suite "$@" ;;
+finalize) finalize "$@" ;;
+cpi) cpi ;;
+compare) compare "$@" ;;
+*) die "unknown mode '$mode' (check, suite, finalize, cpi or compare)" ;;
+esac
+closing_line mpich
