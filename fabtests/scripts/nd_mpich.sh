@@ -38,7 +38,7 @@
 #                              directory from the ND_MPICH_OFFSET-th, and not
 #                              those mpich.expect marks Slow (listed, not
 #                              run); full: every test (check)
-#   ND_MPICH_STRIDE            the check tier's stride (12)
+#   ND_MPICH_STRIDE            the check tier's stride (24)
 #   ND_MPICH_OFFSET            the check tier's first test, 0-based (0)
 #   ND_MPICH_FINALIZE_RUNS     finalize runs (5)
 #   ND_MPICH_FINALIZE_TIMEOUT  seconds a finalize run may take (30)
@@ -133,7 +133,7 @@ run_dir() { # DIR RESULTS
 	# not those mpich.expect lists (Slow, Fail or Hang).
 	list=$copy/$dir/testlist.nd
 	awk -v v="$version" -v t="$transport" -v dir="$dir" -v expect="$expect" \
-		-v tier="${ND_MPICH_TIER:-check}" -v stride="${ND_MPICH_STRIDE:-12}" -v offset="${ND_MPICH_OFFSET:-0}" '
+		-v tier="${ND_MPICH_TIER:-check}" -v stride="${ND_MPICH_STRIDE:-24}" -v offset="${ND_MPICH_OFFSET:-0}" '
 		BEGIN {
 			while ((getline line < expect) > 0) {
 				sub(/[ \t]*#.*/, "", line); n = split(line, f, /[ \t]+/)
