@@ -221,7 +221,7 @@ suite() {
 	while IFS=$'\t' read -r result key seconds; do
 		judge "$key" "$result" "$seconds"
 	done <"$work/nd.results"
-	if grep -q "^Fail" "$work/nd.results"; then
+	if grep -qv "^Pass" "$work/nd.results"; then
 		echo "    what the failed runs printed:"
 		cat "$work/nd.results.out"
 	fi
@@ -257,6 +257,11 @@ cpi() {
 	fi
 }
 
+# passed_of DIR RESULTS: "PASSED/RUN" of DIR's runs in RESULTS.
+passed_of() {
+	awk -F'\t' -v d="$1/" 'index($2, d) == 1 { n++; p += $1 == "Pass" } END { print p + 0 "/" n + 0 }' "$2"
+}
+
 # nd beside the verbs provider on the same boot: the suite over both, per
 # directory the counts of each, and judged: nd passes at least as many as
 # verbs, and no test that verbs passes fails over nd. verbs runs with
@@ -269,9 +274,8 @@ compare() {
 	FI_PROVIDER="verbs;ofi_rxm" FI_UNIVERSE_SIZE=64 run_suite "$work/verbs.results" "${dirs[@]}"
 	printf '    %-16s %-14s %s\n' directory "nd pass/run" "verbs pass/run"
 	for dir in "${dirs[@]}"; do
-		printf '    %-16s %-14s %s\n' "$dir" \
-			"$(awk -F'\t' -v d="$dir/" 'index($2, d) == 1 { n++; p += $1 == "Pass" } END { print p + 0 "/" n + 0 }' "$work/nd.results")" \
-			"$(awk -F'\t' -v d="$dir/" 'index($2, d) == 1 { n++; p += $1 == "Pass" } END { print p + 0 "/" n + 0 }' "$work/verbs.results")"
+		printf '    %-16s %-14s %s\n' "$dir" "$(passed_of "$dir" "$work/nd.results")" \
+			"$(passed_of "$dir" "$work/verbs.results")"
 	done
 	local nd_pass verbs_pass worse
 	nd_pass=$(grep -c "^Pass" "$work/nd.results")
