@@ -687,9 +687,16 @@ bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out) noexcept
 		return false; /* what it delivered is in the rings */
 	if (wc.status != IBV_WC_SUCCESS) {
 		/* A flushed request the application asked no completion for
-		 * stays silent; a real failure is always reported. */
+		 * stays silent; a real failure of the application's is always
+		 * reported. nd's own requests (a receive-credit write, a data
+		 * slot write, the drain marker: no CQ flags) are not the
+		 * application's, and their failure is the link's, which its
+		 * own requests and the EQ report: an entry for one would carry
+		 * no context, which ofi_rxm takes for its own buffer and
+		 * follows (a peer that closes while a credit write is on the
+		 * wire fails it with a local QP error on soft-iWARP). */
 		const bool flushed = wc.status == IBV_WC_WR_FLUSH_ERR;
-		if (internal || (!done.report && flushed))
+		if (internal || (!done.report && (flushed || done.flags == 0)))
 			return false;
 		CqError error{};
 		error.entry.op_context = done.context;

@@ -276,6 +276,32 @@ Test(completion_path, successes_failures_flushes_and_counters_allocate_nothing)
 	cr_assert_eq(sends.outstanding(), 0u);
 }
 
+/* A receive-credit write that a closing peer's reset fails (soft-iWARP:
+ * a local QP error, not a flush) is nd's own request: no entry, which
+ * would carry no context. An unsignaled request of the application's that
+ * fails for real still has one. */
+Test(completion_path, a_failure_of_nd_s_own_request_reaches_no_entry)
+{
+	auto cq = make_cq(16);
+	WorkQueue sends(QueueKind::send, 8);
+	Link link;
+	link.on(Link::Event::ready);
+	RetireTargets targets;
+	targets.link = &link;
+	sends.set_targets(targets);
+	OpRecord &credit_write = post(sends, nullptr, 0, false);
+	OpRecord &inject = post(sends, nullptr, FI_SEND | FI_MSG, false);
+	CqEntry entry;
+	cr_assert_not(complete_locked(cq, completion_of(credit_write, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RDMA_WRITE), &entry));
+	cr_assert_eq(cq->errors.size(), 0u, "nd's own request's failure is not the application's");
+	cr_assert_eq(link.state(), LinkState::broken, "the link records it");
+	cr_assert_not(complete_locked(cq, completion_of(inject, IBV_WC_LOC_QP_OP_ERR, IBV_WC_SEND), &entry));
+	cr_assert_eq(cq->errors.size(), 1u, "the application's request's failure is reported");
+	cr_assert_eq(cq->errors.front().entry.flags, static_cast<uint64_t>(FI_SEND | FI_MSG));
+	cr_assert_eq(cq->errors.front().entry.err, FI_EIO);
+	cr_assert_eq(sends.outstanding(), 0u);
+}
+
 Test(completion_path, a_multi_receive_buffer_allocates_nothing)
 {
 	auto cq = make_cq(16);
