@@ -644,8 +644,10 @@ int Endpoint::renew_cm_id()
 
 int Endpoint::close()
 {
-	/* First: no asynchronous event reaches the endpoint (or queues an
-	 * entry naming it) from here on. */
+	/* What it posted reaches a connected peer first (bounded). */
+	linger();
+	/* No asynchronous event reaches the endpoint (or queues an entry
+	 * naming it) from here on. */
 	if (data.qp)
 		async::remove_qp(data.qp.get());
 	auto teardown = [&] {

@@ -276,6 +276,7 @@ struct DataPath {
 			slow_rx.fetch_and(static_cast<uint8_t>(~bit), std::memory_order_relaxed);
 	}
 	bool marker_reserved = true;		/* tx_reserved counts the close marker's */
+	bool lingered = false;			/* fi_close's linger marker is still out */
 	uint32_t signal_interval = 1;
 	/* The fi_inject family's: signal_interval, or 1 where a counter
 	 * counts that kind of request and needs every completion. */
@@ -397,6 +398,7 @@ struct Endpoint {
 	int setup_data_path();
 	void release_queues() noexcept;
 	void post_drain_marker() noexcept;
+	void linger() noexcept;
 	/* Its send queue is in its CQ's StallWatch (nd_cq.h). */
 	bool watches_stalls() const noexcept;
 

@@ -316,6 +316,10 @@ void Endpoint::post_drain_marker() noexcept
 {
 	if (!data.sq || !data.qp || data.sq->outstanding() == 0)
 		return;
+	/* The linger marker is still out: signaled, it is flushed last and
+	 * drains the ring as this one would (one slot, one CQ entry kept). */
+	if (data.lingered)
+		return;
 	if (!data.marker_reserved) {
 		if (!bindings.tx_cq || !bindings.tx_cq->reserve_one(data.tx_verbs_cq, &data.tx_reserved)) {
 			ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): no room on the CQ for the drain marker; the flush alone drains the send queue\n");
@@ -335,6 +339,69 @@ void Endpoint::post_drain_marker() noexcept
 		data.sq->uncommit();
 		ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): drain marker: %s\n", std::strerror(rc));
 	}
+}
+
+/*
+ * fi_close of a connected endpoint lets the requests it posted reach the
+ * peer before the connection ends. The disconnect flushes the send queue
+ * (rdma_disconnect: the queue pair in error on InfiniBand and RoCE; on
+ * iWARP SQD, which soft-iWARP takes as closing the stream, aborting the
+ * request on the wire), so an fi_inject, or an unsignaled send the
+ * application counts as done, would be lost: MPICH finalizes right after
+ * its last sends over ofi_rxm (libfabric#6720) and barriers first only for
+ * the verbs provider. A signaled zero-byte RDMA write behind them
+ * completes once every request before it has (reliable connection
+ * order); close waits for it at most kLingerMs. A zero-byte write names
+ * no memory (InfiniBand C9-88; soft-iWARP checks no STag for it); on
+ * iWARP it names the peer's receive-credit word, registered for the
+ * peer's writes, where the endpoint has one. A peer that is gone leaves
+ * it unanswered until the bound (iWARP's dropped stream flushes it
+ * sooner). fi_shutdown keeps ND's rule: everything outstanding is
+ * cancelled.
+ */
+void Endpoint::linger() noexcept
+{
+	constexpr int kLingerMs = 250;
+	if (!data.sq || !data.qp || !bindings.tx_cq || bindings.stx() || data.sq->outstanding() == 0 ||
+	    fsm.state() != EpState::connected || data.link.state() != LinkState::up)
+		return;
+	if (!data.marker_reserved) {
+		if (!bindings.tx_cq->reserve_one(data.tx_verbs_cq, &data.tx_reserved)) {
+			ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): no room on the CQ for the linger marker; requests still on the wire may be flushed\n");
+			return;
+		}
+		data.marker_reserved = true;
+	}
+	{
+		std::lock_guard<OptionalLock> guard(data.tx_lock);
+		/* Signaled; the ring keeps one slot for a close marker. */
+		const Claimed claimed = data.sq->claim<SendKind::internal>(SendClaim{nullptr, 0, 0, false, true}, 1);
+		ibv_send_wr wr{};
+		wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.send_flags = claimed.send_flags;
+		if (data.credits) {
+			wr.wr.rdma.remote_addr = data.credits->peer_addr;
+			wr.wr.rdma.rkey = data.credits->peer_rkey;
+		}
+		/* Requests held back by FI_MORE go first. */
+		if (data.batch && data.batch->count) {
+			if (post_batch(&wr, "fi_close(ep): linger marker"))
+				return;
+		} else {
+			ibv_send_wr *bad = nullptr;
+			if (int rc = post_send(data.qp.get(), &wr, &bad)) {
+				data.sq->uncommit();
+				ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): linger marker: %s\n", std::strerror(rc));
+				return;
+			}
+		}
+	}
+	if (bindings.tx_cq->drain(*data.sq, kLingerMs))
+		return;
+	data.lingered = true; /* the marker is still out */
+	ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) still unconfirmed after %d ms; the disconnect flushes them\n",
+		static_cast<unsigned long long>(data.sq->outstanding()), kLingerMs);
 }
 
 bool Endpoint::watches_stalls() const noexcept
