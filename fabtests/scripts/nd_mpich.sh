@@ -47,6 +47,9 @@
 #                              over ssh (unset: one host)
 #   ND_MEET                    with ND_MPICH_HOSTS, the directory every node
 #                              shares (util/nd-cluster sets it)
+#   ND_GUEST                   1 in a guest (util/nd-guest sets it): the suite
+#                              runs where it is, the guest's root being a
+#                              throw-away overlay (else on a copy)
 #   ND_GUEST_TRANSPORT         iwarp selects the iwarp lines of mpich.expect
 #                              (roce; util/nd-guest sets it)
 #   ND_TEST_DEVICE             the device named in the output (util/nd-guest
