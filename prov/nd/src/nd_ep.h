@@ -399,6 +399,8 @@ struct Endpoint {
 	void release_queues() noexcept;
 	void post_drain_marker() noexcept;
 	void linger() noexcept;
+	bool reserve_close_marker(const char *otherwise) noexcept;
+	ibv_send_wr claim_close_marker(ibv_wr_opcode opcode) noexcept;
 	/* Its send queue is in its CQ's StallWatch (nd_cq.h). */
 	bool watches_stalls() const noexcept;
 

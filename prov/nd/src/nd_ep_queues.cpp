@@ -306,6 +306,33 @@ void Endpoint::release_queues() noexcept
 	bindings.tx_cq = bindings.rx_cq = nullptr;
 }
 
+/* The close markers (linger, drain) take the CQ entry fi_enable reserved
+ * for one, or reserve it now; false (logged) when the CQ has no room. */
+bool Endpoint::reserve_close_marker(const char *otherwise) noexcept
+{
+	if (data.marker_reserved)
+		return true;
+	if (!bindings.tx_cq || !bindings.tx_cq->reserve_one(data.tx_verbs_cq, &data.tx_reserved)) {
+		ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): no room on the CQ for a close marker; %s\n", otherwise);
+		return false;
+	}
+	data.marker_reserved = true;
+	return true;
+}
+
+/* Under the send lock: a close marker's work request, signaled, in the
+ * slot the ring keeps for it; nd's own (no context, no CQ flags). */
+ibv_send_wr Endpoint::claim_close_marker(ibv_wr_opcode opcode) noexcept
+{
+	assert_held(data.tx_lock, "Endpoint::claim_close_marker");
+	const Claimed claimed = data.sq->claim<SendKind::internal>(SendClaim{nullptr, 0, 0, false, true}, 1);
+	ibv_send_wr wr{};
+	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
+	wr.opcode = opcode;
+	wr.send_flags = claimed.send_flags;
+	return wr;
+}
+
 /*
  * Unsignaled sends that succeeded never complete, so after the flush the
  * send ring may still count them. A signaled request posted to the queue
@@ -320,20 +347,10 @@ void Endpoint::post_drain_marker() noexcept
 	 * drains the ring as this one would (one slot, one CQ entry kept). */
 	if (data.lingered)
 		return;
-	if (!data.marker_reserved) {
-		if (!bindings.tx_cq || !bindings.tx_cq->reserve_one(data.tx_verbs_cq, &data.tx_reserved)) {
-			ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): no room on the CQ for the drain marker; the flush alone drains the send queue\n");
-			return;
-		}
-		data.marker_reserved = true;
-	}
+	if (!reserve_close_marker("the flush alone drains the send queue"))
+		return;
 	std::lock_guard<OptionalLock> guard(data.tx_lock);
-	/* Always signaled; the ring keeps one slot for it. */
-	const Claimed claimed = data.sq->claim<SendKind::internal>(SendClaim{nullptr, 0, 0, false, true}, 1);
-	ibv_send_wr wr{};
-	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
-	wr.opcode = IBV_WR_SEND;
-	wr.send_flags = claimed.send_flags;
+	ibv_send_wr wr = claim_close_marker(IBV_WR_SEND);
 	ibv_send_wr *bad = nullptr;
 	if (int rc = post_send(data.qp.get(), &wr, &bad)) {
 		data.sq->uncommit();
@@ -365,21 +382,11 @@ void Endpoint::linger() noexcept
 	if (!data.sq || !data.qp || !bindings.tx_cq || bindings.stx() || data.sq->outstanding() == 0 ||
 	    fsm.state() != EpState::connected || data.link.state() != LinkState::up)
 		return;
-	if (!data.marker_reserved) {
-		if (!bindings.tx_cq->reserve_one(data.tx_verbs_cq, &data.tx_reserved)) {
-			ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): no room on the CQ for the linger marker; requests still on the wire may be flushed\n");
-			return;
-		}
-		data.marker_reserved = true;
-	}
+	if (!reserve_close_marker("requests still on the wire may be flushed"))
+		return;
 	{
 		std::lock_guard<OptionalLock> guard(data.tx_lock);
-		/* Signaled; the ring keeps one slot for a close marker. */
-		const Claimed claimed = data.sq->claim<SendKind::internal>(SendClaim{nullptr, 0, 0, false, true}, 1);
-		ibv_send_wr wr{};
-		wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
-		wr.opcode = IBV_WR_RDMA_WRITE;
-		wr.send_flags = claimed.send_flags;
+		ibv_send_wr wr = claim_close_marker(IBV_WR_RDMA_WRITE);
 		if (data.credits) {
 			wr.wr.rdma.remote_addr = data.credits->peer_addr;
 			wr.wr.rdma.rkey = data.credits->peer_rkey;
