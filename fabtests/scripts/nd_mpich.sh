@@ -139,12 +139,12 @@ judge() {
 # each run, in the order of its TAP lines. A failed run's output goes to
 # RESULTS.out.
 run_dir() { # DIR RESULTS
-	local dir=$1 results=$2 copy=$suite_root list tap=$work/tap out=$work/out
-	[ -f "$copy/$dir/testlist" ] || { fail "$dir: no testlist in $mpich/test/mpi/$dir"; return 1; }
+	local dir=$1 results=$2 list tap=$work/tap out=$work/out
+	[ -f "$suite_root/$dir/testlist" ] || { fail "$dir: no testlist in $mpich/test/mpi/$dir"; return 1; }
 	# The tests of 2 to 4 processes (those of one do not reach the
 	# network); in the check tier every STRIDE-th of them from OFFSET, and
 	# not those mpich.expect lists (Slow, Fail or Hang).
-	list=$copy/$dir/testlist.nd
+	list=$suite_root/$dir/testlist.nd
 	awk -v v="$version" -v t="$transport" -v dir="$dir" -v expect="$expect" \
 		-v tier="${ND_MPICH_TIER:-check}" -v stride="${ND_MPICH_STRIDE:-24}" -v offset="${ND_MPICH_OFFSET:-0}" '
 		BEGIN {
@@ -166,10 +166,10 @@ run_dir() { # DIR RESULTS
 			for (i = 3; i <= n; i++) if (f[i] ~ /^env=/) k = k " env:" substr(f[i], 5)
 			if (tier == "check" && (k in listed)) { print k " (" listed[k] ")" > "/dev/stderr"; next }
 			print
-		}' "$copy/$dir/testlist" >"$list" 2>"$work/slow" || { fail "$dir: filtering its testlist"; return 1; }
+		}' "$suite_root/$dir/testlist" >"$list" 2>"$work/slow" || { fail "$dir: filtering its testlist"; return 1; }
 	sed 's/^/    left to the full tier (listed in mpich.expect): /' "$work/slow"
 	rm -f "$tap"
-	(cd "$copy/$dir" && MPITEST_TIMEOUT=${ND_MPICH_TIMEOUT:-60} "$copy/runtests" -srcdir=. \
+	(cd "$suite_root/$dir" && MPITEST_TIMEOUT=${ND_MPICH_TIMEOUT:-60} "$suite_root/runtests" -srcdir=. \
 		-tests="$(basename "$list")" -mpiexec="$prefix/bin/mpiexec" -verbose \
 		-tapfile="$tap") >"$out" 2>&1
 	if ! [ -s "$tap" ]; then
