@@ -37,8 +37,8 @@
 #                           (-v), which stands for it, with or without -U;
 #                           none: nor rxm's
 #                           delivery-complete repeats (-U) (all; util/nd-check
-#                           runs Debian 12 with none, Debian 13 with dc, so
-#                           that each test runs in the check at least once)
+#                           runs none, and in its full tier Debian 13 with
+#                           dc, so that each test runs there at least once)
 #   ND_GUEST_TRANSPORT      iwarp: judged against upstream.iwarp.expect, the
 #                           sets changed (roce; util/nd-guest sets it)
 #   ND_GUEST_IP             this host's address (10.0.2.15; util/nd-guest
