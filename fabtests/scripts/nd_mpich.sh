@@ -227,7 +227,8 @@ run_suite() {
 	for dir in "$@"; do
 		start=$SECONDS before=$(wc -l <"$results")
 		run_dir "$dir" "$results"
-		echo "    $dir over $FI_PROVIDER: $(($(wc -l <"$results") - before)) runs in $((SECONDS - start)) s"
+		echo "    $dir over $FI_PROVIDER: $(($(wc -l <"$results") - before)) runs," \
+			"$(tail -n +$((before + 1)) "$results" | grep -c '^Pass') passed, in $((SECONDS - start)) s"
 	done
 }
 
@@ -267,7 +268,8 @@ finalize() {
 			pass "finalize run $run ($((SECONDS - start)) s)"
 		else
 			fail "finalize run $run: exit $rc$( ((rc != 124)) || echo ": a message was lost (the receiver waited)")"
-			tail -10 "$out" | sed 's/^/    /'
+			# What the ranks printed comes before hydra's ten-line notice.
+			tail -50 "$out" | sed 's/^/    /'
 		fi
 	done
 }
