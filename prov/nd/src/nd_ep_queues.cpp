@@ -368,7 +368,11 @@ void Endpoint::post_drain_marker() noexcept
  * its last sends over ofi_rxm (libfabric#6720) and barriers first only for
  * the verbs provider. A signaled zero-byte RDMA write behind them
  * completes once every request before it has (reliable connection
- * order); close waits for it at most kLingerMs. A zero-byte write names
+ * order); close waits for it at most kLingerMs: long enough for a peer
+ * whose CPU is busy elsewhere to acknowledge (docs/mpi.md, finalize), and
+ * paid in full only where a peer vanished without a word, since a peer's
+ * dead queue pair fails the write after the transport's retries and a
+ * closed iWARP stream fails it at once. A zero-byte write names
  * no memory (InfiniBand C9-88; soft-iWARP checks no STag for it); on
  * iWARP it names the peer's receive-credit word, registered for the
  * peer's writes, where the endpoint has one. A peer that is gone leaves
@@ -378,7 +382,7 @@ void Endpoint::post_drain_marker() noexcept
  */
 void Endpoint::linger() noexcept
 {
-	constexpr int kLingerMs = 250;
+	constexpr int kLingerMs = 2000;
 	if (!data.sq || !data.qp || !bindings.tx_cq || bindings.stx() || data.sq->outstanding() == 0 ||
 	    fsm.state() != EpState::connected || data.link.state() != LinkState::up)
 		return;
