@@ -3,6 +3,13 @@
  * and client in one process on one device, for any provider (-p nd,
  * -p verbs), written against the plain libfabric API only.
  *
+ * Why it exists beside the Criterion device tests (prov/nd/test/guest_*.cpp),
+ * which test the same subjects in more depth: those hold nd to its own
+ * contract (ND's semantics, nd's extension, fi_nd(7)) and run on nd alone;
+ * this one checks only what the libfabric man pages promise of every
+ * provider, so the same program runs against the verbs provider on the same
+ * boot (a difference between the two is a finding), as fabtests do.
+ *
  *   nd_msg_tests [-p PROVIDER] [-a ADDRESS] [-t SUBTEST] [-l|-L] [-v] [-h]
  *
  * A passive endpoint listens on ADDRESS (default $ND_GUEST_IP or

@@ -345,8 +345,7 @@ struct Endpoint {
 
 	/* Its parts, held by value: a field of a part costs what a field of
 	 * the endpoint costs. The options last, after the connection: both
-	 * are 4-byte aligned, so together they leave no padding (a 432-byte
-	 * malloc block instead of 448). */
+	 * are 4-byte aligned, so together they leave no padding. */
 	EndpointBindings bindings;
 	DataPath data;
 	Connection conn;

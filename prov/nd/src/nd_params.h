@@ -88,13 +88,12 @@ Params read_params();
  *
  * Soft-RoCE: ACK timeout 14 (67 ms) and retry count 7. Soft-RoCE runs over
  * plain Ethernet, which drops packets, and recovers the loss of a message's
- * last packet only when this timeout fires: at rdma_cm's 19, Open MPI's
- * 256 KiB bandwidth between two Soft-RoCE guests fell to a tenth of what
- * it reached at 14 (docs/cross-node.md). Its retransmit timer also runs while a sender waits out
- * receiver-not-ready NAKs, so any count below 7 (which it treats as
- * "forever") ends a connection whose receiver is late by 7 timeouts
- * (a receive posted late broke the connection at 14 with count 6,
- * docs/cross-node.md): the default keeps ofi_rxm's late receivers waited for, and
+ * last packet only when this timeout fires, so rdma_cm's 19 (2.1 s) stalls
+ * a lossy link's bandwidth (docs/cross-node.md has the figures). Its
+ * retransmit timer also runs while a sender waits out receiver-not-ready
+ * NAKs, so any count below 7 (which it treats as "forever") ends a
+ * connection whose receiver is late by 7 timeouts (docs/cross-node.md):
+ * the default keeps ofi_rxm's late receivers waited for, and
  * FI_ND_RETRY_COUNT=6 trades that for a dead peer reported in 0.5 s.
  */
 struct TransportRetry {
