@@ -186,7 +186,9 @@ run_dir() { # DIR RESULTS
 			if ($0 ~ /^Env includes /) { env = $0; sub(/^Env includes */, "", env); next }
 			if ($0 ~ /mpiexec -n [0-9]+ /) {
 				sub(/.*mpiexec -n /, ""); np = $1
-				prog = $0; sub(/^[0-9]+ +/, "", prog); sub(/^\.\//, "", prog)
+				# Across nodes runtests puts MPITEST_MPIEXECARG (-hosts
+				# LIST) before the program: not part of the key.
+				prog = $0; sub(/^[0-9]+ +/, "", prog); sub(/^-hosts +[^ ]+ +/, "", prog); sub(/^\.\//, "", prog)
 				gsub(/  +/, " ", prog); sub(/ +$/, "", prog)
 				cmd[++ncmd] = prog " " np
 				envs[ncmd] = env; env = ""
