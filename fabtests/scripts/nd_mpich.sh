@@ -218,7 +218,7 @@ run_dir() { # DIR RESULTS
 # run_suite RESULTS DIR...: every DIR over FI_PROVIDER into RESULTS.
 # Each step's time is printed: the runs are a part of the stage's time.
 run_suite() {
-	local results=$1 dir start=$SECONDS before
+	local results=$1 dir start=$SECONDS
 	shift
 	: >"$results"
 	: >"$results.out"
@@ -227,10 +227,9 @@ run_suite() {
 		echo "    the suite copied to a writable folder in $((SECONDS - start)) s"
 	fi
 	for dir in "$@"; do
-		start=$SECONDS before=$(wc -l <"$results")
+		start=$SECONDS
 		run_dir "$dir" "$results"
-		echo "    $dir over $FI_PROVIDER: $(($(wc -l <"$results") - before)) runs," \
-			"$(tail -n +$((before + 1)) "$results" | grep -c '^Pass') passed, in $((SECONDS - start)) s"
+		echo "    $dir over $FI_PROVIDER: $(passed_of "$dir" "$results") passed, in $((SECONDS - start)) s"
 	done
 }
 

@@ -375,10 +375,8 @@ void Endpoint::post_drain_marker() noexcept
  * closed iWARP stream fails it at once. A zero-byte write names
  * no memory (InfiniBand C9-88; soft-iWARP checks no STag for it); on
  * iWARP it names the peer's receive-credit word, registered for the
- * peer's writes, where the endpoint has one. A peer that is gone leaves
- * it unanswered until the bound (iWARP's dropped stream flushes it
- * sooner). fi_shutdown keeps ND's rule: everything outstanding is
- * cancelled.
+ * peer's writes, where the endpoint has one. fi_shutdown keeps ND's
+ * rule: everything outstanding is cancelled.
  */
 void Endpoint::linger() noexcept
 {
