@@ -21,7 +21,8 @@
 #   ND_TEST_DEVICE     the device, FABRIC_IFACE (rxe0)
 #   ND_ADIOS2_TIMEOUT  seconds after which each program is killed (120)
 set -uo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_adios2.sh BUILDDIR [CORE [STEPS]]}" && pwd)
 core=${2:-nd}

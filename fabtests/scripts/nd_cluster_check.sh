@@ -16,7 +16,8 @@
 #   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
 #                     directory, this node's number
 set -u
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cluster_check.sh BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,8 +25,9 @@ export FI_PROVIDER_PATH=$builddir/.libs
 meet=${ND_MEET:?run by util/nd-cluster}
 perf=$builddir/fabtests/benchmarks/nd_perf
 
-# wait_for, wait_for_line, nd_node_ip
-source "$(dirname "$0")/nd_cluster_wait.sh"
+# wait_for, wait_for_line
+# shellcheck source=nd_cluster_wait.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/nd_cluster_wait.sh"
 server=$(nd_node_ip 0)
 
 perf_pair() { # INDEX PROVIDER TEST SIZES
@@ -42,13 +44,13 @@ perf_pair() { # INDEX PROVIDER TEST SIZES
 	else
 		local name="cross-node nd_perf $test ($prov)"
 		if ! wait_for "$meet/perf.$k.up" 60; then
-			echo "FAIL: $name: the server on node 0 did not start"
+			fail "$name: the server on node 0 did not start"
 			return
 		fi
 		if timeout 120 "$perf" -p "$prov" -c "$server" -t "$test" -S "$sizes" -n 100 -q; then
-			echo "PASS: $name"
+			pass "$name"
 		else
-			echo "FAIL: $name"
+			fail "$name"
 			sed 's/^/    server: /' "$meet/perf.$k.server"
 		fi
 	fi
@@ -63,19 +65,18 @@ perf_pair 4 verbs write_bw 65536
 if ((ND_NODE == 0)); then
 	# A missing tool fails the check, naming it.
 	if ! need_tool mpicc libopenmpi-dev || ! need_tool mpirun openmpi-bin || ! need_tool /usr/sbin/sshd openssh-server; then
-		echo "FAIL: cross-node MPI over nd;ofi_rxm: not run (a tool is missing, above)"
+		fail "cross-node MPI over nd;ofi_rxm: not run (a tool is missing, above)"
 	elif ! mpicc -O2 -o "$meet/nd_mpi_bench" "$srcdir/fabtests/benchmarks/nd_mpi_bench.c"; then
-		echo "FAIL: cross-node MPI: nd_mpi_bench.c did not build"
+		fail "cross-node MPI: nd_mpi_bench.c did not build"
 	else
-		export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+		nd_ompi_env "nd;ofi_rxm"
 		for args in "-t lat -s 8" "-t bw -s 262144 -n 4" "-t allreduce -s 4096 -n 20"; do
 			# shellcheck disable=SC2086 # the arguments are words
 			if timeout 180 mpirun --allow-run-as-root -np 2 -H nd-node0,nd-node1 \
-				--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "nd;ofi_rxm" \
-				--mca btl self -x FI_PROVIDER_PATH "$meet/nd_mpi_bench" $args; then
-				echo "PASS: cross-node MPI over nd;ofi_rxm: nd_mpi_bench $args"
+				-x FI_PROVIDER_PATH "$meet/nd_mpi_bench" $args; then
+				pass "cross-node MPI over nd;ofi_rxm: nd_mpi_bench $args"
 			else
-				echo "FAIL: cross-node MPI over nd;ofi_rxm: nd_mpi_bench $args"
+				fail "cross-node MPI over nd;ofi_rxm: nd_mpi_bench $args"
 			fi
 		done
 	fi

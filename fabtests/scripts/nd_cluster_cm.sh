@@ -23,7 +23,8 @@
 #                         nodes' shared directory, this node's number, the
 #                         node count
 set -u
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cluster_cm.sh BUILDDIR [COUNTS...]}" && pwd)
 shift
@@ -35,8 +36,9 @@ bench=$builddir/fabtests/benchmarks/nd_cm_bench
 clients=$((ND_NODES - 1))
 rounds=${ND_CLUSTER_CM_ROUNDS:-3}
 
-# wait_for, wait_for_line, nd_node_ip
-source "$(dirname "$0")/nd_cluster_wait.sh"
+# wait_for, wait_for_line
+# shellcheck source=nd_cluster_wait.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/nd_cluster_wait.sh"
 server=$(nd_node_ip 0)
 
 # wait_for_all PREFIX SECONDS: every client node's PREFIX.<node> exists.
@@ -85,9 +87,9 @@ trial() {
 			[[ $(cat "$meet/cm.$k.status.$i" 2>/dev/null) == 0 ]] || bad=1
 		done
 		if ((rc == 0 && !bad)); then
-			echo "PASS: $name: $(sum_rates "$meet/cm.$k.rate") conn/s, every message checked"
+			pass "$name: $(sum_rates "$meet/cm.$k.rate") conn/s, every message checked"
 		else
-			echo "FAIL: $name (server exit $rc)"
+			fail "$name (server exit $rc)"
 			sed 's/^/    server: /' "$meet/cm.$k.server"
 			for ((i = 1; i <= clients; i++)); do
 				sed "s/^/    node $i: /" "$meet/cm.$k.client.$i" 2>/dev/null
@@ -130,9 +132,9 @@ cmtime_trial() {
 		done
 		local name="cross-node connection setup, cmtime (raw rdma_cm), $clients client node(s) x $n connections"
 		if ((!bad)); then
-			echo "PASS: $name: $(sum_rates "$meet/cmt.$k.rate") conn/s (exit status${statuses})"
+			pass "$name: $(sum_rates "$meet/cmt.$k.rate") conn/s (exit status${statuses})"
 		else
-			echo "FAIL: $name"
+			fail "$name"
 			sed 's/^/    server: /' "$meet/cmt.$k.server" | tail -20
 			for ((i = 1; i <= clients; i++)); do
 				tail -20 "$meet/cmt.$k.client.$i" 2>/dev/null | sed "s/^/    node $i: /"

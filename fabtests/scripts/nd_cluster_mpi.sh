@@ -13,13 +13,12 @@
 #                   nodes' shared directory, this node's number, the node
 #                   count
 set -u
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cluster_mpi.sh BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
-# need_tool
-source "$(dirname "$0")/nd_cluster_wait.sh"
 meet=${ND_MEET:?run by util/nd-cluster}
 
 if ((ND_NODE != 0)); then
@@ -31,20 +30,19 @@ fi
 trap ': >"$meet/mpi.done"' EXIT
 # A missing tool fails the check, naming it.
 if ! need_tool mpicc libopenmpi-dev || ! need_tool mpirun openmpi-bin || ! need_tool /usr/sbin/sshd openssh-server; then
-	echo "FAIL: $ND_NODES-node MPI over nd;ofi_rxm: not run (a tool is missing, above)"
+	fail "$ND_NODES-node MPI over nd;ofi_rxm: not run (a tool is missing, above)"
 	exit 0
 fi
 if ! mpicc -O2 -o "$meet/nd_mpi_check" "$srcdir/fabtests/functional/nd_mpi_check.c"; then
-	echo "FAIL: $ND_NODES-node MPI: nd_mpi_check.c did not build"
+	fail "$ND_NODES-node MPI: nd_mpi_check.c did not build"
 	exit 0
 fi
 hosts=$(for ((i = 0; i < ND_NODES; i++)); do printf 'nd-node%d,' "$i"; done)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+nd_ompi_env "nd;ofi_rxm"
 start=$SECONDS
 if timeout "${ND_MPI_TIMEOUT:-300}" mpirun --allow-run-as-root -np "$ND_NODES" -H "${hosts%,}" \
-	--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "nd;ofi_rxm" \
-	--mca btl self -x FI_PROVIDER_PATH "$meet/nd_mpi_check" -m 262144; then
-	echo "PASS: $ND_NODES-node MPI over nd;ofi_rxm: nd_mpi_check, one rank per node ($((SECONDS - start)) s)"
+	-x FI_PROVIDER_PATH "$meet/nd_mpi_check" -m 262144; then
+	pass "$ND_NODES-node MPI over nd;ofi_rxm: nd_mpi_check, one rank per node ($((SECONDS - start)) s)"
 else
-	echo "FAIL: $ND_NODES-node MPI over nd;ofi_rxm: nd_mpi_check, one rank per node ($((SECONDS - start)) s)"
+	fail "$ND_NODES-node MPI over nd;ofi_rxm: nd_mpi_check, one rank per node ($((SECONDS - start)) s)"
 fi

@@ -17,14 +17,13 @@
 # and nd_mpich.sh's (ND_MPICH_TIER, ND_MPICH_TIMEOUT, ...: its --help);
 # ND_MPICH_HOSTS is set here, to every node.
 set -u
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 mpich=${1:?usage: nd_cluster_mpich.sh MPICH BUILDDIR [DIR...]}
 builddir=${2:?usage: nd_cluster_mpich.sh MPICH BUILDDIR [DIR...]}
 shift 2
 (($#)) || set -- pt2pt coll
-# need_tool
-source "$(dirname "$0")/nd_cluster_wait.sh"
 meet=${ND_MEET:?run by util/nd-cluster}
 
 if ((ND_NODE != 0)); then
@@ -35,7 +34,7 @@ if ((ND_NODE != 0)); then
 fi
 trap ': >"$meet/mpich.done"' EXIT
 if ! need_tool /usr/sbin/sshd openssh-server; then
-	echo "FAIL: $ND_NODES-node MPICH over nd;ofi_rxm: not run (a tool is missing, above)"
+	fail "$ND_NODES-node MPICH over nd;ofi_rxm: not run (a tool is missing, above)"
 	exit 0
 fi
 hosts=$(for ((i = 0; i < ND_NODES; i++)); do printf 'nd-node%d,' "$i"; done)

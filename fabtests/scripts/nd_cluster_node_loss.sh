@@ -18,7 +18,8 @@
 #   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
 #                     directory, this node's number
 set -u
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cluster_node_loss.sh BUILDDIR [PROVIDER]}" && pwd)
 prov=${2:-nd}
@@ -27,8 +28,9 @@ unset FI_ND_RETRY_COUNT FI_ND_PEER_TIMEOUT
 meet=${ND_MEET:?run by util/nd-cluster}
 prog=$builddir/fabtests/functional/nd_node_loss
 
-# wait_for, wait_for_line, nd_node_ip
-source "$(dirname "$0")/nd_cluster_wait.sh"
+# wait_for, wait_for_line
+# shellcheck source=nd_cluster_wait.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/nd_cluster_wait.sh"
 server=$(nd_node_ip 1)
 
 if ((ND_NODE == 1)); then
@@ -48,7 +50,7 @@ if ((ND_NODE == 1)); then
 	exit 1 # not reached
 fi
 if ! wait_for_line "$meet/loss.server" listening 60; then
-	echo "FAIL: node loss ($prov): the server on node 1 did not start"
+	fail "node loss ($prov): the server on node 1 did not start"
 	exit 0
 fi
 # nd promises FI_SHUTDOWN once after the errors (-S); other providers'
@@ -56,7 +58,7 @@ fi
 shutdown_wanted=()
 [[ $prov == nd ]] && shutdown_wanted=(-S)
 if timeout 120 "$prog" -p "$prov" -c "$server" -T 30 "${shutdown_wanted[@]}"; then
-	echo "PASS: node loss ($prov, ${builddir##*/} build, nothing set): the survivor's requests all completed in error${shutdown_wanted:+, FI_SHUTDOWN once,} and every object closed"
+	pass "node loss ($prov, ${builddir##*/} build, nothing set): the survivor's requests all completed in error${shutdown_wanted:+, FI_SHUTDOWN once,} and every object closed"
 else
-	echo "FAIL: node loss ($prov, ${builddir##*/} build, nothing set): see above"
+	fail "node loss ($prov, ${builddir##*/} build, nothing set): see above"
 fi

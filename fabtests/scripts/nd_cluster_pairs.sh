@@ -15,15 +15,17 @@
 #   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
 #                     directory, this node's number
 set -u
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cluster_pairs.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 meet=${ND_MEET:?run by util/nd-cluster}
 prog=$builddir/fabtests/functional/nd_pair_tests
 
-# wait_for, wait_for_line, nd_node_ip
-source "$(dirname "$0")/nd_cluster_wait.sh"
+# wait_for, wait_for_line
+# shellcheck source=nd_cluster_wait.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/nd_cluster_wait.sh"
 server=$(nd_node_ip 0)
 
 case $ND_NODE in
@@ -34,18 +36,18 @@ case $ND_NODE in
 	rc=$?
 	grep -v '^server ok' "$meet/pairs.server"
 	if [ "$rc" -ne 0 ] && ! grep -q '^FAIL: ' "$meet/pairs.server"; then
-		echo "FAIL: cross-node nd_pair_tests: the server on node 0 exited with status $rc"
+		fail "cross-node nd_pair_tests: the server on node 0 exited with status $rc"
 	fi
 	;;
 1)
 	if ! wait_for_line "$meet/pairs.server" listening 180; then
-		echo "FAIL: cross-node nd_pair_tests: the server on node 0 did not start"
+		fail "cross-node nd_pair_tests: the server on node 0 did not start"
 		exit 0
 	fi
 	timeout 240 "$prog" -p nd -c "$server" | sed -u 's/^\(PASS\|FAIL\): /\1: cross-node nd_pair_tests: /'
 	rc=${PIPESTATUS[0]}
 	if [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then
-		echo "FAIL: cross-node nd_pair_tests: the client exited with status $rc"
+		fail "cross-node nd_pair_tests: the client exited with status $rc"
 	fi
 	;;
 esac

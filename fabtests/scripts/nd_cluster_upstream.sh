@@ -21,14 +21,13 @@
 #   ND_MEET, ND_NODE     set by util/nd-cluster (internal): the nodes'
 #                        shared directory, this node's number
 set -u
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 ftdir=$(cd "${1:?usage: nd_cluster_upstream.sh FTDIR BUILDDIR}" && pwd)
 builddir=$(cd "${2:?usage: nd_cluster_upstream.sh FTDIR BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 meet=${ND_MEET:?run by util/nd-cluster}
-# need_tool
-source "$(dirname "$0")/nd_cluster_wait.sh"
 
 if ((ND_NODE != 0)); then
 	deadline=$((SECONDS + ${ND_UPSTREAM_WAIT:-600}))
@@ -37,7 +36,7 @@ if ((ND_NODE != 0)); then
 fi
 trap ': >"$meet/upstream.done"' EXIT
 if ! need_tool /usr/sbin/sshd openssh-server; then
-	echo "FAIL: cross-node upstream fabtests: not run (sshd is missing, above)"
+	fail "cross-node upstream fabtests: not run (sshd is missing, above)"
 	exit 0
 fi
 out=$(mktemp)
@@ -51,8 +50,8 @@ rc=${PIPESTATUS[0]}
 line=$(grep -a "^upstream: [0-9]* passed, [0-9]* failed" "$out" | tail -1)
 counts=$(grep -a "^upstream(" "$out" | sed 's/^upstream(\([A-Z]*\), .*: /\1 /' | paste -sd '|' | sed 's/|/; /g')
 if [ "$rc" -eq 0 ] && [ -n "$line" ]; then
-	echo "PASS: cross-node upstream fabtests (nd-node0 serves, nd-node1 connects): ${line#upstream: } against upstream.expect; ${counts} ($((SECONDS - start)) s)"
+	pass "cross-node upstream fabtests (nd-node0 serves, nd-node1 connects): ${line#upstream: } against upstream.expect; ${counts} ($((SECONDS - start)) s)"
 else
-	echo "FAIL: cross-node upstream fabtests (nd-node0 serves, nd-node1 connects): ${line:-no verdict} (exit $rc, $((SECONDS - start)) s)"
+	fail "cross-node upstream fabtests (nd-node0 serves, nd-node1 connects): ${line:-no verdict} (exit $rc, $((SECONDS - start)) s)"
 fi
 rm -f "$out"

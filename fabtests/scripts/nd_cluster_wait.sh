@@ -1,12 +1,11 @@
 # nd_cluster_wait.sh: the bounded waits the cross-node scripts
-# (fabtests/scripts/nd_cluster_*.sh) share: a library, sourced by each, not
-# run (no --help). Nodes meet through
+# (fabtests/scripts/nd_cluster_*.sh) share: a library, sourced by those that
+# wait, not run (no --help). Nodes meet through
 # files in util/nd-cluster's shared directory ($ND_MEET): a side writes a
 # file, or a line to one, when it is ready; the other waits for it, never
-# longer than it is told. It brings the project's shell helpers too
-# (util/lib/nd-common.sh: the nodes' addresses, need_tool).
-# shellcheck source=../../util/lib/nd-common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../../util/lib/nd-common.sh"
+# longer than it is told. A script sources util/lib/nd-common.sh first, as
+# every script does, then this file:
+#   source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/nd_cluster_wait.sh"
 
 # wait_for FILE SECONDS: true once FILE exists.
 wait_for() {

@@ -19,10 +19,10 @@
 #   ND_GUEST_IP            the address to run on (10.0.2.15, the default of
 #                          util/lib/nd-common.sh; util/nd-guest sets it)
 set -euo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
-source "$(dirname "$0")/../../util/lib/nd-common.sh"
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cm_bench.sh BUILDDIR [COUNTS...]}" && pwd)
 shift
 counts=("$@")

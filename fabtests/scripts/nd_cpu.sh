@@ -54,10 +54,10 @@
 # deterministic for a given path. Each row is one valgrind run of the
 # client (15-30 s in the emulated guest).
 set -uo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
-source "$(dirname "$0")/../../util/lib/nd-common.sh"
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_cpu.sh BUILDDIR [--budget FILE]}" && pwd)
 shift
 budget=
@@ -68,8 +68,8 @@ fi
 export FI_PROVIDER_PATH=$builddir/.libs
 ip=$(nd_guest_ip)
 perf=${ND_PERF:-$builddir/fabtests/benchmarks/nd_perf}
-[ -x "$perf" ] || { echo "nd_cpu.sh: $perf not built" >&2; exit 1; }
-command -v valgrind >/dev/null || { echo "nd_cpu.sh: valgrind is not installed" >&2; exit 1; }
+[ -x "$perf" ] || die "$perf not built"
+command -v valgrind >/dev/null || die "valgrind is not installed"
 cpu_iters=${ND_BENCH_CPU_ITERS:-200}
 read -r -a providers <<<"${ND_BENCH_CPU_PROVIDERS:-verbs nd}"
 transport=${ND_GUEST_TRANSPORT:-roce}

@@ -13,14 +13,13 @@
 #                   rebuild is switched off there
 # and fabtests/scripts/nd_examples.sh's (ND_EXAMPLES_PORT, ND_GUEST_IP).
 set -uo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# fail (prints FAIL: and counts in $failed)
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 deb=$(readlink -f "${1:?usage: nd_deb_test.sh DEB}")
 device=${ND_TEST_DEVICE:-rxe0}
 unset FI_PROVIDER_PATH FI_PROVIDER
-# fail (prints FAIL: and counts in $failed)
-# shellcheck source=../../util/lib/nd-common.sh
-source "$(dirname "$0")/../../util/lib/nd-common.sh"
 
 lists_nd() { fi_info -p nd 2>/dev/null | grep -q "domain: $device"; }
 

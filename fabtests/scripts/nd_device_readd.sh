@@ -16,7 +16,8 @@
 # Environment: reads no ND_* variable; FI_PROVIDER_PATH is set to
 # BUILDDIR/.libs.
 set -u
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_device_readd.sh BUILDDIR [DEVICE] [NETDEV]}" && pwd)
 dev=${2:-rxe0}
@@ -25,8 +26,10 @@ export FI_PROVIDER_PATH=$builddir/.libs
 msg=$builddir/fabtests/functional/nd_msg_tests
 step=0
 
-fail() {
-	echo "FAIL: step $step: $*"
+# fail_step MESSAGE: the step failed (nd-common.sh's fail, naming the
+# step); the script ends there.
+fail_step() {
+	fail "step $step: $*"
 	exit 1
 }
 
@@ -65,29 +68,29 @@ offered() { # true when fi_info -p nd lists DEVICE
 }
 
 step=1
-offered || fail "nd does not offer $dev at the start"
-timeout 60 "$msg" -p nd -t pingpong || fail "the ping-pong before the removal failed"
+offered || fail_step "nd does not offer $dev at the start"
+timeout 60 "$msg" -p nd -t pingpong || fail_step "the ping-pong before the removal failed"
 
 step=2
 start=$SECONDS
-timeout 30 rdma link delete "$dev" || fail "rdma link delete $dev did not finish in 30 s"
+timeout 30 rdma link delete "$dev" || fail_step "rdma link delete $dev did not finish in 30 s"
 echo "deleted $dev in $((SECONDS - start)) s"
 out=$(nd_fi_info 2>&1)
 rc=$?
-grep -q "domain: $dev" <<<"$out" && fail "fi_info still offers $dev after its removal"
-[[ $rc -ne 0 ]] || fail "fi_info succeeded with nothing to offer"
-grep -qE "No data available|-61" <<<"$out" || fail "fi_info did not say -FI_ENODATA: $out"
+grep -q "domain: $dev" <<<"$out" && fail_step "fi_info still offers $dev after its removal"
+[[ $rc -ne 0 ]] || fail_step "fi_info succeeded with nothing to offer"
+grep -qE "No data available|-61" <<<"$out" || fail_step "fi_info did not say -FI_ENODATA: $out"
 echo "fi_info without $dev: $(tail -1 <<<"$out")"
 start=$SECONDS
 timeout 60 "$msg" -p nd -t pingpong >/dev/null 2>&1
 rc=$?
-[[ $rc -ne 124 ]] || fail "nd_msg_tests hung without a device"
-[[ $rc -ne 0 ]] || fail "nd_msg_tests passed without a device"
+[[ $rc -ne 124 ]] || fail_step "nd_msg_tests hung without a device"
+[[ $rc -ne 0 ]] || fail_step "nd_msg_tests passed without a device"
 echo "nd_msg_tests without $dev: exit $rc after $((SECONDS - start)) s"
 
 step=3
-timeout 30 rdma link add "$dev" type rxe netdev "$netdev" || fail "rdma link add $dev failed"
-wait_active || fail "$dev did not become ACTIVE again"
-offered || fail "nd does not offer $dev once it is back"
-timeout 60 "$msg" -p nd -t pingpong || fail "the ping-pong after the device came back failed"
-echo "PASS: $dev deleted and added again; nd refused it while gone and carried traffic after"
+timeout 30 rdma link add "$dev" type rxe netdev "$netdev" || fail_step "rdma link add $dev failed"
+wait_active || fail_step "$dev did not become ACTIVE again"
+offered || fail_step "nd does not offer $dev once it is back"
+timeout 60 "$msg" -p nd -t pingpong || fail_step "the ping-pong after the device came back failed"
+pass "$dev deleted and added again; nd refused it while gone and carried traffic after"

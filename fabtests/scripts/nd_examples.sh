@@ -16,11 +16,10 @@
 #   ND_GUEST_IP       the address to run on (10.0.2.15, the default of
 #                     util/lib/nd-common.sh; util/nd-guest sets it)
 set -uo pipefail
-case ${1:-} in
--h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-esac
 # nd_guest_ip
-source "$(dirname "$0")/../../util/lib/nd-common.sh"
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 port=${ND_EXAMPLES_PORT:-7471}
 ip=$(nd_guest_ip)

@@ -20,14 +20,13 @@
 #
 # Environment: reads no variable of its own.
 set -uo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# pass, fail, closing_line
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 PROG=nd_help_check
-# pass, fail, closing_line
-# shellcheck source=../../util/lib/nd-common.sh
-source "$top/util/lib/nd-common.sh"
 
 # Executables that are not run here, with the reason.
 declare -A SKIP=(

@@ -6,7 +6,8 @@
 # Environment: FI_PROVIDER_PATH must point at the built provider (a
 # BUILDDIR/.libs); reads no ND_* variable.
 set -euo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 dev=${1:-rxe0}
 

@@ -13,7 +13,8 @@
 # Environment:
 #   ND_MPI_TIMEOUT  seconds after which the MPI job is killed (300)
 set -euo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_mpi.sh BUILDDIR [PROVIDER [RANKS [check|threads]]]}" && pwd)
 provider=${2:-nd;ofi_rxm}
@@ -37,13 +38,9 @@ export FI_PROVIDER_PATH=$builddir/.libs
 # 262,144 entries, beyond rxe's largest CQ (32,767); nd opens it at the
 # device's size and reserves room per endpoint at fi_enable (libfabric's
 # verbs provider refuses it, and needs FI_UNIVERSE_SIZE=64 here).
-# Environment rather than mpirun options: the same spelling works for Open
-# MPI 4.1 and 5, and every local rank inherits it.
-export OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi OMPI_MCA_mtl_ofi_provider_include=$provider
-# Only the intra-node transports for Open MPI's own byte transfer layer: the
-# point-to-point traffic is the MTL's.
-export OMPI_MCA_btl=self
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI's OFI MTL over PROVIDER alone (nd-common.sh says why each
+# setting).
+nd_ompi_env "$provider"
 
 timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
 	mpirun -np "$ranks" --oversubscribe "$work/$program"

@@ -18,7 +18,8 @@
 #   ND_MPI_BENCH_IOCTLS  no: skip the strace runs (yes)
 #   ND_MPI_TIMEOUT       seconds each MPI job may take (300)
 set -euo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_mpi_bench.sh BUILDDIR}" && pwd)
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,14 +39,16 @@ trap 'rm -rf "$work"' EXIT
 mpicc -O2 -Wall -o "$work/nd_mpi_bench" "$srcdir/fabtests/benchmarks/nd_mpi_bench.c"
 
 export FI_PROVIDER_PATH=$builddir/.libs FI_UNIVERSE_SIZE=64
-export OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi OMPI_MCA_btl=self
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
+# Each job runs in a subshell with Open MPI's settings for its provider
+# (nd_ompi_env, nd-common.sh).
 job() { # PROVIDER ARGS...: runs the benchmark on two ranks
 	local provider=$1
 	shift
-	OMPI_MCA_mtl_ofi_provider_include=$provider timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
-		mpirun -np 2 --oversubscribe "$@"
+	(
+		nd_ompi_env "$provider"
+		timeout -k 10 "${ND_MPI_TIMEOUT:-300}" mpirun -np 2 --oversubscribe "$@"
+	)
 }
 
 # Odd rounds run nd first, even rounds verbs first, so that a drift of the
@@ -67,10 +70,11 @@ done
 syscalls() { # PROVIDER ARGS...: "IOCTLS WRITES" of every process of the job
 	local provider=$1
 	shift
-	OMPI_MCA_mtl_ofi_provider_include=$provider timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
-		strace -f -qq -e trace=ioctl,write -o "$work/strace" \
-		mpirun -np 2 --oversubscribe "$work/nd_mpi_bench" "$@" >/dev/null ||
-		echo "$provider, system call count $*: exit status $?" >>"$work/failures"
+	(
+		nd_ompi_env "$provider"
+		timeout -k 10 "${ND_MPI_TIMEOUT:-300}" strace -f -qq -e trace=ioctl,write -o "$work/strace" \
+			mpirun -np 2 --oversubscribe "$work/nd_mpi_bench" "$@" >/dev/null
+	) || echo "$provider, system call count $*: exit status $?" >>"$work/failures"
 	echo "$(grep -c 'ioctl(' "$work/strace" || true) $(grep -c 'write(' "$work/strace" || true)"
 }
 # The same runs with nd's cache off show what it saves. Registrations are

@@ -58,12 +58,11 @@
 #   ND_TEST_DEVICE             the device named in the output (util/nd-guest
 #                              sets it)
 set -uo pipefail
-usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 PROG=nd_mpich
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
-# shellcheck source=../../util/lib/nd-common.sh
-source "$srcdir/util/lib/nd-common.sh"
 
 mpich=$(cd "${1:?usage: nd_mpich.sh MPICH BUILDDIR MODE [PROVIDER [ARGS...]]}" && pwd)
 builddir=$(cd "${2:?usage: nd_mpich.sh MPICH BUILDDIR MODE [PROVIDER [ARGS...]]}" && pwd)

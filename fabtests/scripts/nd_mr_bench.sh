@@ -11,7 +11,8 @@
 # Environment:
 #   ND_MR_BENCH_ROUNDS  rounds, the order rotating (3)
 set -euo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_mr_bench.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs

@@ -38,10 +38,10 @@
 # CPU cost: fabtests/scripts/nd_cpu.sh, run at the end (its header says how and what
 # tunes it: ND_BENCH_CPU_ITERS, ND_BENCH_CPU_PROVIDERS, ND_BENCH_CPU_DIR).
 set -uo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
-source "$(dirname "$0")/../../util/lib/nd-common.sh"
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 builddir=$(cd "${1:?usage: nd_perf.sh BUILDDIR}" && pwd)
 export FI_PROVIDER_PATH=$builddir/.libs
 ip=$(nd_guest_ip)
@@ -64,7 +64,7 @@ bflag=()
 post_list=${ND_BENCH_POST_LIST:-1}
 lflag=()
 [ "$post_list" -gt 1 ] && lflag=(-l "$post_list")
-[ -x "$perf" ] || { echo "nd_perf.sh: $perf not built" >&2; exit 1; }
+[ -x "$perf" ] || die "$perf not built"
 port=$((20000 + RANDOM % 20000))
 next_port() { port=$((port + 1)); }
 
@@ -161,7 +161,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%
 
 start=$(date +%s)
 for ((r = 1; r <= rounds; r++)); do
-	echo "nd_perf.sh: round $r of $rounds ($(($(date +%s) - start)) s)" >&2
+	say "round $r of $rounds ($(($(date +%s) - start)) s)"
 	for test in "${tests[@]}"; do
 		for size in "${sizes[@]}"; do raw_run "$test" "$size"; done
 		perf_run verbs "$test"
@@ -188,7 +188,7 @@ for test in "${tests[@]}"; do
 	done
 done
 for k in "${!val[@]}"; do echo "    $k: ${val[$k]}"; done | sort -t'|' -k2,2 -k3,3n -k1,1 >&2
-echo "nd_perf.sh: table done after $(($(date +%s) - start)) s" >&2
+say "table done after $(($(date +%s) - start)) s"
 
 [ "${ND_BENCH_CPU:-1}" = 1 ] || exit 0
 # The CPU cost per data-path call (fabtests/scripts/nd_cpu.sh says how).

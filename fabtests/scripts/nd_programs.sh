@@ -25,10 +25,10 @@
 #   ND_GUEST_IP    this host's address, for nd_pair_tests' server and
 #                  client (10.0.2.15; util/nd-guest sets it)
 set -uo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip
-source "$(dirname "$0")/../../util/lib/nd-common.sh"
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 
 builddir=$(cd "${1:?usage: nd_programs.sh BUILDDIR PROVIDER}" && pwd)
 prov=${2:?usage: nd_programs.sh BUILDDIR PROVIDER}

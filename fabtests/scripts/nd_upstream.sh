@@ -47,10 +47,10 @@
 #                           fabtests/scripts/nd_ssh_after_listen (internal);
 #                           its ND_UPSTREAM_LISTEN_WAIT (30) applies
 set -uo pipefail
-usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-case ${1:-} in -h | --help) usage; exit 0 ;; esac
 # nd_guest_ip, nd_wait_for_listener
-source "$(dirname "$0")/../../util/lib/nd-common.sh"
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
 
 ftdir=$(cd "${1:?usage: nd_upstream.sh FTDIR BUILDDIR [PROVIDER]}" && pwd)
 builddir=$(cd "${2:?usage: nd_upstream.sh FTDIR BUILDDIR [PROVIDER]}" && pwd)
@@ -84,7 +84,7 @@ if [ -n "$remote" ]; then
 	s_ip=$(getent ahostsv4 "$s_host" | awk 'NR == 1 { print $1 }')
 	c_ip=$(getent ahostsv4 "$c_host" | awk 'NR == 1 { print $1 }')
 	if [ -z "$s_ip" ] || [ -z "$c_ip" ] || [ "$s_host" = "$remote" ]; then
-		echo "nd_upstream.sh: ND_UPSTREAM_REMOTE=$remote: needs SERVER,CLIENT host names that resolve" >&2
+		say "ND_UPSTREAM_REMOTE=$remote: needs SERVER,CLIENT host names that resolve"
 		exit 2
 	fi
 	where=(-s "$s_ip" -c "$c_ip" -p "$ftdir/bin")
@@ -160,7 +160,7 @@ dc | none)
 	[ "$ND_UPSTREAM_REPEATS" = dc ] || rdm_excludes+=', -U$'
 	;;
 *)
-	echo "nd_upstream.sh: ND_UPSTREAM_REPEATS=$ND_UPSTREAM_REPEATS: say all, dc or none" >&2
+	say "ND_UPSTREAM_REPEATS=$ND_UPSTREAM_REPEATS: say all, dc or none"
 	exit 2
 	;;
 esac

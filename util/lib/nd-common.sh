@@ -1,7 +1,14 @@
 # nd-common.sh: the one set of shell helpers the project's scripts share,
-# sourced by util/nd-check, the guest suites (fabtests/scripts/run-guest-tests), the
-# test, cluster and upstream scripts and the util/ tools:
-#   - messages: say, die (prefixed with $PROG, else the script's name);
+# sourced by every script of util/ and fabtests/scripts/, the same way, right
+# after its `set` line and before it handles --help (the path holds from any
+# directory, and through a symbolic link to the script, as nd_upstream.sh
+# installs nd_ssh_after_listen as `ssh`):
+#   util/:             source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib/nd-common.sh"
+#   fabtests/scripts/: source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
+# It holds:
+#   - usage: a script's --help, the comment block its text opens with;
+#   - messages: say, die (prefixed with $PROG, else the script's name;
+#     die exits $DIE_STATUS, default 1);
 #   - the test bed's addresses, defined here once;
 #   - tallies: pass, fail, add_counts, run_check (one named check whose
 #     output is shown only when it fails), closing_line;
@@ -11,7 +18,8 @@
 #   - valgrind_clean: a command under valgrind with the project's flags;
 #   - apt_from_installed: apt-get for a local package in the guest;
 #   - nd_wait_for_listener: until a test program's server listens;
-#   - host_mirror: the Debian mirror the host's apt sources name.
+#   - host_mirror: the Debian mirror the host's apt sources name;
+#   - nd_ompi_env: Open MPI's settings for a job over a libfabric provider.
 # Works under `set -u` and without `set -e`; defines no traps.
 
 # Addresses of the test bed (util/nd-guest and util/nd-cluster set them up;
@@ -25,10 +33,16 @@ ND_CLUSTER_NET6=fd00::3
 nd_guest_ip() { echo "${ND_GUEST_IP:-$ND_GUEST_IP_DEFAULT}"; }
 nd_node_ip() { echo "$ND_CLUSTER_NET.$((ND_CLUSTER_HOST_BASE + $1))"; }
 
+# usage: the script's help, the comment block from its second line to its
+# first `set -` line, less the "# " of each line.
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
 say() { printf '%s: %s\n' "${PROG:-${0##*/}}" "$*" >&2; }
+# die MESSAGE: says "error: MESSAGE" and exits $DIE_STATUS (1 unless the
+# script sets it: util/nd-guest's harness failures are 125).
 die() {
 	say "error: $*"
-	exit 1
+	exit "${DIE_STATUS:-1}"
 }
 
 # Tallies of the script that sources this file.
@@ -157,4 +171,23 @@ host_mirror() {
 		/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -1)
 	[[ -n $url ]] || die "no Debian mirror found in the host's apt sources"
 	echo "$url"
+}
+
+# nd_ompi_env PROVIDER: exports Open MPI's settings for a job over the
+# libfabric provider PROVIDER ("nd;ofi_rxm": libfabric's RDM layer over nd),
+# for mpirun and every rank it starts (across nodes, util/guest/cluster-node's
+# ssh passes OMPI_* on). Environment rather than mpirun options: the same
+# spelling works for Open MPI 4.1 (Debian 12) and 5 (Debian 13).
+#   - pml cm, mtl ofi: point-to-point traffic goes through Open MPI's OFI
+#     MTL, restricted to PROVIDER (mtl_ofi_provider_include); Open MPI fails
+#     the job when no provider of that name is found, so a pass means
+#     PROVIDER carried every byte;
+#   - btl self: only the intra-node transports for Open MPI's own byte
+#     transfer layer: the point-to-point traffic is the MTL's;
+#   - OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM): the guests run everything as root,
+#     which mpirun otherwise refuses.
+nd_ompi_env() {
+	export OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi OMPI_MCA_mtl_ofi_provider_include=$1
+	export OMPI_MCA_btl=self
+	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 }
