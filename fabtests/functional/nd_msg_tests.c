@@ -1329,7 +1329,7 @@ static int t_bad_input(struct conn *unused)
 	}
 	RUN(bad_on_conn("fi_send of NULL with length 4096", msg_rule, bad_null_send));
 	/* A receive into NULL is no bad input: it takes no bytes (see
-	 * guest_data.cpp, bad_input_is_refused_at_the_call). */
+	 * guest_msg.cpp, msg/bad_input_is_refused_at_the_call). */
 	RUN(bad_on_conn("fi_write from NULL with length 4096", msg_rule, bad_null_write));
 	/* fi_endpoint(3) max_msg_size: "the maximum size for an application
 	 * data transfer"; a larger one is invalid. */

@@ -4,7 +4,9 @@
  * host, with every operator new of the process counted while it runs:
  * successes, failures, flushes, counters, a multi-receive buffer, and a
  * framed endpoint's matched, unexpected, truncated, unframed and flushed
- * messages. The rings it fills were sized before; so were the framing's. */
+ * messages. The rings it fills were sized before; so were the framing's.
+ * And the ring itself (CompletionRing, nd_cq.h): its order across wrap and
+ * growth, and the memory it touches. */
 #include <criterion/criterion.h>
 
 #include "nd_cq.h"
@@ -488,4 +490,93 @@ Test(completion_path, a_verbs_cq_takes_endpoints_by_depth_then_by_half_its_room)
 	cr_assert_not(nd::takes_endpoint(whole, kWhole, kWhole, kMaxCqe));
 	/* An empty verbs CQ takes any endpoint that fits the device's CQ. */
 	cr_assert(nd::takes_endpoint(nd::VerbsCqSlot{}, kMaxCqe, kMaxCqe, kMaxCqe));
+}
+
+/* ---- the CQ's completion ring ---- */
+
+Test(completion_ring, an_emptied_ring_starts_again_at_its_first_slot)
+{
+	/* A CQ reserves a ring for every request its endpoints may have
+	 * outstanding; the pages it touches must follow what is queued at
+	 * once, not how many entries have passed through. */
+	CompletionRing<int> ring;
+	ring.reserve(1000);
+	ring.push_back(1);
+	const int *first_slot = &ring.front();
+	for (int i = 0; i < 5000; i++) {
+		ring.pop_front();
+		ring.push_back(i);
+		cr_assert_eq(&ring.front(), first_slot, "entry %d went to another slot", i);
+	}
+	ring.push_back(-1);
+	ring.pop_front();
+	cr_assert_eq(&ring.front(), first_slot + 1, "a ring still holding entries goes on");
+}
+
+Test(completion_ring, keeps_order_across_wrap_and_growth)
+{
+	CompletionRing<int> ring;
+	cr_assert_eq(ring.room(), 0u, "no storage until reserved");
+	ring.reserve(3);
+	cr_assert_eq(ring.room(), 3u);
+	ring.push_back(-1);
+	for (int round = 0; round < 10; round++) { /* never empty: wraps many times */
+		ring.push_back(round);
+		ring.push_back(round + 100);
+		cr_assert_eq(ring.front(), round - 1 < 0 ? -1 : round - 1 + 100);
+		ring.pop_front();
+		cr_assert_eq(ring.front(), round);
+		ring.pop_front();
+		cr_assert_eq(ring.size(), 1u);
+	}
+	cr_assert_eq(ring.front(), 109);
+	ring.pop_front();
+	cr_assert(ring.empty());
+	ring.push_back(1);
+	ring.push_back(2);
+	ring.push_back(3);
+	cr_assert_eq(ring.room(), 0u);
+	ring.reserve(2); /* never shrinks */
+	cr_assert_eq(ring.size(), 3u);
+	ring.pop_front();
+	ring.push_back(4); /* the queue now starts mid-storage and wraps */
+	ring.reserve(8);
+	cr_assert_eq(ring.room(), 5u);
+	for (int expected : {2, 3, 4}) {
+		cr_assert_eq(ring.front(), expected, "growth keeps the order");
+		ring.pop_front();
+	}
+	cr_assert(ring.empty());
+}
+
+Test(completion_ring, a_large_ring_is_a_mapping_and_keeps_its_entries_when_it_becomes_one)
+{
+	/* Rings that doubled in the heap left holes there that endpoints'
+	 * allocations filled and touched: from RingStorage::kMappedFrom on,
+	 * the slots are a mapping of their own. */
+	CompletionRing<uint64_t> ring;
+	constexpr size_t small = 16;
+	ring.reserve(small);
+	cr_assert_not(ring.mapped(), "a small ring stays in the heap");
+	for (uint64_t i = 0; i < small; i++)
+		ring.push_back(i);
+	ring.pop_front();
+	ring.push_back(small); /* wrapped: the first slot holds the last entry */
+	constexpr size_t large = RingStorage<uint64_t>::kMappedFrom / sizeof(uint64_t);
+	ring.reserve(large);
+	cr_assert(ring.mapped());
+	cr_assert_eq(ring.size(), small);
+	cr_assert_eq(ring.room(), large - small);
+	for (uint64_t i = 1; i <= small; i++) {
+		cr_assert_eq(ring.front(), i, "entry %lu after the ring was mapped", static_cast<unsigned long>(i));
+		ring.pop_front();
+	}
+	cr_assert(ring.empty());
+	for (uint64_t i = 0; i < large; i++)
+		ring.push_back(i * 3);
+	cr_assert_eq(ring.room(), 0u);
+	for (uint64_t i = 0; i < large; i++) {
+		cr_assert_eq(ring.front(), i * 3);
+		ring.pop_front();
+	}
 }

@@ -1,6 +1,6 @@
 /* unit_mr_cache.cpp: the registration cache's bookkeeping, against a fake
  * registrar that counts what is registered (the device path is tested in
- * the guest: guest_data.cpp, "mr_cache"). */
+ * the guest: guest_mr.cpp, "mr_cache"). */
 #include <criterion/criterion.h>
 
 #include "nd_mr_cache.h"

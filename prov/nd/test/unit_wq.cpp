@@ -1,10 +1,9 @@
 /* Unit tests: the work queue's retirement rules (nd_wq.h), fed recorded work
  * completions as the connection state machine is fed recorded CM events,
- * and the CQ's preallocated completion ring (nd_cq.h). */
+ * and its send queue's posting protocol. (Multi-receive buffers on a queue:
+ * unit_multi_recv.cpp; the CQ's completion ring: unit_completion.cpp.) */
 #include <criterion/criterion.h>
 
-#include "nd_cq.h"
-#include "nd_multi_recv.h"
 #include "nd_wq.h"
 #include "wq_fixture.h"
 
@@ -14,7 +13,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 using namespace nd;
@@ -378,116 +376,6 @@ Test(work_queue, a_shared_send_budget_spans_its_queues)
 	cr_assert_eq(budget->left(), 3u, "a queue destroyed with requests in flight gives them back");
 }
 
-namespace {
-
-/* What reached the "device": each work request's record and its one SGE. */
-struct Posted {
-	uintptr_t wr_id;
-	uint64_t addr;
-	uint32_t length;
-};
-std::vector<Posted> posted;
-
-int record_post(MultiRecv &, ibv_recv_wr &wr) noexcept
-{
-	posted.push_back({wr.wr_id, wr.sg_list[0].addr, wr.sg_list[0].length});
-	return 0;
-}
-
-/* Posts a receive as the endpoint does when the queue has a MultiRecv. */
-OpRecord &post_recv(WorkQueue &queue, void *context, uint8_t *buf, uint32_t len, bool multi)
-{
-	OpRecord &record = queue.next();
-	record.context = context;
-	record.flags = kRecvFlags | (multi ? kPlacedByNd : 0);
-	record.len = len;
-	record.set_report(true);
-	record.read_mark = 0;
-	queue.commit();
-	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), len, 7};
-	cr_assert_eq(queue.multi()->submit(&record, &sge, 1, multi), 0);
-	return record;
-}
-
-ibv_wc received(const OpRecord &record, uint32_t bytes, ibv_wc_status status = IBV_WC_SUCCESS)
-{
-	ibv_wc wc = completion_of(record, status, IBV_WC_RECV);
-	wc.byte_len = bytes;
-	return wc;
-}
-
-} // namespace
-
-Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
-{
-	posted.clear();
-	WorkQueue queue(QueueKind::recv, 8);
-	queue.set_multi(std::make_unique<MultiRecv>(16));
-	queue.multi()->post_wr = record_post;
-	queue.multi()->ready = true;
-	uint8_t buffer[100], other[32];
-	OpRecord &multi = post_recv(queue, ctx(1), buffer, sizeof(buffer), true);
-	OpRecord &next = post_recv(queue, ctx(2), other, sizeof(other), false);
-	cr_assert_eq(posted.size(), 1u, "nothing is posted behind a multi-receive buffer");
-	cr_assert_eq(posted[0].length, 100u);
-
-	Placement at;
-	Retired first = WorkQueue::retire(received(multi, 40), &at);
-	cr_assert_eq(first.context, ctx(1));
-	cr_assert_eq(at.buf, buffer);
-	cr_assert_not(first.flags & FI_MULTI_RECV);
-	cr_assert_eq(queue.outstanding(), 2u, "the buffer keeps its slot");
-	cr_assert_eq(posted.size(), 2u);
-	cr_assert_eq(posted[1].wr_id, reinterpret_cast<uintptr_t>(&multi), "the rest, under the same record");
-	cr_assert_eq(posted[1].addr, reinterpret_cast<uintptr_t>(buffer + 40));
-	cr_assert_eq(posted[1].length, 60u);
-
-	Retired last = WorkQueue::retire(received(multi, 50), &at);
-	cr_assert_eq(at.buf, buffer + 40, "right after the first message");
-	cr_assert(last.flags & FI_MULTI_RECV, "10 bytes left < 16: released");
-	cr_assert_eq(queue.outstanding(), 1u);
-	cr_assert_eq(posted.size(), 3u, "the receive behind it is posted now");
-	cr_assert_eq(posted[2].wr_id, reinterpret_cast<uintptr_t>(&next));
-
-	at.buf = nullptr;
-	Retired plain = WorkQueue::retire(received(next, 8), &at);
-	cr_assert_eq(plain.context, ctx(2));
-	cr_assert_null(at.buf, "a plain receive places nothing");
-	cr_assert_eq(queue.outstanding(), 0u);
-}
-
-Test(multi_recv, a_flush_releases_the_buffer_and_what_waited_behind_it_follows)
-{
-	posted.clear();
-	WorkQueue queue(QueueKind::recv, 8);
-	queue.set_multi(std::make_unique<MultiRecv>(0));
-	queue.multi()->post_wr = record_post;
-	queue.multi()->ready = false; /* before the connection: everything waits */
-	uint8_t a[64], b[64], c[8];
-	OpRecord &first = post_recv(queue, ctx(1), a, sizeof(a), true);
-	OpRecord &second = post_recv(queue, ctx(2), b, sizeof(b), true);
-	OpRecord &plain = post_recv(queue, ctx(3), c, sizeof(c), false);
-	cr_assert(posted.empty());
-	{
-		std::lock_guard<Mutex> hold(queue.multi()->lock);
-		queue.multi()->ready = true;
-		queue.multi()->pump();
-	}
-	cr_assert_eq(posted.size(), 1u, "the first buffer only");
-
-	Retired full = WorkQueue::retire(received(first, 64));
-	cr_assert(full.flags & FI_MULTI_RECV, "with no minimum, released when full");
-	cr_assert_eq(posted.size(), 2u, "then the second buffer, and only it");
-	cr_assert_eq(posted[1].wr_id, reinterpret_cast<uintptr_t>(&second));
-
-	Retired flushed = WorkQueue::retire(received(second, 0, IBV_WC_WR_FLUSH_ERR));
-	cr_assert(flushed.flags & FI_MULTI_RECV, "a flush releases the buffer");
-	cr_assert_eq(posted.size(), 3u, "and what waited goes to the queue pair, to be flushed too");
-	cr_assert_eq(posted[2].wr_id, reinterpret_cast<uintptr_t>(&plain));
-	WorkQueue::retire(received(plain, 0, IBV_WC_WR_FLUSH_ERR));
-	cr_assert_eq(queue.outstanding(), 0u);
-}
-
 Test(work_queue, a_shared_receive_pool_takes_slots_back_in_any_order)
 {
 	OptionalLock lock{LockRank::shared_rx};
@@ -520,93 +408,6 @@ Test(work_queue, counter_kind_follows_the_cq_flags)
 	cr_assert_eq(counter_kind(kReadFlags), CounterKind::read);
 	cr_assert_eq(counter_kind(kWriteFlags), CounterKind::write);
 	cr_assert_eq(counter_kind(FI_RMA | FI_REMOTE_WRITE), CounterKind::none);
-}
-
-Test(completion_ring, an_emptied_ring_starts_again_at_its_first_slot)
-{
-	/* A CQ reserves a ring for every request its endpoints may have
-	 * outstanding; the pages it touches must follow what is queued at
-	 * once, not how many entries have passed through. */
-	CompletionRing<int> ring;
-	ring.reserve(1000);
-	ring.push_back(1);
-	const int *first_slot = &ring.front();
-	for (int i = 0; i < 5000; i++) {
-		ring.pop_front();
-		ring.push_back(i);
-		cr_assert_eq(&ring.front(), first_slot, "entry %d went to another slot", i);
-	}
-	ring.push_back(-1);
-	ring.pop_front();
-	cr_assert_eq(&ring.front(), first_slot + 1, "a ring still holding entries goes on");
-}
-
-Test(completion_ring, keeps_order_across_wrap_and_growth)
-{
-	CompletionRing<int> ring;
-	cr_assert_eq(ring.room(), 0u, "no storage until reserved");
-	ring.reserve(3);
-	cr_assert_eq(ring.room(), 3u);
-	ring.push_back(-1);
-	for (int round = 0; round < 10; round++) { /* never empty: wraps many times */
-		ring.push_back(round);
-		ring.push_back(round + 100);
-		cr_assert_eq(ring.front(), round - 1 < 0 ? -1 : round - 1 + 100);
-		ring.pop_front();
-		cr_assert_eq(ring.front(), round);
-		ring.pop_front();
-		cr_assert_eq(ring.size(), 1u);
-	}
-	cr_assert_eq(ring.front(), 109);
-	ring.pop_front();
-	cr_assert(ring.empty());
-	ring.push_back(1);
-	ring.push_back(2);
-	ring.push_back(3);
-	cr_assert_eq(ring.room(), 0u);
-	ring.reserve(2); /* never shrinks */
-	cr_assert_eq(ring.size(), 3u);
-	ring.pop_front();
-	ring.push_back(4); /* the queue now starts mid-storage and wraps */
-	ring.reserve(8);
-	cr_assert_eq(ring.room(), 5u);
-	for (int expected : {2, 3, 4}) {
-		cr_assert_eq(ring.front(), expected, "growth keeps the order");
-		ring.pop_front();
-	}
-	cr_assert(ring.empty());
-}
-
-Test(completion_ring, a_large_ring_is_a_mapping_and_keeps_its_entries_when_it_becomes_one)
-{
-	/* Rings that doubled in the heap left holes there that endpoints'
-	 * allocations filled and touched: from RingStorage::kMappedFrom on,
-	 * the slots are a mapping of their own. */
-	CompletionRing<uint64_t> ring;
-	constexpr size_t small = 16;
-	ring.reserve(small);
-	cr_assert_not(ring.mapped(), "a small ring stays in the heap");
-	for (uint64_t i = 0; i < small; i++)
-		ring.push_back(i);
-	ring.pop_front();
-	ring.push_back(small); /* wrapped: the first slot holds the last entry */
-	constexpr size_t large = RingStorage<uint64_t>::kMappedFrom / sizeof(uint64_t);
-	ring.reserve(large);
-	cr_assert(ring.mapped());
-	cr_assert_eq(ring.size(), small);
-	cr_assert_eq(ring.room(), large - small);
-	for (uint64_t i = 1; i <= small; i++) {
-		cr_assert_eq(ring.front(), i, "entry %lu after the ring was mapped", static_cast<unsigned long>(i));
-		ring.pop_front();
-	}
-	cr_assert(ring.empty());
-	for (uint64_t i = 0; i < large; i++)
-		ring.push_back(i * 3);
-	cr_assert_eq(ring.room(), 0u);
-	for (uint64_t i = 0; i < large; i++) {
-		cr_assert_eq(ring.front(), i * 3);
-		ring.pop_front();
-	}
 }
 
 /* The send queue's posting protocol (WorkQueue::claim), which every send,
