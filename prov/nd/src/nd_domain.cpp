@@ -4,6 +4,7 @@
 #include "nd_fabric.h"
 #include "nd_info.h"
 #include "nd_mem_monitor.h"
+#include "nd_memlock.h"
 #include "nd_params.h"
 #include "nd_unsupported.h"
 
@@ -58,9 +59,14 @@ std::unique_ptr<RegistrationCache> open_mr_cache(Domain &domain, const Params &p
 		ND_INFO(FI_LOG_MR, "registration cache off: %s\n", why.c_str());
 		return nullptr;
 	}
-	const RegistrationCache::Limits limits = {
-		params.mr_cache_max_size ? params.mr_cache_max_size : default_mr_cache_max_size(),
-		params.mr_cache_max_count};
+	/* Within the memory-lock limit, whatever was asked: idle entries past
+	 * it would make the application's own registrations fail. */
+	const MemlockLimit memlock = memlock_limit();
+	const size_t wanted = params.mr_cache_max_size ? params.mr_cache_max_size : default_mr_cache_max_size();
+	const RegistrationCache::Limits limits = {mr_cache_bytes_within(wanted, memlock), params.mr_cache_max_count};
+	if (limits.max_bytes < wanted)
+		ND_INFO(FI_LOG_MR, "registration cache: at most %zu KiB, half the memory-lock limit (%zu KiB)\n",
+			limits.max_bytes / 1024, memlock.bytes / 1024);
 	Registrar registrar;
 	registrar.owner = domain.pd.get();
 	registrar.reg = [](void *pd, void *addr, size_t length, int access) noexcept {

@@ -5,6 +5,7 @@
  */
 #include "nd_credits.h"
 #include "nd_domain.h"
+#include "nd_memlock.h"
 #include "nd_ep.h"
 
 #include <chrono>
@@ -38,7 +39,7 @@ std::unique_ptr<ReceiveCredits> ReceiveCredits::open(ibv_pd *pd, uint32_t data_s
 	credits->slot_sources = send_slots ? after + static_cast<size_t>(data_slots) * kDataSlotWords : nullptr;
 	credits->mr.reset(ibv_reg_mr(pd, start, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
 	if (!credits->mr) {
-		ND_WARN(FI_LOG_EP_CTRL, "receive credits: ibv_reg_mr: %s\n", std::strerror(errno));
+		warn_registration_failed(FI_LOG_EP_CTRL, "receive credits", bytes, errno);
 		return nullptr;
 	}
 	return credits;

@@ -7,11 +7,13 @@
  */
 #include "nd_cq.h"
 #include "nd_domain.h"
+#include "nd_memlock.h"
 #include "nd_ep.h"
 #include "nd_framing.h"
 
 #include <rdma/fi_tagged.h>
 
+#include <cstdio>
 #include <cstring>
 
 namespace nd {
@@ -32,16 +34,19 @@ int Endpoint::setup_framing(uint32_t rx)
 	headers.bytes = std::make_unique<uint8_t[]>(ring * kFrameHeaderSize);
 	headers.mr.reset(ibv_reg_mr(domain->pd.get(), headers.bytes.get(), ring * kFrameHeaderSize, 0));
 	if (!headers.mr) {
-		const int err = errno;
-		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: registering the message headers: %s\n", std::strerror(err));
+		const int err = errno ? errno : ENOMEM;
+		warn_registration_failed(FI_LOG_EP_CTRL, "fi_enable: registering the message headers",
+					 ring * kFrameHeaderSize, err);
 		return fi_error_of_errno(err);
 	}
 	const uint32_t count = std::min(data.rq->depth, kMaxBounceBuffers);
 	int err = 0;
 	std::unique_ptr<Framing> framing = Framing::make(domain->pd.get(), count, data.max_msg, &err);
 	if (!framing) {
-		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: registering %u receive buffers of %zu bytes: %s\n", count,
-			data.max_msg, std::strerror(err));
+		char what[96];
+		std::snprintf(what, sizeof(what), "fi_enable: registering %u receive buffers of %zu bytes", count,
+			      data.max_msg);
+		warn_registration_failed(FI_LOG_EP_CTRL, what, count * (kFrameHeaderSize + data.max_msg), err);
 		return fi_error_of_errno(err);
 	}
 	framing->queue = data.rq.get();

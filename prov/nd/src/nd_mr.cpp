@@ -1,9 +1,11 @@
 /* nd_mr.cpp: memory regions (fi_mr_reg, fi_mr_regv, fi_mr_regattr). */
 #include "nd_mr.h"
 #include "nd_domain.h"
+#include "nd_memlock.h"
 #include "nd_unsupported.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -119,7 +121,9 @@ int register_region(Domain *domain, const void *buf, size_t len, uint64_t access
 		err = errno ? errno : ENOMEM;
 	}
 	if (!registered) {
-		ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): ibv_reg_mr: %s\n", buf, len, std::strerror(err));
+		char what[64];
+		std::snprintf(what, sizeof(what), "fi_mr_reg(%p, %zu)", buf, len);
+		warn_registration_failed(FI_LOG_MR, what, len, err);
 		return fi_error_of_errno(err);
 	}
 	region->desc.lkey = registered->lkey;

@@ -11,12 +11,20 @@
 #include "data_fixture.h"
 
 #include <dlfcn.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <atomic>
 #include <chrono>
@@ -51,6 +59,122 @@ Test(mr, memory_registration_checks_arguments)
 	cr_assert_eq(fi_mr_regattr(f.domain, &attr, 0, &mr), 0);
 	cr_assert_eq(mr->fid.context, buf);
 	cr_assert_eq(fi_close(&mr->fid), 0);
+	f.close_data();
+}
+
+/*
+ * Under the memory-lock limit, as a user meets it: root in the guest gives
+ * up CAP_IPC_LOCK (each test runs in a process of its own), and the limit
+ * is lowered to 1 MiB. A registration past it is -FI_ENOMEM with a warning
+ * that says why and what to do, pins nothing, and the ones that fit keep
+ * working while the cache holds at most half the limit.
+ */
+namespace {
+
+void lose_ipc_lock()
+{
+	__user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+	__user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+	cr_assert_eq(syscall(SYS_capget, &header, data), 0, "capget: %s", std::strerror(errno));
+	data[CAP_TO_INDEX(CAP_IPC_LOCK)].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+	cr_assert_eq(syscall(SYS_capset, &header, data), 0, "capset: %s", std::strerror(errno));
+}
+
+void limit_memlock(size_t bytes)
+{
+	rlimit limit{};
+	cr_assert_eq(getrlimit(RLIMIT_MEMLOCK, &limit), 0);
+	limit.rlim_cur = bytes;
+	cr_assert_eq(setrlimit(RLIMIT_MEMLOCK, &limit), 0, "setrlimit: %s", std::strerror(errno));
+}
+
+/* VmPin of /proc/self/status: the bytes this process has pinned. */
+size_t pinned_bytes()
+{
+	FILE *status = std::fopen("/proc/self/status", "r");
+	cr_assert_not_null(status);
+	char line[256];
+	size_t kib = SIZE_MAX;
+	while (std::fgets(line, sizeof(line), status))
+		if (std::sscanf(line, "VmPin: %zu kB", &kib) == 1)
+			break;
+	std::fclose(status);
+	cr_assert_neq(kib, SIZE_MAX, "no VmPin in /proc/self/status");
+	return kib * 1024;
+}
+
+/* What the process writes to stderr (libfabric's log) while it lives. */
+class StderrCapture {
+public:
+	StderrCapture() : file_(std::tmpfile()), saved_(dup(STDERR_FILENO))
+	{
+		cr_assert_not_null(file_);
+		std::fflush(stderr);
+		cr_assert_geq(dup2(fileno(file_), STDERR_FILENO), 0);
+	}
+	~StderrCapture() { restore(); }
+	std::string text()
+	{
+		restore();
+		std::string out;
+		std::rewind(file_);
+		char chunk[512];
+		for (size_t got; (got = std::fread(chunk, 1, sizeof(chunk), file_)) > 0;)
+			out.append(chunk, got);
+		return out;
+	}
+
+private:
+	void restore()
+	{
+		if (saved_ < 0)
+			return;
+		std::fflush(stderr);
+		dup2(saved_, STDERR_FILENO);
+		close(saved_);
+		saved_ = -1;
+	}
+	FILE *file_;
+	int saved_;
+};
+
+} // namespace
+
+Test(mr, a_registration_past_the_memory_lock_limit_is_enomem_and_says_why)
+{
+	/* Read by libfabric when this process first calls it. */
+	setenv("FI_LOG_LEVEL", "warn", 1);
+	lose_ipc_lock();
+	const size_t limit = size_t{1} << 20;
+	limit_memlock(limit);
+	DataFixture f;
+	f.open();
+	std::vector<uint8_t> bytes(size_t{4} << 20, 1);
+	const size_t pinned_before = pinned_bytes();
+	fid_mr *mr = nullptr;
+	StderrCapture capture;
+	const int rc = fi_mr_reg(f.domain, bytes.data(), bytes.size(), FI_SEND | FI_RECV, 0, 0, 0, &mr, nullptr);
+	const std::string log = capture.text();
+	cr_assert_eq(rc, -FI_ENOMEM, "fi_mr_reg past the limit: %d", rc);
+	cr_assert_null(mr);
+	cr_assert_eq(pinned_bytes(), pinned_before, "a failed registration leaves nothing pinned");
+	for (const char *said : {"4096 KiB more to pin", "memory-lock limit", "is 1024 KiB", "ulimit -l",
+				 "limits.conf"})
+		cr_assert(log.find(said) != std::string::npos, "the warning says \"%s\": %s", said, log.c_str());
+	/* Regions that fit, each a range of its own: every one registers, and
+	 * what the cache keeps idle stays within half the limit. */
+	const size_t region = limit / 4;
+	for (size_t i = 0; i < 12; i++) {
+		cr_assert_eq(fi_mr_reg(f.domain, bytes.data() + (i % 16) * region, region, FI_SEND | FI_RECV, 0, 0,
+				       0, &mr, nullptr), 0, "region %zu", i);
+		cr_assert_eq(fi_close(&mr->fid), 0);
+	}
+	fi_nd_mr_cache_stats stats{};
+	if (fi_nd_get_mr_cache_stats(f.domain, &stats) == 0) {
+		cr_assert_leq(stats.bytes, limit / 2, "the cache keeps %zu bytes", size_t(stats.bytes));
+		cr_assert_gt(stats.evictions, 0u);
+	}
+	cr_assert_leq(pinned_bytes(), pinned_before + limit / 2 + region);
 	f.close_data();
 }
 
