@@ -19,6 +19,8 @@
 #   - apt_from_installed: apt-get for a local package in the guest;
 #   - nd_wait_for_listener: until a test program's server listens;
 #   - host_mirror: the Debian mirror the host's apt sources name;
+#   - nd_as_user: a command as the test bed's unprivileged user, under
+#     Debian's default limits;
 #   - nd_ompi_env: Open MPI's settings for a job over a libfabric provider.
 # Works under `set -u` and without `set -e`; defines no traps.
 
@@ -171,6 +173,30 @@ host_mirror() {
 		/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -1)
 	[[ -n $url ]] || die "no Debian mirror found in the host's apt sources"
 	echo "$url"
+}
+
+# The test bed's unprivileged user: the device tests run as it, as the users
+# of an RDMA cluster run, not as root (root has CAP_IPC_LOCK, which lifts
+# the memory-lock limit every user meets).
+ND_TEST_USER=nd-user
+# nd_as_user COMMAND...: COMMAND as ND_TEST_USER, without capabilities,
+# under Debian's default limits for a user: 8 MiB of locked memory, 1024
+# open files (524288 at most). In a guest run as root (ND_GUEST=1) the
+# user is made on first use (the guest's root is a throw-away overlay);
+# elsewhere COMMAND runs as whoever runs the script, under their limits.
+nd_as_user() {
+	if [[ ${ND_GUEST:-0} != 1 || $(id -u) != 0 ]]; then
+		"$@"
+		return
+	fi
+	if ! id -u "$ND_TEST_USER" >/dev/null 2>&1 &&
+		! useradd --no-create-home --home-dir /tmp --shell /bin/bash "$ND_TEST_USER"; then
+		echo "nd_as_user: useradd $ND_TEST_USER failed" >&2
+		return 125
+	fi
+	(ulimit -Hn 524288 && ulimit -Sn 1024 && ulimit -l 8192 &&
+		exec setpriv --reuid="$ND_TEST_USER" --regid="$ND_TEST_USER" --init-groups --inh-caps=-all \
+			env HOME=/tmp USER="$ND_TEST_USER" LOGNAME="$ND_TEST_USER" "$@")
 }
 
 # nd_ompi_env PROVIDER: exports Open MPI's settings for a job over the
