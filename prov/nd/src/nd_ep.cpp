@@ -106,9 +106,6 @@ cm::ReadLimits Endpoint::offered() const noexcept
 
 namespace {
 
-Endpoint *ep_of(fid *fid) { return reinterpret_cast<Endpoint *>(fid); }
-Endpoint *ep_of(fid_ep *ep) { return reinterpret_cast<Endpoint *>(ep); }
-
 int bind_eq(Endpoint *ep, EventQueue *eq)
 {
 	if (ep->eq) {

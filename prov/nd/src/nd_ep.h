@@ -473,6 +473,11 @@ struct Endpoint {
 			       uint64_t tag, uint64_t ignore, const char *call);
 };
 
+/* The endpoint behind a libfabric handle: one way for every file of the
+ * endpoint, through from_fid (which checks the layout). */
+inline Endpoint *ep_of(fid_ep *ep) noexcept { return from_fid<Endpoint>(ep); }
+inline Endpoint *ep_of(fid *fid) noexcept { return from_fid<Endpoint>(fid); }
+
 /* Declared before a send-lock guard, so that it runs after the unlock: a
  * credit count marked pending while the lock was held goes now
  * (Endpoint::flush_pending_credits). */

@@ -23,7 +23,6 @@ namespace {
 
 using atomics::Call;
 
-Endpoint *ep_of(fid_ep *ep) { return reinterpret_cast<Endpoint *>(ep); }
 
 bool wants_completion(const Endpoint *ep, uint64_t flags)
 {

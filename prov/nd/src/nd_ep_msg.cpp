@@ -15,7 +15,6 @@ namespace nd {
 
 namespace {
 
-Endpoint *ep_of(fid_ep *ep) { return reinterpret_cast<Endpoint *>(ep); }
 
 uint32_t imm_of(uint64_t data) { return htonl(static_cast<uint32_t>(data)); }
 

@@ -18,7 +18,6 @@ namespace nd {
 
 namespace {
 
-Endpoint *ep_of(fid_ep *ep) { return reinterpret_cast<Endpoint *>(ep); }
 
 struct Remote {
 	uint64_t addr;

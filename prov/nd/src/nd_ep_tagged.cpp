@@ -121,7 +121,6 @@ ssize_t Endpoint::post_framed_rx(const iovec *iov, size_t count, void *context, 
 
 namespace {
 
-Endpoint *ep_of(fid_ep *ep) { return reinterpret_cast<Endpoint *>(ep); }
 
 bool wants_completion(const Endpoint *ep, uint64_t flags)
 {

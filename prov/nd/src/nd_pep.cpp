@@ -30,7 +30,7 @@ CmDataLimits limits_of(const fi_info *info)
 	return user_cm_limits(info->ep_attr && info->ep_attr->protocol == FI_PROTO_IWARP);
 }
 
-PassiveEndpoint *pep_of(fid *fid) { return reinterpret_cast<PassiveEndpoint *>(fid); }
+PassiveEndpoint *pep_of(fid *fid) { return from_fid<PassiveEndpoint>(fid); }
 
 /* ---- events ---- */
 
@@ -138,7 +138,7 @@ void on_connect_request(PassiveEndpoint *pep, const CmEventCopy &event)
 		{
 			std::lock_guard<Mutex> guard(request_lock);
 			live_requests.erase(raw);
-			pep->pending.remove(raw);
+			std::erase(pep->pending, raw);
 		}
 		drop_request(raw, "out of memory queueing the event");
 		throw;
@@ -190,7 +190,7 @@ ConnRequest *unlist_request(fid *handle, PassiveEndpoint *pep)
 	if (!handle || !live_requests.count(request) || (pep && request->pep != pep))
 		return nullptr;
 	live_requests.erase(request);
-	request->pep->pending.remove(request);
+	std::erase(request->pep->pending, request);
 	return request;
 }
 
@@ -454,7 +454,7 @@ fi_ops_cm pep_cm_ops = {
 int PassiveEndpoint::close()
 {
 	auto teardown = [&] {
-		std::list<ConnRequest *> doomed;
+		std::vector<ConnRequest *> doomed;
 		{
 			std::lock_guard<Mutex> guard(request_lock);
 			doomed.swap(pending);
@@ -482,7 +482,7 @@ int PassiveEndpoint::close()
 PassiveEndpoint *live_pep(const fid *handle)
 {
 	std::lock_guard<Mutex> guard(request_lock);
-	auto *pep = reinterpret_cast<PassiveEndpoint *>(const_cast<fid *>(handle));
+	auto *pep = from_fid<PassiveEndpoint>(const_cast<fid *>(handle));
 	return handle && live_peps.count(pep) ? pep : nullptr;
 }
 

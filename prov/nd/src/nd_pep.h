@@ -19,7 +19,7 @@
 #include <rdma/fi_endpoint.h>
 
 #include <functional>
-#include <list>
+#include <vector>
 
 namespace nd {
 
@@ -58,7 +58,9 @@ struct PassiveEndpoint {
 	int backlog;
 	bool bound;
 	bool listening;
-	std::list<ConnRequest *> pending;
+	/* A vector, not a list: the object stays standard-layout, as
+	 * from_fid needs (libstdc++'s list is not). */
+	std::vector<ConnRequest *> pending;
 
 	int close();
 };
