@@ -675,7 +675,7 @@ ssize_t CompletionQueue::complete_now_with(ssize_t (*fn)(void *arg, CompletionSi
 
 /* ---- completions ---- */
 
-bool CompletionQueue::complete(const ibv_wc &wc, CqEntry *out) noexcept
+bool CompletionQueue::complete(ibv_wc &wc, CqEntry *out) noexcept
 {
 	assert_held(lock, "CompletionQueue::complete");
 	WorkQueue *queue = record_of(wc.wr_id)->owner;
@@ -831,7 +831,7 @@ ssize_t CompletionQueue::read(void *buf, size_t count)
  * completed into buf, and polling goes on while the buffer has room. They
  * may all have been errors, or completions that report nothing. */
 template <fi_cq_format Format>
-ssize_t CompletionQueue::complete_polled(ibv_cq *verbs, const ibv_wc *wc, int got, int want, void *buf,
+ssize_t CompletionQueue::complete_polled(ibv_cq *verbs, ibv_wc *wc, int got, int want, void *buf,
 					 size_t count)
 {
 	/* A progress loop's read most often finds one completion, a success:
@@ -863,7 +863,7 @@ ssize_t CompletionQueue::complete_polled(ibv_cq *verbs, const ibv_wc *wc, int go
 
 /* complete_polled's general case. */
 template <fi_cq_format Format>
-ssize_t CompletionQueue::complete_many(ibv_cq *verbs, const ibv_wc *wc, int got, int want, void *buf,
+ssize_t CompletionQueue::complete_many(ibv_cq *verbs, ibv_wc *wc, int got, int want, void *buf,
 				       size_t count)
 {
 	size_t n = complete_into<Format>(wc, got, buf, 0, count);
@@ -989,7 +989,7 @@ size_t CompletionQueue::poll_into(ibv_cq *verbs, void *buf, size_t n, size_t cou
 /* The work completions of one poll, into buf from index n (there is room
  * for each: one completion makes at most one entry). */
 template <fi_cq_format Format>
-inline size_t CompletionQueue::complete_into(const ibv_wc *wc, int got, void *buf, size_t n, size_t count)
+inline size_t CompletionQueue::complete_into(ibv_wc *wc, int got, void *buf, size_t n, size_t count)
 {
 	for (int i = 0; i < got; i++) {
 		/* The common case inline: a success (retire() inlines its own

@@ -398,7 +398,7 @@ struct CompletionQueue {
 	 * retire) and returns true (with *out filled) when it is a success
 	 * the application sees; errors, and what a framed endpoint delivers,
 	 * go to the rings. Called under the lock; allocates nothing. */
-	bool complete(const ibv_wc &wc, CqEntry *out) noexcept;
+	bool complete(ibv_wc &wc, CqEntry *out) noexcept;
 	/* Queues an error entry; false when the ring is full (logged).
 	 * Under lock. */
 	bool push_error(const CqError &error) noexcept;
@@ -414,13 +414,13 @@ struct CompletionQueue {
 	size_t poll_into(ibv_cq *verbs, void *buf, size_t n, size_t count);
 	/* One poll's work completions into the buffer from index n. */
 	template <fi_cq_format Format>
-	[[gnu::always_inline]] size_t complete_into(const ibv_wc *wc, int got, void *buf, size_t n, size_t count);
+	[[gnu::always_inline]] size_t complete_into(ibv_wc *wc, int got, void *buf, size_t n, size_t count);
 	/* read()'s paths out of line (nd_cq.cpp says which). Under the lock. */
 	template <fi_cq_format Format>
-	[[gnu::noinline]] ssize_t complete_polled(ibv_cq *verbs, const ibv_wc *wc, int got, int want, void *buf,
+	[[gnu::noinline]] ssize_t complete_polled(ibv_cq *verbs, ibv_wc *wc, int got, int want, void *buf,
 						  size_t count);
 	template <fi_cq_format Format>
-	[[gnu::noinline]] ssize_t complete_many(ibv_cq *verbs, const ibv_wc *wc, int got, int want, void *buf,
+	[[gnu::noinline]] ssize_t complete_many(ibv_cq *verbs, ibv_wc *wc, int got, int want, void *buf,
 						size_t count);
 	template <fi_cq_format Format>
 	[[gnu::noinline]] ssize_t read_found(void *buf, size_t count);

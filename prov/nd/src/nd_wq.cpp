@@ -237,25 +237,22 @@ void WorkQueue::apply_remote_data(const OpRecord &record, uint64_t *slot, uint64
 
 /* iWARP's remote CQ data (take_remote_data) is written into the work
  * completion itself, so that every reader of it reports the data as
- * immediate data. The completions retired are the CQ's own ibv_poll_cq
- * arrays or its callers' copies, never const objects; retire() takes them
- * const so that RoCE's inline path stays as it was. */
-Retired WorkQueue::retire_with_slot(OpRecord &record, const ibv_wc &wc) noexcept
+ * immediate data: retire() takes the completion to write. */
+Retired WorkQueue::retire_with_slot(OpRecord &record, ibv_wc &wc) noexcept
 {
-	take_remote_data(record, const_cast<ibv_wc &>(wc)); /* before the slot may be reused */
+	take_remote_data(record, wc); /* before the slot may be reused */
 	const Retired done{record.context, record.flags, record.report()};
 	retire_through(&record);
 	return done;
 }
 
-Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *placement) noexcept
+Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept
 {
-	ibv_wc &completion = const_cast<ibv_wc &>(wc); /* see retire_with_slot */
 	/* Read before the slot is retired, when it may be reused. */
 	Retired done{record.context, record.flags & ~kPlacedByNd, record.report()};
 	bool ok = wc.status == IBV_WC_SUCCESS;
 	if (ok && kind == QueueKind::recv && data_slots)
-		take_remote_data(record, completion); /* counted: before the slot retires */
+		take_remote_data(record, wc); /* counted: before the slot retires */
 	const bool placed_by_nd = record.flags & kPlacedByNd;
 	bool release = true;
 	MultiRecv *const multi = this->multi();
@@ -304,7 +301,7 @@ Retired WorkQueue::retire_other(OpRecord &record, const ibv_wc &wc, Placement *p
 			if (const CounterCells cells = counter(which))
 				cells.count(ok);
 	}
-	/* The one place a link breaks on a completion. */
+	/* The one place a link breaks on a wc. */
 	if (!ok && wc.status == IBV_WC_WR_FLUSH_ERR && flush_breaks_link && link) {
 		if (link->on(Link::Event::stream_ended))
 			ND_INFO(FI_LOG_CQ, "work request %p flushed while connected: the peer ended the stream\n",

@@ -609,7 +609,7 @@ struct WorkQueue {
 	 * queue with remote CQ data slots (iWARP) takes the rest as well:
 	 * RoCE's and InfiniBand's completions pay nothing for it.
 	 */
-	static Retired retire(const ibv_wc &wc, Placement *placement = nullptr) noexcept
+	static Retired retire(ibv_wc &wc, Placement *placement = nullptr) noexcept
 	{
 		OpRecord *record = record_of(wc.wr_id);
 		WorkQueue *queue = record->owner;
@@ -811,10 +811,10 @@ struct WorkQueue {
 private:
 	/* retire() for a failure, a counted queue, a pool, or a buffer nd
 	 * places messages in (nd_wq.cpp). */
-	Retired retire_other(OpRecord &record, const ibv_wc &wc, Placement *placement) noexcept;
+	Retired retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept;
 	/* retire() for a success on a receive queue that is plain but for its
 	 * remote CQ data slots (iWARP): small, out of line (nd_wq.cpp). */
-	[[gnu::noinline]] Retired retire_with_slot(OpRecord &record, const ibv_wc &wc) noexcept;
+	[[gnu::noinline]] Retired retire_with_slot(OpRecord &record, ibv_wc &wc) noexcept;
 	/* take_remote_data's rare part: a slot that holds data (nd_wq.cpp). */
 	void apply_remote_data(const OpRecord &record, uint64_t *slot, uint64_t word, ibv_wc &wc) noexcept;
 };

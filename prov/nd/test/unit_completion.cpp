@@ -104,7 +104,7 @@ using namespace nd;
 /* CompletionQueue::complete runs under the CQ's lock, as its read holds
  * it (debug builds check). */
 template <typename Cq>
-static bool complete_locked(Cq &cq, const ibv_wc &wc, CqEntry *out)
+static bool complete_locked(Cq &cq, ibv_wc wc, CqEntry *out)
 {
 	std::lock_guard<OptionalLock> hold(cq->lock);
 	return cq->complete(wc, out);

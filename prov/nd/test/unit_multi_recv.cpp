@@ -18,6 +18,7 @@
 
 using namespace nd;
 using nd::test::completion_of;
+using nd::test::retire_copy;
 
 namespace {
 
@@ -81,7 +82,7 @@ Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 	cr_assert_eq(posted[0].length, 100u);
 
 	Placement at;
-	Retired first = WorkQueue::retire(received(multi, 40), &at);
+	Retired first = retire_copy(received(multi, 40), &at);
 	cr_assert_eq(first.context, ctx(1));
 	cr_assert_eq(at.buf, buffer);
 	cr_assert_not(first.flags & FI_MULTI_RECV);
@@ -91,7 +92,7 @@ Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 	cr_assert_eq(posted[1].addr, reinterpret_cast<uintptr_t>(buffer + 40));
 	cr_assert_eq(posted[1].length, 60u);
 
-	Retired last = WorkQueue::retire(received(multi, 50), &at);
+	Retired last = retire_copy(received(multi, 50), &at);
 	cr_assert_eq(at.buf, buffer + 40, "right after the first message");
 	cr_assert(last.flags & FI_MULTI_RECV, "10 bytes left < 16: released");
 	cr_assert_eq(queue.outstanding(), 1u);
@@ -99,7 +100,7 @@ Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 	cr_assert_eq(posted[2].wr_id, reinterpret_cast<uintptr_t>(&next));
 
 	at.buf = nullptr;
-	Retired plain = WorkQueue::retire(received(next, 8), &at);
+	Retired plain = retire_copy(received(next, 8), &at);
 	cr_assert_eq(plain.context, ctx(2));
 	cr_assert_null(at.buf, "a plain receive places nothing");
 	cr_assert_eq(queue.outstanding(), 0u);
@@ -124,15 +125,15 @@ Test(multi_recv, a_flush_releases_the_buffer_and_what_waited_behind_it_follows)
 	}
 	cr_assert_eq(posted.size(), 1u, "the first buffer only");
 
-	Retired full = WorkQueue::retire(received(first, 64));
+	Retired full = retire_copy(received(first, 64));
 	cr_assert(full.flags & FI_MULTI_RECV, "with no minimum, released when full");
 	cr_assert_eq(posted.size(), 2u, "then the second buffer, and only it");
 	cr_assert_eq(posted[1].wr_id, reinterpret_cast<uintptr_t>(&second));
 
-	Retired flushed = WorkQueue::retire(received(second, 0, IBV_WC_WR_FLUSH_ERR));
+	Retired flushed = retire_copy(received(second, 0, IBV_WC_WR_FLUSH_ERR));
 	cr_assert(flushed.flags & FI_MULTI_RECV, "a flush releases the buffer");
 	cr_assert_eq(posted.size(), 3u, "and what waited goes to the queue pair, to be flushed too");
 	cr_assert_eq(posted[2].wr_id, reinterpret_cast<uintptr_t>(&plain));
-	WorkQueue::retire(received(plain, 0, IBV_WC_WR_FLUSH_ERR));
+	retire_copy(received(plain, 0, IBV_WC_WR_FLUSH_ERR));
 	cr_assert_eq(queue.outstanding(), 0u);
 }

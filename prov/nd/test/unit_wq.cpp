@@ -17,6 +17,7 @@
 
 using namespace nd;
 using nd::test::completion_of;
+using nd::test::retire_copy;
 using nd::test::post;
 
 namespace {
@@ -42,7 +43,7 @@ Test(work_queue, a_signaled_completion_retires_the_unsignaled_run_before_it)
 	post(queue, ctx(3), kSendFlags, false);
 	const OpRecord &last = post(queue, ctx(4), kSendFlags);
 	cr_assert_eq(queue.outstanding(), 4u);
-	const Retired done = WorkQueue::retire(completion_of(last));
+	const Retired done = retire_copy(completion_of(last));
 	cr_assert_eq(queue.outstanding(), 0u, "the three unsignaled requests retire with it");
 	cr_assert_eq(done.context, ctx(4));
 	cr_assert_eq(done.flags, kSendFlags);
@@ -53,7 +54,7 @@ Test(work_queue, a_request_without_a_cq_entry_retires_silently)
 {
 	WorkQueue queue(QueueKind::send, 4);
 	const OpRecord &r = post(queue, ctx(7), kWriteFlags, false);
-	const Retired done = WorkQueue::retire(completion_of(r));
+	const Retired done = retire_copy(completion_of(r));
 	cr_assert_not(done.report);
 	cr_assert_eq(queue.outstanding(), 0u);
 }
@@ -67,10 +68,10 @@ Test(work_queue, reads_in_flight_are_retired_by_marks)
 	post(queue, ctx(4), kSendFlags, false);
 	const OpRecord &fifth = post(queue, ctx(5), kReadFlags);
 	cr_assert_eq(queue.reads_in_flight(), 4u);
-	WorkQueue::retire(completion_of(third, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
+	retire_copy(completion_of(third, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
 	cr_assert_eq(queue.reads_in_flight(), 1u, "three reads retired by one completion");
 	cr_assert_eq(queue.outstanding(), 2u);
-	WorkQueue::retire(completion_of(fifth, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
+	retire_copy(completion_of(fifth, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
 	cr_assert_eq(queue.reads_in_flight(), 0u);
 	cr_assert_eq(queue.outstanding(), 0u);
 }
@@ -83,7 +84,7 @@ Test(work_queue, the_ring_wraps)
 		post(queue, ctx(i), kSendFlags, false);
 		const OpRecord &r = post(queue, ctx(i + 1000), kSendFlags);
 		cr_assert(queue.full() == false || queue.depth <= 2);
-		const Retired done = WorkQueue::retire(completion_of(r));
+		const Retired done = retire_copy(completion_of(r));
 		cr_assert_eq(done.context, ctx(i + 1000));
 		cr_assert_eq(queue.outstanding(), 0u);
 	}
@@ -117,7 +118,7 @@ Test(work_queue, a_small_ring_grows_and_keeps_its_records)
 		cr_assert_eq(&queue.record_at(i), posted[i]);
 	}
 	/* The signaled last one retires all 100, whichever ring they are in. */
-	const Retired done = WorkQueue::retire(completion_of(*posted[99]));
+	const Retired done = retire_copy(completion_of(*posted[99]));
 	cr_assert_eq(done.context, ctx(100));
 	cr_assert_eq(queue.outstanding(), 0u);
 	/* The next growth drops the rings whose requests all retired. */
@@ -179,7 +180,7 @@ Test(work_queue, uncommit_across_a_growth)
 	OpRecord &again = post(queue, ctx(3), kSendFlags);
 	cr_assert_eq(&queue.record_at(0), &again);
 	(void)second;
-	const Retired done = WorkQueue::retire(completion_of(again));
+	const Retired done = retire_copy(completion_of(again));
 	cr_assert_eq(done.context, ctx(3));
 	cr_assert_eq(queue.outstanding(), 0u);
 }
@@ -203,7 +204,7 @@ Test(work_queue, a_flush_is_not_a_broken_link)
 	queue.set_targets(targets);
 	cr_assert_not(queue.counted);
 	const OpRecord &r = post(queue, ctx(9), kRecvFlags);
-	const Retired done = WorkQueue::retire(completion_of(r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
+	const Retired done = retire_copy(completion_of(r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
 	cr_assert_eq(done.context, ctx(9));
 	cr_assert(done.report, "the CQ reports it FI_ECANCELED");
 	cr_assert_eq(link.state(), LinkState::down);
@@ -248,7 +249,7 @@ Test(work_queue, a_real_failure_breaks_the_link)
 	queue.set_targets(targets);
 	post(queue, ctx(1), kSendFlags, false);
 	const OpRecord &r = post(queue, ctx(2), kWriteFlags, false);
-	const Retired done = WorkQueue::retire(completion_of(r, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE));
+	const Retired done = retire_copy(completion_of(r, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE));
 	cr_assert_eq(link.state(), LinkState::broken);
 	cr_assert_eq(done.context, ctx(2));
 	cr_assert_eq(done.flags, kWriteFlags);
@@ -264,12 +265,12 @@ Test(work_queue, counters_count_their_own_kind_only)
 	targets.counters[static_cast<size_t>(CounterKind::write)] = writes.cells();
 	queue.set_targets(targets);
 	cr_assert(queue.counted);
-	WorkQueue::retire(completion_of(post(queue, ctx(1), kSendFlags)));
-	WorkQueue::retire(completion_of(post(queue, ctx(2), kSendFlags)));
-	WorkQueue::retire(completion_of(post(queue, ctx(3), kWriteFlags), IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
-	WorkQueue::retire(completion_of(post(queue, ctx(4), kReadFlags), IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
-	WorkQueue::retire(completion_of(post(queue, ctx(5), kWriteFlags), IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE));
-	WorkQueue::retire(completion_of(post(queue, ctx(6), kSendFlags), IBV_WC_WR_FLUSH_ERR));
+	retire_copy(completion_of(post(queue, ctx(1), kSendFlags)));
+	retire_copy(completion_of(post(queue, ctx(2), kSendFlags)));
+	retire_copy(completion_of(post(queue, ctx(3), kWriteFlags), IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
+	retire_copy(completion_of(post(queue, ctx(4), kReadFlags), IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
+	retire_copy(completion_of(post(queue, ctx(5), kWriteFlags), IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE));
+	retire_copy(completion_of(post(queue, ctx(6), kSendFlags), IBV_WC_WR_FLUSH_ERR));
 	cr_assert_eq(sends.success.load(), 2u);
 	cr_assert_eq(sends.errors.load(), 1u, "a flushed send is an error for its counter");
 	cr_assert_eq(writes.success.load(), 1u);
@@ -284,8 +285,8 @@ Test(work_queue, a_receive_counter_counts_receives)
 	RetireTargets targets;
 	targets.counters[static_cast<size_t>(CounterKind::recv)] = receives.cells();
 	queue.set_targets(targets);
-	WorkQueue::retire(completion_of(post(queue, ctx(1), kRecvFlags), IBV_WC_SUCCESS, IBV_WC_RECV));
-	WorkQueue::retire(completion_of(post(queue, ctx(2), kRecvFlags), IBV_WC_LOC_LEN_ERR, IBV_WC_RECV));
+	retire_copy(completion_of(post(queue, ctx(1), kRecvFlags), IBV_WC_SUCCESS, IBV_WC_RECV));
+	retire_copy(completion_of(post(queue, ctx(2), kRecvFlags), IBV_WC_LOC_LEN_ERR, IBV_WC_RECV));
 	cr_assert_eq(receives.success.load(), 1u);
 	cr_assert_eq(receives.errors.load(), 1u);
 }
@@ -296,7 +297,7 @@ Test(work_queue, no_targets_means_no_counting)
 	queue.set_targets(RetireTargets{});
 	cr_assert_not(queue.counted);
 	const OpRecord &r = post(queue, ctx(1), kSendFlags);
-	WorkQueue::retire(completion_of(r, IBV_WC_RETRY_EXC_ERR)); /* no link to break: no crash */
+	retire_copy(completion_of(r, IBV_WC_RETRY_EXC_ERR)); /* no link to break: no crash */
 	cr_assert_eq(queue.outstanding(), 0u);
 }
 
@@ -323,7 +324,7 @@ Test(work_queue, a_queue_without_counters_makes_no_extras_and_hooks_go_through_o
 	cr_assert_null(queue.extras_.get(), "no counter bound: nothing made on the side");
 	cr_assert(queue.plain, "a hook for lost peers keeps the inline path");
 	hook_calls = 0;
-	WorkQueue::retire(completion_of(post(queue, ctx(1), kSendFlags), IBV_WC_RETRY_EXC_ERR));
+	retire_copy(completion_of(post(queue, ctx(1), kSendFlags), IBV_WC_RETRY_EXC_ERR));
 	cr_assert_eq(hook_calls, 1, "retries exhausted: the endpoint is told, once");
 	cr_assert_eq(link.state(), LinkState::broken);
 }
@@ -336,11 +337,11 @@ Test(work_queue, an_orphan_stops_counting)
 	targets.counters[static_cast<size_t>(CounterKind::send)] = sends.cells();
 	queue.set_targets(targets);
 	cr_assert_not_null(queue.extras_.get());
-	WorkQueue::retire(completion_of(post(queue, ctx(1), kSendFlags)));
+	retire_copy(completion_of(post(queue, ctx(1), kSendFlags)));
 	queue.clear_targets();
 	cr_assert_not(queue.counted);
 	cr_assert_not(static_cast<bool>(queue.counter(CounterKind::send)));
-	WorkQueue::retire(completion_of(post(queue, ctx(2), kSendFlags)));
+	retire_copy(completion_of(post(queue, ctx(2), kSendFlags)));
 	cr_assert_eq(sends.success.load(), 1u, "the orphan's completion counts nothing");
 }
 
@@ -358,13 +359,13 @@ Test(work_queue, a_shared_send_budget_spans_its_queues)
 	cr_assert_not(a.full(), "each ring has room of its own");
 	cr_assert_eq(budget->left(), 0u);
 
-	WorkQueue::retire(completion_of(a2));	/* retires a's first request too */
+	retire_copy(completion_of(a2));	/* retires a's first request too */
 	cr_assert_eq(budget->left(), 2u);
 	cr_assert_not(b.no_room());
 	post(b, ctx(4), kSendFlags);
 	b.uncommit();				/* posting it failed */
 	cr_assert_eq(budget->left(), 2u);
-	WorkQueue::retire(completion_of(b1, IBV_WC_WR_FLUSH_ERR));
+	retire_copy(completion_of(b1, IBV_WC_WR_FLUSH_ERR));
 	cr_assert_eq(budget->left(), 3u, "a flushed request gives its share back");
 	{
 		WorkQueue orphan(QueueKind::send, 4);
@@ -392,12 +393,12 @@ Test(work_queue, a_shared_receive_pool_takes_slots_back_in_any_order)
 		taken[i]->set_report(true);
 	}
 	cr_assert(queue.free_slots().empty());
-	const Retired second = WorkQueue::retire(completion_of(*taken[1], IBV_WC_SUCCESS, IBV_WC_RECV));
+	const Retired second = retire_copy(completion_of(*taken[1], IBV_WC_SUCCESS, IBV_WC_RECV));
 	cr_assert_eq(second.context, ctx(2));
 	cr_assert_eq(queue.free_slots().size(), 1u);
 	cr_assert_eq(&queue.records[queue.free_slots().back()], taken[1]);
-	WorkQueue::retire(completion_of(*taken[2], IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
-	WorkQueue::retire(completion_of(*taken[0], IBV_WC_LOC_LEN_ERR, IBV_WC_RECV));
+	retire_copy(completion_of(*taken[2], IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
+	retire_copy(completion_of(*taken[0], IBV_WC_LOC_LEN_ERR, IBV_WC_RECV));
 	cr_assert_eq(queue.free_slots().size(), 3u, "every slot back, whatever the status");
 }
 
@@ -473,7 +474,7 @@ Test(send_protocol, a_claimed_record_reports_and_retires_what_it_was_given)
 	cr_assert_eq(queue.reads_in_flight(), 1u);
 	cr_assert_eq(queue.signaled_head.load(), 1u);
 	cr_assert(queue.signaled_outstanding());
-	const Retired done = WorkQueue::retire(completion_of(*read.record, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
+	const Retired done = retire_copy(completion_of(*read.record, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
 	cr_assert_eq(done.context, ctx(7));
 	cr_assert_eq(queue.reads_in_flight(), 0u);
 	cr_assert_not(queue.signaled_outstanding());

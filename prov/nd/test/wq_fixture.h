@@ -42,6 +42,14 @@ inline ibv_wc completion_of(const OpRecord &record, ibv_wc_status status = IBV_W
 	return wc;
 }
 
+/* WorkQueue::retire of a copy: retire writes into the completion it is
+ * given (iWARP's remote data), and a test's completion is often made in
+ * the call. */
+inline Retired retire_copy(ibv_wc wc, Placement *placement = nullptr)
+{
+	return WorkQueue::retire(wc, placement);
+}
+
 } // namespace nd::test
 
 #endif /* ND_TEST_WQ_FIXTURE_H */
