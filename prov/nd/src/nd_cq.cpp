@@ -464,7 +464,7 @@ int CompletionQueue::double_to(VerbsCqSlot &slot, int needed, int *grown) noexce
 	return rc;
 }
 
-int CompletionQueue::make_room(VerbsCqSlot &slot, int more, uint32_t becomes) noexcept
+int CompletionQueue::grow_to_reserve(VerbsCqSlot &slot, int more, uint32_t becomes) noexcept
 {
 	const int max_cqe = domain->max_cqe;
 	const int needed = slot.reserved + more;
@@ -501,7 +501,7 @@ int CompletionQueue::grow(WorkQueue &queue, ibv_cq *where, uint32_t *reserved_by
 	VerbsCqSlot *slot = slot_of(where);
 	if (more == 0 || !slot)
 		return -FI_EAGAIN;
-	if (int ret = make_room(*slot, more, queue.limit + static_cast<uint32_t>(more)))
+	if (int ret = grow_to_reserve(*slot, more, queue.limit + static_cast<uint32_t>(more)))
 		return ret;
 	if (!queue.grow()) {
 		ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for a queue's ring of %u requests\n",
@@ -518,7 +518,7 @@ bool CompletionQueue::reserve_one(ibv_cq *where, uint32_t *reserved_by_endpoint)
 {
 	std::lock_guard<OptionalLock> guard(lock);
 	VerbsCqSlot *slot = slot_of(where);
-	if (!slot || (slot->reserved + 1 > slot->capacity && (!resizable || make_room(*slot, 1, 1))))
+	if (!slot || (slot->reserved + 1 > slot->capacity && (!resizable || grow_to_reserve(*slot, 1, 1))))
 		return false;
 	slot->reserved++;
 	reserved++;
@@ -738,7 +738,7 @@ void CompletionQueue::progress_locked()
 				break;
 			for (int i = 0; i < n; i++) {
 				CqEntry entry;
-				/* A send ring's unsignaled run retires here (make_room)
+				/* A send ring's unsignaled run retires here (Endpoint::free_send_slots)
 				 * every half ring: the common case inline, as reads
 				 * take it (complete_into). */
 				if (__builtin_expect(wc[i].status == IBV_WC_SUCCESS &&

@@ -130,7 +130,7 @@ private:
  * A FIFO whose storage is allocated ahead of use: when the CQ opens and
  * when it grows (fi_enable's reservation), where a failure is reported as
  * -FI_ENOMEM. Completion handling, reached from noexcept entry points
- * (fi_cq_read, and fi_send through make_room), never allocates through it.
+ * (fi_cq_read, and fi_send through Endpoint::free_send_slots), never allocates through it.
  *
  * A CQ shared by many endpoints reserves room for every request they may
  * have outstanding, yet rarely holds more than a few. So the storage is
@@ -311,7 +311,7 @@ struct CompletionQueue {
 	 * that `more` entries more can be reserved there (for a queue that
 	 * becomes `becomes` requests deep, for the log); -FI_EAGAIN, logged,
 	 * past the device's largest CQ or short of memory. */
-	int make_room(VerbsCqSlot &slot, int more, uint32_t becomes) noexcept;
+	int grow_to_reserve(VerbsCqSlot &slot, int more, uint32_t becomes) noexcept;
 
 	/* Makes room for `count` more outstanding requests (fi_enable), on a
 	 * verbs CQ where they may grow to `promise` (the queues' depths), and

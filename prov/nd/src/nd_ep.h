@@ -423,7 +423,7 @@ struct Endpoint {
 	ssize_t defer(const ibv_send_wr &wr, bool copy_inline, const char *call);
 	ssize_t post_batch(ibv_send_wr *last, const char *call);
 	ssize_t post_deferred(const char *call);
-	ssize_t make_room(const char *call);
+	ssize_t free_send_slots(const char *call);
 	/* A full ring that started small grows, with its CQ reservation
 	 * (CompletionQueue::grow); false when it cannot (at its depth, the
 	 * verbs CQ at the device's largest). Under the queue's lock. */
@@ -439,7 +439,7 @@ struct Endpoint {
 	ssize_t post_inline_slow(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
 				 uint64_t remote_key);
 	template <ibv_wr_opcode Op, bool MaybeHeld>
-	ssize_t post_inline_unlocked(WorkQueue &queue, uint64_t head, const void *buf, size_t len, uint32_t imm_data,
+	ssize_t post_inline_request(WorkQueue &queue, uint64_t head, const void *buf, size_t len, uint32_t imm_data,
 				     uint64_t remote_addr, uint64_t remote_key);
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	/* fi_send, fi_write, fi_read and fi_recv of one buffer

@@ -90,7 +90,7 @@ void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
 
 /* After receives were posted, and once the link is up: the count goes to
  * the peer if it rose (nd_credits.h). `from_progress`: called while reading
- * a CQ, which the send path itself may be doing (make_room), so the send
+ * a CQ, which the send path itself may be doing (free_send_slots), so the send
  * lock is only tried (flush_pending_credits). Otherwise (a receive call)
  * the count leaves before the call returns: a ring full of earlier requests
  * is retired by reading the send CQ until one completes. The requests in it
@@ -121,7 +121,7 @@ void Endpoint::advertise_credits(bool from_progress) noexcept
 		return;
 	const auto give_up = std::chrono::steady_clock::now() + kCreditWriteWait;
 	do {
-		make_room("receive credits");
+		free_send_slots("receive credits");
 		write_credits();
 		if (!c->pending.load(std::memory_order_acquire))
 			return;

@@ -7,7 +7,7 @@
  * template on the opcode, defined here so that each entry point compiles
  * into one function with the opcode's choices made at compile time; every
  * refusal and the full queue take one predicted-not-taken branch each to
- * out-of-line code (inject_refused, make_room, post_failed).
+ * out-of-line code (inject_refused, free_send_slots, post_failed).
  */
 #ifndef ND_EP_INJECT_H
 #define ND_EP_INJECT_H
@@ -65,7 +65,7 @@ template <ibv_wr_opcode Op>
 	const uint64_t head = queue.head.load(std::memory_order_relaxed);
 	if (__builtin_expect(queue.full_at(head), 0))
 		return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
-	return post_inline_unlocked<Op, false>(queue, head, buf, len, imm_data, remote_addr, remote_key);
+	return post_inline_request<Op, false>(queue, head, buf, len, imm_data, remote_addr, remote_key);
 }
 
 /* Under the lock when the threading model asks for one, and after making
@@ -83,10 +83,10 @@ template <ibv_wr_opcode Op>
 	if (takes_receive && data.credits && !data.credits->can_send())
 		return no_credit(inject_call_name(Op));
 	if (data.sq->no_room())
-		if (ssize_t ret = make_room(inject_call_name(Op)))
+		if (ssize_t ret = free_send_slots(inject_call_name(Op)))
 			return ret;
 	data.sq->count_budget(); /* given back if posting fails (uncommit) */
-	const ssize_t ret = post_inline_unlocked<Op, true>(*data.sq, data.sq->head.load(std::memory_order_relaxed), buf,
+	const ssize_t ret = post_inline_request<Op, true>(*data.sq, data.sq->head.load(std::memory_order_relaxed), buf,
 							   len, imm_data, remote_addr, remote_key);
 	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
@@ -98,7 +98,7 @@ template <ibv_wr_opcode Op>
  * is *sq, loaded once by the caller (the stores below may alias it), and
  * head its head as the caller loaded it. */
 template <ibv_wr_opcode Op, bool MaybeHeld>
-[[gnu::always_inline]] inline ssize_t Endpoint::post_inline_unlocked(WorkQueue &queue, uint64_t head,
+[[gnu::always_inline]] inline ssize_t Endpoint::post_inline_request(WorkQueue &queue, uint64_t head,
 								    const void *buf, size_t len,
 								    uint32_t imm_data, uint64_t remote_addr,
 								    uint64_t remote_key)

@@ -85,7 +85,7 @@ template <ibv_wr_opcode Op, typename General>
 	WorkQueue &queue = *data.rq;
 	const uint64_t h = queue.head.load(std::memory_order_relaxed);
 	OpRecord &record = queue.records[h & queue.mask];
-	record.set_tag(h, report);
+	record.set_seq_and_report(h, report);
 	record.context = context;
 	record.flags = FI_RECV | FI_MSG;
 	record.len = static_cast<uint32_t>(len);

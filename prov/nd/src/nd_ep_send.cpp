@@ -103,7 +103,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	if (data.sq->no_room() || (is_read && data.sq->reads_in_flight() >= conn.effective.outbound)) {
 		/* Post what FI_MORE held back, retire what has completed, then
 		 * look again. */
-		if ((ret = make_room(r.call)))
+		if ((ret = free_send_slots(r.call)))
 			return ret;
 		if (is_read && data.sq->reads_in_flight() >= conn.effective.outbound)
 			return -FI_EAGAIN; /* never more reads in flight than negotiated */
@@ -433,9 +433,9 @@ ssize_t Endpoint::inject_refused(const void *buf, size_t len, uint64_t remote_ke
 
 /* The send queue is full: what FI_MORE held back goes, what completed
  * retires; 0 when there is room now. Under tx_lock. */
-ssize_t Endpoint::make_room(const char *call)
+ssize_t Endpoint::free_send_slots(const char *call)
 {
-	assert_held(data.tx_lock, "Endpoint::make_room");
+	assert_held(data.tx_lock, "Endpoint::free_send_slots");
 	WorkQueue &queue = *data.sq;
 	if (queue.full()) {
 		/* Where a signaled request may have completed, the CQ is read

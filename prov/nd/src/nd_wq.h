@@ -232,15 +232,15 @@ struct OpRecord {
 	 * slots up to it, whichever of the queue's rings it lives in; fewer
 	 * requests than 2^24 are ever outstanding on one queue. One word, so
 	 * that the poster writes both with one store. */
-	uint32_t tag;
+	uint32_t seq_and_report;
 
-	bool report() const noexcept { return tag & 1u; }
-	uint32_t seq() const noexcept { return tag >> 8; }
-	void set_report(bool report) noexcept { tag = (tag & ~1u) | (report ? 1u : 0u); }
-	void set_seq(uint64_t seq) noexcept { tag = static_cast<uint32_t>(seq) << 8 | (tag & 1u); }
-	void set_tag(uint64_t seq, bool report) noexcept
+	bool report() const noexcept { return seq_and_report & 1u; }
+	uint32_t seq() const noexcept { return seq_and_report >> 8; }
+	void set_report(bool report) noexcept { seq_and_report = (seq_and_report & ~1u) | (report ? 1u : 0u); }
+	void set_seq(uint64_t seq) noexcept { seq_and_report = static_cast<uint32_t>(seq) << 8 | (seq_and_report & 1u); }
+	void set_seq_and_report(uint64_t seq, bool report) noexcept
 	{
-		tag = static_cast<uint32_t>(seq) << 8 | (report ? 1u : 0u);
+		seq_and_report = static_cast<uint32_t>(seq) << 8 | (report ? 1u : 0u);
 	}
 };
 static_assert(sizeof(OpRecord) == 32, "a ring slot is half a cache line");
@@ -771,7 +771,7 @@ struct WorkQueue {
 			unsignaled_reads = 0;
 		}
 		OpRecord &record = records[h & mask];
-		record.set_tag(h, request.report);
+		record.set_seq_and_report(h, request.report);
 		record.context = request.context;
 		record.flags = request.flags;
 		record.len = request.len;
