@@ -1,7 +1,7 @@
 /*
  * nd_cntr.h: counters (fid_cntr).
  *
- * A counter is two atomics (its CounterWords, nd_wq.h) that the retirement
+ * A counter is two atomics (its CounterWords, nd_counter_cells.h) that the retirement
  * of a work request adds to. Completions only surface when a verbs CQ is
  * polled, so reading or waiting on a counter first progresses the CQs that
  * feed it: an enabled endpoint bound to the counter makes its CQs watched

@@ -246,6 +246,36 @@ constexpr uint8_t multi = 8;		/* multi-receive buffers: in order behind them */
 constexpr uint8_t other = 16;		/* a shared receive context, framing */
 } // namespace SlowRx
 
+/*
+ * Send-queue requests posted with FI_MORE: their ring slots are committed at
+ * once, their work requests wait here, chained, and go to the device with
+ * one ibv_post_send (one doorbell, which on Soft-RoCE is a system call) at
+ * the endpoint's next send-queue call without FI_MORE, when the batch is
+ * full, or when the queue pair is flushed. Inline data is copied in, since
+ * the caller may reuse an FI_INJECT buffer at once. Allocated on the first
+ * FI_MORE; used under the endpoint's tx_lock.
+ */
+struct SendBatch {
+	static constexpr uint32_t kMaxRequests = 32;
+	static constexpr uint32_t kMaxSges = 4 * kMaxSge;
+
+	ibv_send_wr wr[kMaxRequests];
+	ibv_sge sge[kMaxSges];
+	std::unique_ptr<uint8_t[]> inline_bytes; /* kMaxRequests * max_inline */
+	uint32_t inline_capacity = 0;
+	uint32_t count = 0;
+	uint32_t sges = 0;
+	uint32_t inline_used = 0;
+
+	/* Whether any request still fits (one with kMaxSge entries, or with
+	 * max_inline bytes); when not, the batch is posted at once. */
+	bool has_room(uint32_t max_inline) const noexcept
+	{
+		return count < kMaxRequests && sges + kMaxSge <= kMaxSges &&
+		       inline_used + max_inline <= inline_capacity;
+	}
+};
+
 /* The data path, fixed at fi_enable (setup_data_path). The fields every
  * post reads come first, together; the queue pair comes last, so that it
  * is destroyed first. */

@@ -6,7 +6,7 @@
  * context is what an application can observe of one: its attributes (the
  * endpoints' send queues take the context's size, iov_limit, inject_size
  * and op_flags instead of their own) and its size as one budget of
- * requests outstanding across all of them (SendBudget, nd_wq.h). The
+ * requests outstanding across all of them (SendBudget, nd_send_budget.h). The
  * memory a true shared queue would save is not saved: each queue pair's
  * send queue is as deep as the whole context, so that no mix of endpoints
  * within the budget can overrun one.

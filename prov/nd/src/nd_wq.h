@@ -31,7 +31,10 @@
 #define ND_WQ_H
 
 #include "nd.h"
+#include "nd_counter_cells.h"
 #include "nd_credits.h"
+#include "nd_link.h"
+#include "nd_send_budget.h"
 #include "nd_verbs.h"
 
 #include <infiniband/verbs.h>
@@ -49,106 +52,6 @@
 #include <vector>
 
 namespace nd {
-
-/* Whether the queue pair carries data: set by connection management, read
- * by every post, and set to broken by the retirement of a failed request. */
-enum class LinkState : uint8_t {
-	idle,		/* not connected yet: receives may be posted, nothing sent */
-	up,		/* the queue pair is ready to send */
-	down,		/* shut down or disconnected: flushed */
-	broken,		/* a transfer failed; the queue pair is in error */
-};
-
-/*
- * An endpoint's LinkState, changed in one place: on() below, by the event
- * that changes it. Connection management brings it up and takes it down;
- * the retirement of a failed request (WorkQueue::retire), the CQ's stall
- * watch and the verbs asynchronous events break it. Every post reads it.
- *
- * The same atomic word holds the endpoint's slow-transmit bits (SlowTx in
- * nd_ep.h: a send lock, a shared context, credits, requests held back), so
- * that a post tests "up, and nothing to defer" with one compare (open()).
- * Both halves change only by compare-and-swap, each keeping the other.
- */
-class Link {
-public:
-	enum class Event : uint8_t {
-		ready,			/* the queue pair can send (RTS, or iWARP's CM did it) */
-		flushed,		/* the application or the CM ended it: idle/up -> down */
-		failed,			/* a transfer or the device failed: -> broken */
-		stream_ended,		/* iWARP: a flush while up means the peer ended it */
-	};
-
-	LinkState state(std::memory_order order = std::memory_order_acquire) const noexcept
-	{
-		return state_of(word_.load(order));
-	}
-	/* Down or broken: receives are refused (the states after up). */
-	bool ended(std::memory_order order = std::memory_order_relaxed) const noexcept
-	{
-		return word_.load(order) >= static_cast<uint16_t>(LinkState::down) << 8;
-	}
-	/* Up, with no slow-transmit bit: a post may take its fast path. */
-	bool open() const noexcept
-	{
-		return word_.load(std::memory_order_relaxed) == kOpen;
-	}
-	uint8_t slow_tx() const noexcept
-	{
-		return static_cast<uint8_t>(word_.load(std::memory_order_relaxed) & 0xff);
-	}
-	void set_slow_tx(uint8_t bits) noexcept
-	{
-		uint16_t w = word_.load(std::memory_order_relaxed);
-		while (!word_.compare_exchange_weak(w, static_cast<uint16_t>((w & 0xff00) | bits),
-						    std::memory_order_acq_rel, std::memory_order_relaxed)) {
-		}
-	}
-	/* Whether the event changed the state. */
-	bool on(Event event) noexcept
-	{
-		switch (event) {
-		case Event::ready:
-			move(nullptr, 0, LinkState::up);
-			return true;
-		case Event::flushed: {
-			static constexpr LinkState from[] = {LinkState::up, LinkState::idle};
-			return move(from, 2, LinkState::down);
-		}
-		case Event::failed: {
-			static constexpr LinkState from[] = {LinkState::idle, LinkState::up, LinkState::down};
-			return move(from, 3, LinkState::broken);
-		}
-		case Event::stream_ended: {
-			static constexpr LinkState from[] = {LinkState::up};
-			return move(from, 1, LinkState::broken);
-		}
-		}
-		return false;
-	}
-
-private:
-	static constexpr uint16_t kOpen = static_cast<uint16_t>(LinkState::up) << 8;
-	static LinkState state_of(uint16_t word) noexcept { return static_cast<LinkState>(word >> 8); }
-	/* To `to` from any state in from[0..n) (from any state at all when
-	 * from is null), keeping the slow-transmit bits; whether it moved. */
-	bool move(const LinkState *from, size_t n, LinkState to) noexcept
-	{
-		uint16_t w = word_.load(std::memory_order_relaxed);
-		for (;;) {
-			bool allowed = !from;
-			for (size_t i = 0; i < n && !allowed; i++)
-				allowed = state_of(w) == from[i];
-			if (!allowed)
-				return false;
-			const uint16_t next = static_cast<uint16_t>((static_cast<uint16_t>(to) << 8) | (w & 0xff));
-			if (word_.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_relaxed))
-				return true;
-		}
-	}
-
-	std::atomic<uint16_t> word_{static_cast<uint16_t>(LinkState::idle) << 8};
-};
 
 /* The most scatter/gather entries one request may carry (stack arrays on
  * the data path are this size). */
@@ -188,34 +91,6 @@ struct PlacedReceiver {
 	virtual ~PlacedReceiver() = default;
 	virtual bool on_message(const ibv_wc &wc, uint8_t *buffer, CompletionSink &sink) noexcept = 0;
 	virtual void on_end(CompletionSink &sink) noexcept = 0;
-};
-
-/*
- * What a shared transmit context (fi_stx_context, nd_stx.h) shares: a budget
- * of requests outstanding across every send queue bound to it. Verbs has no
- * shared send queue, so each queue pair keeps its own, as deep as the whole
- * context: the budget is what makes the context's size hold for all of them
- * together. The poster counts a request against it (count_budget) just
- * before it commits the slot; the slot gives it back when it retires or is
- * uncommitted. Queues without a budget never touch it on the fast path: an
- * endpoint bound to a shared context posts through the slow paths.
- *
- * The check (WorkQueue::no_room) and the count are two steps, so
- * posters racing on different endpoints may pass the limit by one request
- * each; no device queue overflows by it, since each is as deep as the
- * context and the CQs reserve per endpoint.
- */
-struct SendBudget {
-	std::atomic<uint64_t> used{0};
-	uint64_t limit;
-
-	explicit SendBudget(uint64_t l) noexcept : limit(l) {}
-	bool exhausted() const noexcept { return used.load(std::memory_order_acquire) >= limit; }
-	uint64_t left() const noexcept
-	{
-		const uint64_t u = used.load(std::memory_order_acquire);
-		return u < limit ? limit - u : 0;
-	}
 };
 
 struct OpRecord {
@@ -261,37 +136,6 @@ static_assert((kRecordCqFlags & kPlacedByNd) == 0, "kPlacedByNd is no CQ flag");
 inline OpRecord *record_of(uint64_t wr_id) noexcept
 {
 	return reinterpret_cast<OpRecord *>(static_cast<uintptr_t>(wr_id));
-}
-
-/* A counter's two words (nd_cntr.h): completions and errors. */
-struct CounterWords {
-	std::atomic<uint64_t> success{0};
-	std::atomic<uint64_t> errors{0};
-};
-
-/* Where a request's completion is counted: one pointer, since every queue
- * of thousands of endpoints keeps one per kind of request. */
-struct CounterCells {
-	CounterWords *words = nullptr;
-
-	explicit operator bool() const noexcept { return words != nullptr; }
-	void count(bool ok) const noexcept
-	{
-		(ok ? words->success : words->errors).fetch_add(1, std::memory_order_release);
-	}
-};
-
-/* Which counter a request feeds, by its CQ flags. */
-enum class CounterKind : uint8_t { send, recv, read, write, none };
-constexpr size_t kCounterKinds = 4;
-
-constexpr CounterKind counter_kind(uint64_t cq_flags) noexcept
-{
-	return (cq_flags & FI_SEND)    ? CounterKind::send
-	       : (cq_flags & FI_RECV)  ? CounterKind::recv
-	       : (cq_flags & FI_READ)  ? CounterKind::read
-	       : (cq_flags & FI_WRITE) ? CounterKind::write
-				       : CounterKind::none;
 }
 
 /* What a queue tells its endpoint, from the poller: one table per kind of
@@ -821,36 +665,6 @@ private:
 /* 168 + malloc's 8-byte header: one 176-byte block; a field more is a 192-byte
  * block, two per endpoint (docs/scale.md, memory per connection). */
 static_assert(sizeof(WorkQueue) <= 168, "a work queue stays one 176-byte malloc block");
-
-/*
- * Send-queue requests posted with FI_MORE: their ring slots are committed at
- * once, their work requests wait here, chained, and go to the device with
- * one ibv_post_send (one doorbell, which on Soft-RoCE is a system call) at
- * the endpoint's next send-queue call without FI_MORE, when the batch is
- * full, or when the queue pair is flushed. Inline data is copied in, since
- * the caller may reuse an FI_INJECT buffer at once. Allocated on the first
- * FI_MORE; used under the endpoint's tx_lock.
- */
-struct SendBatch {
-	static constexpr uint32_t kMaxRequests = 32;
-	static constexpr uint32_t kMaxSges = 4 * kMaxSge;
-
-	ibv_send_wr wr[kMaxRequests];
-	ibv_sge sge[kMaxSges];
-	std::unique_ptr<uint8_t[]> inline_bytes; /* kMaxRequests * max_inline */
-	uint32_t inline_capacity = 0;
-	uint32_t count = 0;
-	uint32_t sges = 0;
-	uint32_t inline_used = 0;
-
-	/* Whether any request still fits (one with kMaxSge entries, or with
-	 * max_inline bytes); when not, the batch is posted at once. */
-	bool has_room(uint32_t max_inline) const noexcept
-	{
-		return count < kMaxRequests && sges + kMaxSge <= kMaxSges &&
-		       inline_used + max_inline <= inline_capacity;
-	}
-};
 
 } // namespace nd
 
