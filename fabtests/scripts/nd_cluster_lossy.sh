@@ -1,0 +1,131 @@
+#!/bin/bash
+# nd_cluster_lossy.sh BUILDDIR [LOSS...]: a link that loses frames, as RoCE
+# without PFC meets one, on util/nd-cluster 2. For each LOSS (per cent of
+# frames dropped, each way; default 0 0.1 1 5, and "1r": 1 % lost and 1 %
+# of the rest reordered) both nodes' eth0 run tc netem, and node 1 runs
+# fabtests/functional/nd_pair_tests (connect and accept with private data,
+# messages of 1 B to 1 MiB both ways, RDMA writes and reads, a shutdown
+# with receives outstanding: every byte checked) against node 0's server
+# over nd, judged: every subtest passes, within the run's bound. Beside it,
+# not judged, nd_perf's write_bw (64 KiB, 200 writes) and send_lat (64 B,
+# 1,000 round trips) over nd and over the verbs provider on the same wire
+# (nd_pair_tests opens endpoints from the listener's fi_info, which verbs
+# refuses). Then a link that goes down for 5 s mid-transfer (ip link set
+# down/up on node 1, 2 s into nd_pair_tests at 0 % loss): the run must end
+# within its bound, each subtest passing or failing with an error: never a
+# hang. Prints a table of the times.
+#
+# Environment:
+#   ND_LOSSY_TIMEOUT  seconds one run may take (300)
+#   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
+#                     directory, this node's number
+set -u
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
+builddir=$(cd "${1:?usage: nd_cluster_lossy.sh BUILDDIR [LOSS...]}" && pwd)
+shift
+(($#)) || set -- 0 0.1 1 5 1r
+export FI_PROVIDER_PATH=$builddir/.libs
+meet=${ND_MEET:?run by util/nd-cluster}
+prog=$builddir/fabtests/functional/nd_pair_tests
+limit=${ND_LOSSY_TIMEOUT:-300}
+
+# wait_for, wait_for_line
+# shellcheck source=nd_cluster_wait.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/nd_cluster_wait.sh"
+server=$(nd_node_ip 0)
+
+# shape LOSS: this node's eth0 drops LOSS % of the frames it sends ("1r":
+# 1 %, and 1 % of the rest held 5 ms, so that the frames after them
+# overtake them: netem's "reorder 99%" sends 99 % at once). Soft-RoCE answers a frame out of order by going
+# back to it (go-back-N): with a quarter of the frames 10 ms late (netem
+# "delay 10ms reorder 75%") a 64 KiB write ran at 0.04 MiB/s, nd or not.
+shape() {
+	local args=(loss "${1%r}%")
+	[[ $1 != *r ]] || args+=(delay 5ms reorder 99%)
+	[[ ${1%r} != 0 ]] || args=(loss 0%)
+	tc qdisc replace dev eth0 root netem "${args[@]}"
+}
+
+perf=$builddir/fabtests/benchmarks/nd_perf
+
+# One run: node 0 serves, node 1 runs the client; KEY names the meeting
+# files. Node 1 writes "EXIT SECONDS" of the client to $meet/KEY.result.
+run_pair() { # KEY flap|- SERVER-COMMAND... -- CLIENT-COMMAND...
+	local key=$1 flap=$2 start rc server_cmd=() client_cmd=()
+	shift 2
+	while (($#)) && [[ $1 != -- ]]; do server_cmd+=("$1"); shift; done
+	shift
+	client_cmd=("$@")
+	if ((ND_NODE == 0)); then
+		timeout "$((limit + 30))" "${server_cmd[@]}" >"$meet/$key.server" 2>&1
+		wait_for "$meet/$key.result" "$((limit + 60))"
+		return
+	fi
+	if ! wait_for_line "$meet/$key.server" listening 120; then
+		echo "noserver 0" >"$meet/$key.result"
+		return
+	fi
+	start=$SECONDS
+	if [[ $flap == flap ]]; then
+		(sleep 2 && ip link set eth0 down && sleep 5 && ip link set eth0 up) &
+	fi
+	timeout "$limit" "${client_cmd[@]}" >"$meet/$key.client" 2>&1
+	rc=$?
+	wait
+	echo "$rc $((SECONDS - start))" >"$meet/$key.result"
+}
+
+# counts KEY: "PASSED FAILED" of the client's verdict lines.
+counts() { echo "$(grep -c '^PASS: ' "$meet/$1.client" 2>/dev/null) $(grep -c '^FAIL: ' "$meet/$1.client" 2>/dev/null)"; }
+
+# perf_figure KEY: nd_perf's figure line (the last with a number).
+perf_figure() { grep -E '[0-9]' "$meet/$1.client" 2>/dev/null | tail -1 | tr -s ' '; }
+
+results=()
+for loss in "$@"; do
+	shape "$loss" || { fail "tc netem on eth0 (loss $loss): sch_netem missing?"; exit 0; }
+	key=lossy.$loss.pairs
+	run_pair "$key" - "$prog" -p nd -s -a "$server" -- "$prog" -p nd -c "$server"
+	if ((ND_NODE == 1)); then
+		read -r rc seconds <"$meet/$key.result"
+		read -r passed failed < <(counts "$key")
+		results+=("$loss nd_pair_tests(nd) $seconds s: $passed passed, $failed failed, exit $rc")
+		if [[ $rc == 0 && $failed == 0 && $passed -gt 0 ]]; then
+			pass "nd_pair_tests over nd, $loss % loss: $passed subtests, every byte checked, in $seconds s"
+		else
+			fail "nd_pair_tests over nd, $loss % loss: exit $rc, $passed passed, $failed failed, in $seconds s"
+			sed 's/^/    client: /' "$meet/$key.client" 2>/dev/null | tail -20
+			sed 's/^/    server: /' "$meet/$key.server" 2>/dev/null | tail -10
+		fi
+	fi
+	for prov in nd verbs; do
+		for test in "write_bw 65536 200" "send_lat 64 1000"; do
+			read -r t size n <<<"$test"
+			key=lossy.$loss.$prov.$t
+			run_pair "$key" - "$perf" -p "$prov" -s -- "$perf" -p "$prov" -c "$server" -t "$t" -S "$size" -n "$n"
+			((ND_NODE == 1)) || continue
+			read -r rc seconds <"$meet/$key.result"
+			results+=("$loss nd_perf $t $size ($prov) $seconds s, exit $rc: $(perf_figure "$key")")
+		done
+	done
+done
+shape 0
+
+# The link down for 5 s mid-transfer: the run ends within its bound.
+key=lossy.flap
+run_pair "$key" flap "$prog" -p nd -s -a "$server" -- "$prog" -p nd -c "$server"
+if ((ND_NODE == 1)); then
+	read -r rc seconds <"$meet/$key.result"
+	read -r passed failed < <(counts "$key")
+	results+=("flap nd_pair_tests(nd) $seconds s: $passed passed, $failed failed, exit $rc")
+	if [[ $rc != 124 && $rc != 137 && $rc != noserver ]] && ((passed + failed > 0)); then
+		pass "the link down for 5 s mid-transfer: nd_pair_tests ended in $seconds s (exit $rc, $passed passed, $failed failed with an error)"
+	else
+		fail "the link down for 5 s mid-transfer: nd_pair_tests did not end within $limit s (exit $rc)"
+	fi
+	sed 's/^/    client: /' "$meet/$key.client" 2>/dev/null | grep -v '^    client: PASS' | tail -12
+	echo "== loss%, what ran, over what: time, outcome, figure"
+	printf '    %s\n' "${results[@]}"
+fi
