@@ -16,16 +16,26 @@ namespace {
 
 constexpr int kCapIpcLock = 14; /* linux/capability.h */
 
-/* /proc/self/status, NUL-terminated, in `buf`; false when unreadable. */
-bool read_status(char *buf, size_t size) noexcept
+/* /proc/self/status, NUL-terminated, in `buf`; empty when unreadable (no
+ * capability and nothing pinned is then seen). */
+void read_status(char *buf, size_t size) noexcept
 {
+	buf[0] = '\0';
 	FILE *file = std::fopen("/proc/self/status", "re");
 	if (!file)
-		return false;
-	const size_t got = std::fread(buf, 1, size - 1, file);
+		return;
+	buf[std::fread(buf, 1, size - 1, file)] = '\0';
 	std::fclose(file);
-	buf[got] = '\0';
-	return got > 0;
+}
+
+/* The limit, with the status text `status` saying whether CAP_IPC_LOCK
+ * lifts it. */
+MemlockLimit limit_with_status(const char *status) noexcept
+{
+	rlimit rl{};
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+		return MemlockLimit{};
+	return memlock_limit_of(rl.rlim_cur, rl.rlim_cur == RLIM_INFINITY, status_grants_ipc_lock(status));
 }
 
 /* The text after "\nName:" (or at the start), or nullptr. */
@@ -73,18 +83,9 @@ size_t status_kib_field(const char *status, const char *name) noexcept
 
 MemlockLimit memlock_limit() noexcept
 {
-	rlimit rl{};
-	if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0)
-		return MemlockLimit{};
 	char status[4096];
-	const bool capable = read_status(status, sizeof(status)) && status_grants_ipc_lock(status);
-	return memlock_limit_of(rl.rlim_cur, rl.rlim_cur == RLIM_INFINITY, capable);
-}
-
-size_t pinned_bytes() noexcept
-{
-	char status[4096];
-	return read_status(status, sizeof(status)) ? status_kib_field(status, "VmPin") : 0;
+	read_status(status, sizeof(status));
+	return limit_with_status(status);
 }
 
 size_t mr_cache_bytes_within(size_t wanted, MemlockLimit limit) noexcept
@@ -113,14 +114,17 @@ std::string memlock_advice(size_t length, MemlockLimit limit, size_t pinned)
 
 void warn_registration_failed(fi_log_subsys subsys, const char *what, size_t length, int err) noexcept
 {
-	const MemlockLimit limit = memlock_limit();
+	/* One read of the status text for the capability and VmPin. */
+	char status[4096];
+	read_status(status, sizeof(status));
+	const MemlockLimit limit = limit_with_status(status);
 	if (!hit_memlock_limit(err, limit)) {
 		ND_WARN(subsys, "%s: ibv_reg_mr: %s\n", what, std::strerror(err));
 		return;
 	}
 	try {
 		ND_WARN(subsys, "%s: ibv_reg_mr: %s: %s\n", what, std::strerror(err),
-			memlock_advice(length, limit, pinned_bytes()).c_str());
+			memlock_advice(length, limit, status_kib_field(status, "VmPin")).c_str());
 	} catch (...) {
 		ND_WARN(subsys, "%s: ibv_reg_mr: %s (the memory-lock limit, `ulimit -l`)\n", what,
 			std::strerror(err));

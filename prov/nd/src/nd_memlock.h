@@ -29,9 +29,6 @@ struct MemlockLimit {
 /* This process's limit, read now (getrlimit and /proc/self/status). */
 MemlockLimit memlock_limit() noexcept;
 
-/* The bytes this process has pinned now (VmPin), 0 when unknown. */
-size_t pinned_bytes() noexcept;
-
 /* The registration cache's byte limit under the memory-lock limit: at most
  * half of it, the other half left for the regions the application holds
  * outside the cache and nd's own buffers (receive credits, framing). */
