@@ -1,0 +1,132 @@
+#!/bin/bash
+# nd_imb.sh BUILDDIR OUTDIR: the Intel MPI Benchmarks (IMB-MPI1) over
+# "nd;ofi_rxm" beside "verbs;ofi_rxm", for Open MPI and for MPICH over OFI,
+# two ranks, in one boot. ND_IMB_ROUNDS rounds; odd rounds run nd first,
+# even rounds verbs first, so that a drift of the guest over the run falls
+# on both providers. Each IMB run's output is kept in OUTDIR/raw, and its
+# figures are appended to OUTDIR/imb.tsv, one per line:
+#   MPI PROVIDER ROUND BENCHMARK PROCESSES BYTES METRIC VALUE
+# (util/nd-plot imb-figures reads IMB's tables). A run that fails keeps
+# the figures it printed and is listed in OUTDIR/failures; the script then
+# exits 1. util/nd-bench-imb runs this in the guest and util/nd-plot turns
+# the figures into tables and pictures.
+#
+# MPICH runs with MPIR_CVAR_NOLOCAL=1, Open MPI with pml cm, mtl ofi and btl
+# self (nd_ompi_env), so that ranks on one host talk through the provider,
+# not shared memory. Both providers run with FI_UNIVERSE_SIZE=64, which the
+# verbs provider needs on Soft-RoCE to start (rxm's default CQ is beyond
+# rxe's largest); nd does not, but then both run the same rxm.
+#
+# Environment:
+#   ND_IMB_ROUNDS      rounds (3)
+#   ND_IMB_MPIS        the MPIs, of openmpi and mpich ("openmpi mpich");
+#                      IMB-MPI1 is built for each (util/nd-imb build MPI)
+#   ND_IMB_BENCHMARKS  IMB-MPI1's benchmarks ("PingPong PingPing Sendrecv
+#                      Exchange Uniband Biband Allreduce Alltoall Bcast
+#                      Barrier")
+#   ND_IMB_SIZES       message sizes in bytes ("0 1 4 16 64 256 1024 4096
+#                      16384 65536 262144 1048576 4194304")
+#   ND_IMB_ITERS       IMB's -iter, repetitions per size at most (200)
+#   ND_IMB_TIME        IMB's -time, seconds per size at most (1)
+#   ND_MPI_TIMEOUT     seconds each IMB run may take (900)
+#   ND_IMB_WAIT        run by util/nd-cluster: seconds the other nodes wait
+#                      for node 0's runs to end (7200)
+#   ND_NODE, ND_NODES  set by util/nd-cluster (internal): this node's
+#                      number and the node count. Node 0 then runs every
+#                      rank on a node of its own (nd-node0, nd-node1, ...),
+#                      launched over ssh; OUTDIR must be the nodes' shared
+#                      directory (ND_MEET)
+set -uo pipefail
+# shellcheck source=../../util/lib/nd-common.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
+PROG=nd_imb
+[[ $# -eq 2 ]] || { usage >&2; exit 2; }
+builddir=$(cd "$1" && pwd) || die "no build folder $1"
+out=$2
+srcdir=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
+rounds=${ND_IMB_ROUNDS:-3}
+read -ra mpis <<<"${ND_IMB_MPIS:-openmpi mpich}"
+read -ra benchmarks <<<"${ND_IMB_BENCHMARKS:-PingPong PingPing Sendrecv Exchange Uniband Biband Allreduce Alltoall Bcast Barrier}"
+sizes=${ND_IMB_SIZES:-0 1 4 16 64 256 1024 4096 16384 65536 262144 1048576 4194304}
+providers=("nd;ofi_rxm" "verbs;ofi_rxm")
+hosts=
+ranks=2
+if [[ -n ${ND_NODES:-} ]]; then
+	if ((ND_NODE != 0)); then
+		# Bounded: node 0 leaves .imb-done however its runs end.
+		deadline=$((SECONDS + ${ND_IMB_WAIT:-7200}))
+		until [[ -e $out/.imb-done ]] || ((SECONDS >= deadline)); do sleep 1; done
+		exit 0
+	fi
+	trap ': >"$out/.imb-done"' EXIT
+	ranks=$ND_NODES
+	hosts=$(for ((i = 0; i < ND_NODES; i++)); do printf 'nd-node%d,' "$i"; done)
+	hosts=${hosts%,}
+fi
+
+mkdir -p "$out/raw" || die "cannot make $out/raw"
+: >"$out/imb.tsv"
+rm -f "$out/failures"
+# shellcheck disable=SC2086 # one size a word
+printf '%s\n' $sizes >"$out/sizes"
+
+declare -A imb
+for mpi in "${mpis[@]}"; do
+	imb[$mpi]=$("$srcdir/util/nd-imb" path "$mpi") || die "IMB-MPI1 for $mpi is not built (util/nd-imb build $mpi)"
+done
+mpich_prefix=
+[[ " ${mpis[*]} " == *" mpich "* ]] && mpich_prefix=$("$srcdir/util/nd-mpich" folder)/prefix
+
+export FI_PROVIDER_PATH=$builddir/.libs FI_UNIVERSE_SIZE=64
+
+# launch MPI PROVIDER ARGS...: ARGS on the ranks of MPI over PROVIDER.
+launch() {
+	local mpi=$1 provider=$2
+	shift 2
+	(
+		case $mpi in
+		openmpi)
+			nd_ompi_env "$provider"
+			if [[ -n $hosts ]]; then
+				exec timeout -k 10 "${ND_MPI_TIMEOUT:-900}" mpirun -np "$ranks" -H "$hosts" \
+					-x FI_PROVIDER_PATH -x FI_UNIVERSE_SIZE "$@"
+			fi
+			exec timeout -k 10 "${ND_MPI_TIMEOUT:-900}" mpirun -np 2 --oversubscribe "$@"
+			;;
+		mpich)
+			export FI_PROVIDER=$provider MPIR_CVAR_NOLOCAL=1
+			if [[ -n $hosts ]]; then
+				exec timeout -k 10 "${ND_MPI_TIMEOUT:-900}" "$mpich_prefix/bin/mpiexec" -hosts "$hosts" -n "$ranks" "$@"
+			fi
+			exec timeout -k 10 "${ND_MPI_TIMEOUT:-900}" "$mpich_prefix/bin/mpiexec" -n 2 "$@"
+			;;
+		esac
+	)
+}
+
+status=0
+for ((round = 1; round <= rounds; round++)); do
+	order=("${providers[@]}")
+	((round % 2)) || order=("${providers[1]}" "${providers[0]}")
+	for mpi in "${mpis[@]}"; do
+		for provider in "${order[@]}"; do
+			raw=$out/raw/$mpi-${provider%%;*}-$round.txt
+			say "round $round: $mpi over $provider"
+			start=$SECONDS
+			run_status=0
+			launch "$mpi" "$provider" "${imb[$mpi]}" "${benchmarks[@]}" -npmin "$ranks" -msglen "$out/sizes" \
+				-iter "${ND_IMB_ITERS:-200}" -time "${ND_IMB_TIME:-1}" >"$raw" 2>&1 || run_status=$?
+			"$srcdir/util/nd-plot" imb-figures "$mpi" "$provider" "$round" <"$raw" >"$out/run.tsv"
+			cat "$out/run.tsv" >>"$out/imb.tsv"
+			say "  $((SECONDS - start)) s, $(wc -l <"$out/run.tsv") figures, exit status $run_status"
+			if ((run_status != 0)); then
+				echo "$mpi over $provider, round $round: exit status $run_status (output: raw/${raw##*/})" >>"$out/failures"
+				tail -5 "$raw" >&2
+				status=1
+			fi
+		done
+	done
+done
+rm -f "$out/run.tsv"
+exit "$status"
