@@ -1,8 +1,9 @@
 #!/bin/bash
-# nd_mpi.sh BUILDDIR [PROVIDER [RANKS [PROGRAM]]]: an MPI job over the
-# provider built in BUILDDIR. Compiles PROGRAM (check: nd_mpi_check.c, the
-# default; threads: nd_mpi_threads.c, 8 threads a rank under
-# MPI_THREAD_MULTIPLE, 2 ranks) with the system's mpicc and runs it on
+# nd_mpi.sh BUILDDIR [PROVIDER [RANKS [PROGRAM [ARGS...]]]]: an MPI job
+# over the provider built in BUILDDIR. Compiles PROGRAM (check:
+# nd_mpi_check.c, the default; threads: nd_mpi_threads.c, 8 threads a rank
+# under MPI_THREAD_MULTIPLE, 2 ranks) with the system's mpicc and runs it,
+# with ARGS (nd_mpi_check -m BYTES: the largest message), on
 # RANKS local ranks (default 2) through Open MPI's OFI MTL (pml cm, mtl ofi),
 # restricted to PROVIDER (default "nd;ofi_rxm", libfabric's RDM layer over
 # nd). Open MPI fails the job when no provider of that name is found, so a
@@ -16,10 +17,11 @@ set -euo pipefail
 # shellcheck source=../../util/lib/nd-common.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
-builddir=$(cd "${1:?usage: nd_mpi.sh BUILDDIR [PROVIDER [RANKS [check|threads]]]}" && pwd)
+builddir=$(cd "${1:?usage: nd_mpi.sh BUILDDIR [PROVIDER [RANKS [check|threads [ARGS...]]]]}" && pwd)
 provider=${2:-nd;ofi_rxm}
 ranks=${3:-2}
 program=nd_mpi_${4:-check}
+shift $(($# < 4 ? $# : 4))
 [ -f "$(dirname "$0")/../functional/$program.c" ] || { echo "nd_mpi.sh: no program '${4:-}' (check or threads)" >&2; exit 2; }
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 
@@ -43,4 +45,4 @@ export FI_PROVIDER_PATH=$builddir/.libs
 nd_ompi_env "$provider"
 
 timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
-	mpirun -np "$ranks" --oversubscribe "$work/$program"
+	mpirun -np "$ranks" --oversubscribe "$work/$program" "$@"
