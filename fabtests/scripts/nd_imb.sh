@@ -6,10 +6,13 @@
 # on both providers. Each IMB run's output is kept in OUTDIR/raw, and its
 # figures are appended to OUTDIR/imb.tsv, one per line:
 #   MPI PROVIDER ROUND BENCHMARK PROCESSES BYTES METRIC VALUE
-# (util/nd-plot imb-figures reads IMB's tables). A run that fails keeps
-# the figures it printed and is listed in OUTDIR/failures; the script then
-# exits 1. util/nd-bench-imb runs this in the guest and util/nd-plot turns
-# the figures into tables and pictures.
+# (util/nd-plot imb-figures reads IMB's tables). Each run prints PASS: when
+# it exits 0 with a figure of every benchmark, FAIL: otherwise; the script
+# closes with "imb: N passed, M failed" and exits non-zero on any failure.
+# A run that fails keeps the figures it printed and is listed in
+# OUTDIR/failures. util/nd-bench-imb runs this in the guest and
+# util/nd-plot turns the figures into tables and pictures; util/nd-check's
+# full tier runs a short one (stage imb).
 #
 # MPICH runs with MPIR_CVAR_NOLOCAL=1, Open MPI with pml cm, mtl ofi and btl
 # self (nd_ompi_env), so that ranks on one host talk through the provider,
@@ -105,7 +108,6 @@ launch() {
 	)
 }
 
-status=0
 for ((round = 1; round <= rounds; round++)); do
 	order=("${providers[@]}")
 	((round % 2)) || order=("${providers[1]}" "${providers[0]}")
@@ -119,14 +121,19 @@ for ((round = 1; round <= rounds; round++)); do
 				-iter "${ND_IMB_ITERS:-200}" -time "${ND_IMB_TIME:-1}" >"$raw" 2>&1 || run_status=$?
 			"$srcdir/util/nd-plot" imb-figures "$mpi" "$provider" "$round" <"$raw" >"$out/run.tsv"
 			cat "$out/run.tsv" >>"$out/imb.tsv"
-			say "  $((SECONDS - start)) s, $(wc -l <"$out/run.tsv") figures, exit status $run_status"
-			if ((run_status != 0)); then
-				echo "$mpi over $provider, round $round: exit status $run_status (output: raw/${raw##*/})" >>"$out/failures"
+			what="$mpi over $provider, round $round: $(wc -l <"$out/run.tsv") figures in $((SECONDS - start)) s"
+			missing=$(for bench in "${benchmarks[@]}"; do
+				cut -f4 "$out/run.tsv" | grep -qx "$bench" || printf ' %s' "$bench"
+			done)
+			if ((run_status == 0)) && [[ -z $missing ]]; then
+				pass "$what"
+			else
+				fail "$what, exit status $run_status${missing:+, none of}$missing (output: raw/${raw##*/})"
+				echo "$mpi over $provider, round $round: exit status $run_status${missing:+, none of}$missing (output: raw/${raw##*/})" >>"$out/failures"
 				tail -5 "$raw" >&2
-				status=1
 			fi
 		done
 	done
 done
 rm -f "$out/run.tsv"
-exit "$status"
+closing_line imb
