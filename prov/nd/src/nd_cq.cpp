@@ -1,6 +1,7 @@
 /* nd_cq.cpp: completion queues: open, read in every format, errors, waiting. */
 #include "nd_cq.h"
 #include "nd_domain.h"
+#include "nd_memlock.h"
 #include "nd_unsupported.h"
 #include "nd_wait.h"
 
@@ -405,11 +406,12 @@ int CompletionQueue::reserve(int count, int promise, ibv_cq **where)
 				 : slots.empty() ? std::min(requested_size, kFirstVerbsCqMax)
 						 : std::min(requested_size, kVerbsCqBase);
 		const int size = std::min(max_cqe, std::max(count, base));
-		added.cq.reset(create_verbs_cq(size));
+		added.cq.reset(domain->make_with_room("fi_enable: ibv_create_cq", [&] { return create_verbs_cq(size); }));
 		if (!added.cq) {
 			int err = errno;
-			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_create_cq(%d) for verbs CQ %zu: %s\n",
-				static_cast<void *>(this), size, slots.size() + 1, std::strerror(err));
+			ND_WARN(FI_LOG_CQ, "CQ %p: ibv_create_cq(%d) for verbs CQ %zu: %s%s\n",
+				static_cast<void *>(this), size, slots.size() + 1, std::strerror(err),
+				object_limit_note(err));
 			return fi_error_of_errno(err, -FI_ENOSPC);
 		}
 		added.capacity = added.cq->cqe;

@@ -271,6 +271,23 @@ MemoryWindows *Domain::memory_windows()
 	return windows.get();
 }
 
+bool Domain::release_idle_device_objects(const char *why) noexcept
+{
+	MemoryWindows *pool = nullptr;
+	{
+		std::lock_guard<Mutex> guard(windows_lock);
+		pool = windows.get();
+	}
+	const size_t windows_released = pool ? pool->release_pool() : 0;
+	const size_t registrations_released = mr_cache ? mr_cache->evict_idle() : 0;
+	if (windows_released + registrations_released == 0)
+		return false;
+	ND_INFO(FI_LOG_DOMAIN, "fi_domain(%s): %s: the device refused an object; gave back %zu idle registrations "
+		"and %zu pooled memory windows, and trying again\n", info->domain_attr->name, why,
+		registrations_released, windows_released);
+	return true;
+}
+
 const Domain::AtomicSink *Domain::atomic_sink()
 {
 	std::call_once(atomic_sink_once, [this] {

@@ -91,6 +91,33 @@ struct Domain {
 	 * (regions peers may reach are then registered for themselves). */
 	MemoryWindows *memory_windows();
 
+	/* Gives the device back what the domain keeps idle: registrations the
+	 * cache holds for reuse and pooled windows. A device (or the rdma
+	 * cgroup's rdma.max) limits its objects, and an application at that
+	 * limit must not be refused a queue pair or a registration for nd's
+	 * spares. True when anything went back. */
+	bool release_idle_device_objects(const char *why) noexcept;
+
+	/* make(), a device object's constructor returning nullptr with errno;
+	 * once more when it failed for want of device objects or memory
+	 * (EAGAIN, ENOMEM) and the domain had idle ones to give back. errno
+	 * is make()'s on the last try. */
+	template <class Make>
+	auto make_with_room(const char *why, Make make) -> decltype(make())
+	{
+		auto made = make();
+		if (!made && (errno == EAGAIN || errno == ENOMEM)) {
+			const int first = errno;
+			if (release_idle_device_objects(why)) {
+				errno = 0;
+				made = make();
+			} else {
+				errno = first;
+			}
+		}
+		return made;
+	}
+
 	/* Where fi_atomic's fetch-and-add puts the old value nobody asked
 	 * for: one registered word, written by the adapter and never read
 	 * (every connection may write it at once). Registered on the first

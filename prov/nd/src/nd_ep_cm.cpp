@@ -9,6 +9,7 @@
 #include "nd_ep.h"
 #include "nd_eq.h"
 #include "nd_framing.h"
+#include "nd_memlock.h"
 #include "nd_srx.h"
 
 #include <rdma/fi_cm.h>
@@ -190,11 +191,13 @@ int Endpoint::create_queue_pair()
 	attr.cap.max_send_sge = data.tx_iov_limit + (options.framed ? 1 : 0); /* + the header */
 	attr.cap.max_recv_sge = data.rq ? data.rx_iov_limit : 0;
 	attr.cap.max_inline_data = data.max_inline;
-	data.qp.reset(ibv_create_qp(domain->pd.get(), &attr));
+	data.qp.reset(domain->make_with_room("fi_enable: ibv_create_qp",
+					     [&] { return ibv_create_qp(domain->pd.get(), &attr); }));
 	if (!data.qp) {
 		int err = errno;
-		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: ibv_create_qp (tx %u, rx %u, inline %u): %s\n",
-			data.sq->depth, data.rq ? data.rq->depth : 0, data.max_inline, std::strerror(err));
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: ibv_create_qp (tx %u, rx %u, inline %u): %s%s\n",
+			data.sq->depth, data.rq ? data.rq->depth : 0, data.max_inline, std::strerror(err),
+			object_limit_note(err));
 		release_queues();
 		return fi_error_of_errno(err);
 	}

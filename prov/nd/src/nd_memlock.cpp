@@ -112,6 +112,13 @@ std::string memlock_advice(size_t length, MemlockLimit limit, size_t pinned)
 	return text;
 }
 
+const char *object_limit_note(int err) noexcept
+{
+	return err == EAGAIN ? ": the device allows this process no more objects (its own limit, or the rdma "
+			       "cgroup's rdma.max); close regions or endpoints, or raise rdma.max"
+			     : "";
+}
+
 void warn_registration_failed(fi_log_subsys subsys, const char *what, size_t length, int err) noexcept
 {
 	/* One read of the status text for the capability and VmPin. */
@@ -119,7 +126,7 @@ void warn_registration_failed(fi_log_subsys subsys, const char *what, size_t len
 	read_status(status, sizeof(status));
 	const MemlockLimit limit = limit_with_status(status);
 	if (!hit_memlock_limit(err, limit)) {
-		ND_WARN(subsys, "%s: ibv_reg_mr: %s\n", what, std::strerror(err));
+		ND_WARN(subsys, "%s: ibv_reg_mr: %s%s\n", what, std::strerror(err), object_limit_note(err));
 		return;
 	}
 	try {

@@ -46,6 +46,12 @@ std::string memlock_advice(size_t length, MemlockLimit limit, size_t pinned);
  * into the limit. */
 void warn_registration_failed(fi_log_subsys subsys, const char *what, size_t length, int err) noexcept;
 
+/* What a device's EAGAIN at creating an object (queue pair, CQ, region,
+ * window) means, to follow strerror in a warning; "" for other errors. The
+ * kernel counts a process's verbs objects against the device's limits and
+ * the rdma cgroup's rdma.max, and says EAGAIN at either. */
+const char *object_limit_note(int err) noexcept;
+
 /* The pure parts of the reading above, for the unit tests. */
 MemlockLimit memlock_limit_of(unsigned long long soft_limit, bool unlimited, bool cap_ipc_lock) noexcept;
 /* Whether /proc/self/status's text grants CAP_IPC_LOCK (CapEff, bit 14). */

@@ -136,6 +136,14 @@ void RegistrationCache::evict_idle_locked(size_t keep) noexcept
 	}
 }
 
+size_t RegistrationCache::evict_idle() noexcept
+{
+	std::lock_guard<Mutex> guard(lock_);
+	const size_t idle = idle_.size();
+	evict_idle_locked(0);
+	return idle;
+}
+
 /* Evicts idle entries until one of `length` bytes fits; false when it
  * cannot fit beside the entries in use. */
 bool RegistrationCache::make_room_locked(size_t length) noexcept

@@ -86,6 +86,8 @@ public:
 	/* Gives the entry back; with reusable false it is never found again
 	 * and is deregistered when its last region closes. */
 	void release(Entry *entry, bool reusable = true) noexcept;
+	/* Deregisters every idle entry; returns how many. */
+	size_t evict_idle() noexcept;
 	void on_unmap(uintptr_t start, size_t length) noexcept override;
 	void stats(fi_nd_mr_cache_stats *out);
 

@@ -209,6 +209,16 @@ int MemoryWindows::bind_and_wait_locked(ibv_mw *window, ibv_mr *mr, uint64_t add
 	return EIO;
 }
 
+size_t MemoryWindows::release_pool() noexcept
+{
+	std::lock_guard<Mutex> guard(lock_);
+	size_t released = 0;
+	for (ibv_mw *window : free_)
+		released += discard_locked(window) ? 1 : 0;
+	free_.clear();
+	return released;
+}
+
 bool MemoryWindows::discard_locked(ibv_mw *window) noexcept
 {
 	/* Deallocating invalidates whatever the window was bound to. */
@@ -234,7 +244,9 @@ ibv_mw *MemoryWindows::expose(ibv_mr *mr, const void *addr, size_t length, int a
 		window = ibv_alloc_mw(pd_, IBV_MW_TYPE_1);
 		if (!window) {
 			*err = errno ? errno : ENOMEM;
-			ND_WARN(FI_LOG_MR, "memory window: ibv_alloc_mw: %s\n", std::strerror(*err));
+			/* Info: fi_mr_reg makes room and tries again, and warns
+			 * if it then goes without a window. */
+			ND_INFO(FI_LOG_MR, "memory window: ibv_alloc_mw: %s\n", std::strerror(*err));
 			return nullptr;
 		}
 	}
