@@ -148,6 +148,35 @@ struct Opened {
 constexpr size_t kRegion = 4096;
 constexpr int kAtMost = 512; /* the tests' limits are far below */
 
+/* Regions peers may write (a registration and a memory window each), one
+ * per page of `memory`, until the device refuses one: that one's code. */
+int register_until_refused(fid_domain *domain, std::vector<char> &memory, std::vector<fid_mr *> *regions)
+{
+	while (regions->size() < kAtMost) {
+		fid_mr *mr = nullptr;
+		int ret = fi_mr_reg(domain, &memory[regions->size() * kRegion], kRegion, FI_REMOTE_WRITE, 0, 0, 0,
+				    &mr, nullptr);
+		if (ret)
+			return ret;
+		regions->push_back(mr);
+	}
+	return 0;
+}
+
+template <class Fid>
+void close_every(const std::vector<Fid *> &fids)
+{
+	for (Fid *fid : fids)
+		cr_assert_eq(fi_close(&fid->fid), 0);
+}
+
+/* Closes what `o` opened; then no object may be charged. */
+void close_and_expect_nothing_charged(Opened &o, const ObjectLimit &limit)
+{
+	o.close_all();
+	cr_assert_eq(limit.in_use(), 0, "%d objects still charged after every close", limit.in_use());
+}
+
 } // namespace
 
 Test(limits, registrations_past_the_object_limit_are_eagain_and_a_close_makes_room)
@@ -157,16 +186,7 @@ Test(limits, registrations_past_the_object_limit_are_eagain_and_a_close_makes_ro
 	limit.allow_more(24);
 	std::vector<char> memory(kAtMost * kRegion);
 	std::vector<fid_mr *> regions;
-	int ret = 0;
-	while (regions.size() < kAtMost) {
-		fid_mr *mr = nullptr;
-		/* Peers may write: a region and a memory window each. */
-		ret = fi_mr_reg(o.domain, &memory[regions.size() * kRegion], kRegion, FI_REMOTE_WRITE, 0, 0, 0,
-				&mr, nullptr);
-		if (ret)
-			break;
-		regions.push_back(mr);
-	}
+	int ret = register_until_refused(o.domain, memory, &regions);
 	cr_assert_eq(ret, -FI_EAGAIN, "the registration past the limit: %d (%s)", ret, fi_strerror(-ret));
 	cr_assert_gt(regions.size(), 4u, "only %zu regions before the limit", regions.size());
 	cr_assert_lt(regions.size(), 24u);
@@ -179,10 +199,8 @@ Test(limits, registrations_past_the_object_limit_are_eagain_and_a_close_makes_ro
 		     0, "a close made no room");
 	regions.push_back(again);
 
-	for (fid_mr *mr : regions)
-		cr_assert_eq(fi_close(&mr->fid), 0);
-	o.close_all();
-	cr_assert_eq(limit.in_use(), 0, "%d objects still charged after every close", limit.in_use());
+	close_every(regions);
+	close_and_expect_nothing_charged(o, limit);
 }
 
 Test(limits, endpoints_past_the_object_limit_are_eagain_and_a_close_makes_room)
@@ -208,10 +226,8 @@ Test(limits, endpoints_past_the_object_limit_are_eagain_and_a_close_makes_room)
 	cr_assert_eq(o.enabled_endpoint(&again), 0, "a close made no room");
 	endpoints.push_back(again);
 
-	for (fid_ep *ep : endpoints)
-		cr_assert_eq(fi_close(&ep->fid), 0);
-	o.close_all();
-	cr_assert_eq(limit.in_use(), 0, "%d objects still charged after every close", limit.in_use());
+	close_every(endpoints);
+	close_and_expect_nothing_charged(o, limit);
 }
 
 /* Closed regions stay registered in nd's cache, their windows pooled, for
@@ -224,16 +240,9 @@ Test(limits, idle_registrations_and_windows_give_way_to_an_endpoint_at_the_limit
 	limit.allow_more(16);
 	std::vector<char> memory(kAtMost * kRegion);
 	std::vector<fid_mr *> regions;
-	while (regions.size() < kAtMost) {
-		fid_mr *mr = nullptr;
-		if (fi_mr_reg(o.domain, &memory[regions.size() * kRegion], kRegion, FI_REMOTE_WRITE, 0, 0, 0, &mr,
-			      nullptr))
-			break;
-		regions.push_back(mr);
-	}
+	cr_assert_eq(register_until_refused(o.domain, memory, &regions), -FI_EAGAIN);
 	cr_assert_gt(regions.size(), 2u);
-	for (fid_mr *mr : regions)
-		cr_assert_eq(fi_close(&mr->fid), 0);
+	close_every(regions);
 
 	fid_ep *ep = nullptr;
 	int ret = o.enabled_endpoint(&ep);
@@ -248,8 +257,6 @@ Test(limits, idle_registrations_and_windows_give_way_to_an_endpoint_at_the_limit
 		cr_assert_eq(fi_mr_reg(o.domain, &memory[i * kRegion], kRegion, FI_REMOTE_WRITE, 0, 0, 0,
 				       &regions[i], nullptr),
 			     0, "region %zu of %zu again", i, regions.size());
-	for (fid_mr *mr : regions)
-		cr_assert_eq(fi_close(&mr->fid), 0);
-	o.close_all();
-	cr_assert_eq(limit.in_use(), 0, "%d objects still charged after every close", limit.in_use());
+	close_every(regions);
+	close_and_expect_nothing_charged(o, limit);
 }
