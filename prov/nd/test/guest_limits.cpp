@@ -148,8 +148,9 @@ struct Opened {
 constexpr size_t kRegion = 4096;
 constexpr int kAtMost = 512; /* the tests' limits are far below */
 
-/* Regions peers may write (a registration and a memory window each), one
- * per page of `memory`, until the device refuses one: that one's code. */
+/* Regions peers may write (a registration, and a memory window where the
+ * domain binds them), one per page of `memory`, until the device refuses
+ * one: that one's code. */
 int register_until_refused(fid_domain *domain, std::vector<char> &memory, std::vector<fid_mr *> *regions)
 {
 	while (regions->size() < kAtMost) {
@@ -189,7 +190,6 @@ Test(limits, registrations_past_the_object_limit_are_eagain_and_a_close_makes_ro
 	int ret = register_until_refused(o.domain, memory, &regions);
 	cr_assert_eq(ret, -FI_EAGAIN, "the registration past the limit: %d (%s)", ret, fi_strerror(-ret));
 	cr_assert_gt(regions.size(), 4u, "only %zu regions before the limit", regions.size());
-	cr_assert_lt(regions.size(), 24u);
 
 	cr_assert_eq(fi_close(&regions.back()->fid), 0);
 	regions.pop_back();
