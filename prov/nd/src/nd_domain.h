@@ -97,18 +97,24 @@ struct Domain {
 	 * limit must not be refused a queue pair or a registration for nd's
 	 * spares. True when anything went back. */
 	bool release_idle_device_objects(const char *why) noexcept;
+	/* Whether a creation that failed with errno `err` is worth one more
+	 * try: it failed for want of device objects or memory (EAGAIN,
+	 * ENOMEM), and the domain gave back idle ones. */
+	bool made_room_after(int err, const char *why) noexcept
+	{
+		return (err == EAGAIN || err == ENOMEM) && release_idle_device_objects(why);
+	}
 
 	/* make(), a device object's constructor returning nullptr with errno;
-	 * once more when it failed for want of device objects or memory
-	 * (EAGAIN, ENOMEM) and the domain had idle ones to give back. errno
-	 * is make()'s on the last try. */
+	 * once more when made_room_after says so. errno is make()'s on the
+	 * last try. */
 	template <class Make>
 	auto make_with_room(const char *why, Make make) -> decltype(make())
 	{
 		auto made = make();
-		if (!made && (errno == EAGAIN || errno == ENOMEM)) {
+		if (!made) {
 			const int first = errno;
-			if (release_idle_device_objects(why)) {
+			if (made_room_after(first, why)) {
 				errno = 0;
 				made = make();
 			} else {

@@ -99,14 +99,12 @@ int register_region(Domain *domain, const void *buf, size_t len, uint64_t access
 		const int cache_access = domain->windows_capable ? (verbs_access & ~kRemoteAccess) | IBV_ACCESS_MW_BIND
 								 : verbs_access;
 		region->cached = domain->mr_cache->acquire(buf, len, cache_access, &err, windows != nullptr);
-		if (!region->cached && (err == EAGAIN || err == ENOMEM) &&
-		    domain->release_idle_device_objects("fi_mr_reg: ibv_reg_mr"))
+		if (!region->cached && domain->made_room_after(err, "fi_mr_reg: ibv_reg_mr"))
 			region->cached = domain->mr_cache->acquire(buf, len, cache_access, &err, windows != nullptr);
 		registered = region->cached ? region->cached->mr : nullptr;
 		if (registered && windows) {
 			region->window = windows->expose(registered, buf, len, remote_access, &err);
-			if (!region->window && (err == EAGAIN || err == ENOMEM) &&
-			    domain->release_idle_device_objects("fi_mr_reg: ibv_alloc_mw"))
+			if (!region->window && domain->made_room_after(err, "fi_mr_reg: ibv_alloc_mw"))
 				region->window = windows->expose(registered, buf, len, remote_access, &err);
 			if (!region->window) {
 				ND_WARN(FI_LOG_MR, "fi_mr_reg(%p, %zu): no memory window (%s): registering the region "

@@ -4,6 +4,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <new>
@@ -212,11 +213,12 @@ int MemoryWindows::bind_and_wait_locked(ibv_mw *window, ibv_mr *mr, uint64_t add
 size_t MemoryWindows::release_pool() noexcept
 {
 	std::lock_guard<Mutex> guard(lock_);
-	size_t released = 0;
-	for (ibv_mw *window : free_)
-		released += discard_locked(window) ? 1 : 0;
-	free_.clear();
-	return released;
+	/* A window the device would not free stays pooled, not forgotten. */
+	const size_t pooled = free_.size();
+	free_.erase(std::remove_if(free_.begin(), free_.end(),
+				   [this](ibv_mw *window) { return discard_locked(window); }),
+		    free_.end());
+	return pooled - free_.size();
 }
 
 bool MemoryWindows::discard_locked(ibv_mw *window) noexcept

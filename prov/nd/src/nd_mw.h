@@ -59,8 +59,8 @@ public:
 	 * when the device could not say so and could not deallocate the
 	 * window either: the caller must then deregister `mr`. */
 	bool revoke(ibv_mw *window, ibv_mr *mr) noexcept;
-	/* Deallocates the pooled windows that are not bound; returns how
-	 * many. */
+	/* Deallocates the pooled windows (none is bound); returns how many
+	 * went. */
 	size_t release_pool() noexcept;
 
 
