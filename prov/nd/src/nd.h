@@ -396,7 +396,7 @@ int cntr_trywait(fid *cntr) noexcept;
 /* A counter progresses the CQs its endpoints complete into without knowing
  * what a CQ holds: this polls `cq`'s device queue into its rings, under the
  * CQ's lock, and returns the number of entries it queued. */
-struct CompletionQueue;
+class CompletionQueue;
 int cq_progress(CompletionQueue &cq);
 /* A counter with a wait object sleeps on the completion channels of the
  * CQs that feed it: the channel's fd (-1 when the CQ has none), and arming

@@ -35,7 +35,7 @@
 
 namespace nd {
 
-struct CompletionQueue;
+class CompletionQueue;
 struct Domain;
 
 struct Counter {

@@ -1228,7 +1228,7 @@ int cq_open(fid_domain *fdomain, fi_cq_attr *attr, fid_cq **out, void *context) 
 		int ret = CompletionQueue::open(from_fid<Domain>(fdomain), attr, context, false, &cq);
 		if (ret)
 			return ret;
-		*out = &cq->cq;
+		*out = &cq->fid();
 		return 0;
 	});
 }

@@ -238,7 +238,31 @@ inline bool takes_endpoint(const VerbsCqSlot &slot, int count, int promise, int 
 	return slot.promised + promise <= max_cqe || slot.reserved + count <= max_cqe / 2;
 }
 
-struct CompletionQueue {
+/*
+ * The CQ's state is private: other objects reach it through the operations
+ * below (reserve and grow for an endpoint's queues, the Sink, complete_now
+ * and report_canceled for entries), so that its lock, its rings and its
+ * verbs CQs have one owner, which the compiler holds them to.
+ */
+class CompletionQueue {
+public:
+	fid_cq &fid() noexcept { return cq; }
+	Domain *owning_domain() const noexcept { return domain; }
+	/* An endpoint's own; no application reads it. */
+	bool is_internal() const noexcept { return internal; }
+	/* Endpoints and poll sets bound to it, which keep it from closing. */
+	ChildCount &bindings() noexcept { return bound; }
+
+private:
+	/* The host unit tests' view of the rings (unit_completion.cpp). */
+	friend struct CompletionQueueTest;
+	/* The counter's waits on the CQs it counts (nd.h), and the close of
+	 * any object endpoints bind to: this file's other half. */
+	friend int cq_channel_fd(CompletionQueue &cq) noexcept;
+	friend int cq_arm(CompletionQueue &cq) noexcept;
+	template <typename T>
+	friend int close_bound_domain_child(T *object, fi_log_subsys subsys, const char *what);
+
 	fid_cq cq;				/* first: from_fid<CompletionQueue> */
 	Domain *domain;
 	fi_cq_format format;
@@ -290,6 +314,7 @@ struct CompletionQueue {
 	ChildCount bound;			/* endpoints completing here */
 	StallWatch stall_watch;			/* under lock */
 
+public:
 	/* Opens an application CQ (fi_cq_open) or an internal one. */
 	static int open(Domain *domain, const fi_cq_attr *attr, void *context, bool internal,
 			CompletionQueue **out);
@@ -298,6 +323,8 @@ struct CompletionQueue {
 	/* Keeps a closed endpoint's queue whose requests are still
 	 * outstanding, until the CQ closes. */
 	void adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept;
+
+private:
 	/* Under lock: halves a verbs CQ that endpoints closing left mostly
 	 * unreserved. */
 	void shrink(VerbsCqSlot &slot) noexcept;
@@ -312,6 +339,8 @@ struct CompletionQueue {
 	 * becomes `becomes` requests deep, for the log); -FI_EAGAIN, logged,
 	 * past the device's largest CQ or short of memory. */
 	int grow_to_reserve(VerbsCqSlot &slot, int more, uint32_t becomes) noexcept;
+
+public:
 
 	/* Makes room for `count` more outstanding requests (fi_enable), on a
 	 * verbs CQ where they may grow to `promise` (the queues' depths), and
@@ -394,6 +423,9 @@ struct CompletionQueue {
 	ssize_t read(void *buf, size_t count);
 	ssize_t read_any(void *buf, size_t count);
 
+	~CompletionQueue();
+
+private:
 	/* Handles one work completion: retires its records (WorkQueue::
 	 * retire) and returns true (with *out filled) when it is a success
 	 * the application sees; errors, and what a framed endpoint delivers,
@@ -435,8 +467,6 @@ struct CompletionQueue {
 	int arm_all() noexcept;
 	/* A verbs CQ of `size` entries on the CQ's channel; null with errno. */
 	ibv_cq *create_verbs_cq(int size) noexcept;
-
-	~CompletionQueue();
 };
 
 /* Maps a verbs work completion status to a libfabric error code

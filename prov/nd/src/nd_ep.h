@@ -36,7 +36,7 @@
 
 namespace nd {
 
-struct CompletionQueue;
+class CompletionQueue;
 struct Counter;
 struct Domain;
 struct EventQueue;

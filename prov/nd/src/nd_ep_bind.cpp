@@ -17,7 +17,7 @@ int Endpoint::bind_cq(CompletionQueue *cq, uint64_t flags)
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): bind before fi_enable\n");
 		return -FI_EOPBADSTATE;
 	}
-	if (cq->domain != domain) {
+	if (cq->owning_domain() != domain) {
 		ND_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): the CQ belongs to another domain\n");
 		return -FI_EINVAL;
 	}
@@ -35,12 +35,12 @@ int Endpoint::bind_cq(CompletionQueue *cq, uint64_t flags)
 	if (flags & FI_TRANSMIT) {
 		bindings.user_tx_cq = cq;
 		bindings.tx_selective = selective;
-		cq->bound.acquire();
+		cq->bindings().acquire();
 	}
 	if (flags & FI_RECV) {
 		bindings.user_rx_cq = cq;
 		bindings.rx_selective = selective;
-		cq->bound.acquire();
+		cq->bindings().acquire();
 	}
 	return 0;
 }
@@ -146,9 +146,9 @@ void Endpoint::unbind_all() noexcept
 {
 	bindings.for_each_counter([this](Counter *c) { c->detach(this); });
 	if (bindings.user_tx_cq)
-		bindings.user_tx_cq->bound.release();
+		bindings.user_tx_cq->bindings().release();
 	if (bindings.user_rx_cq)
-		bindings.user_rx_cq->bound.release();
+		bindings.user_rx_cq->bindings().release();
 	if (SharedRx *srx = bindings.srx())
 		srx->bound.release();
 	if (SharedTx *stx = bindings.stx())

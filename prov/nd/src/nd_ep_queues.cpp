@@ -52,7 +52,7 @@ constexpr QueueHooks kSendHooksWithCredits{ep_peer_lost, send_waiting_credits, s
 
 CompletionQueue *EndpointBindings::own_cq() const noexcept
 {
-	return tx_cq && tx_cq->internal ? tx_cq : rx_cq && rx_cq->internal ? rx_cq : nullptr;
+	return tx_cq && tx_cq->is_internal() ? tx_cq : rx_cq && rx_cq->is_internal() ? rx_cq : nullptr;
 }
 
 int Endpoint::setup_data_path()
@@ -269,7 +269,7 @@ void Endpoint::release_queues() noexcept
 	for (Direction d : {Direction{data.sq, bindings.tx_cq}, Direction{data.rq, bindings.rx_cq}}) {
 		if (!d.queue || !d.cq)
 			continue;
-		if (!d.cq->drain(*d.queue, kDrainMs) && !d.cq->internal) {
+		if (!d.cq->drain(*d.queue, kDrainMs) && !d.cq->is_internal()) {
 			if (MultiRecv *const behind = d.queue->multi()) {
 				/* The queue pair goes below: nothing more reaches it. */
 				std::lock_guard<Mutex> hold(behind->lock);
@@ -415,7 +415,7 @@ void Endpoint::linger() noexcept
 
 bool Endpoint::watches_stalls() const noexcept
 {
-	return domain->stall_timeout_s && bindings.tx_cq && !bindings.tx_cq->internal;
+	return domain->stall_timeout_s && bindings.tx_cq && !bindings.tx_cq->is_internal();
 }
 
 } // namespace nd

@@ -14,7 +14,7 @@ namespace {
 
 bool same(const PollSet::Member &m, const fid *member)
 {
-	return (m.cq && &m.cq->cq.fid == member) || (m.counter && &m.counter->cntr.fid == member);
+	return (m.cq && &m.cq->fid().fid == member) || (m.counter && &m.counter->cntr.fid == member);
 }
 
 } // namespace
@@ -28,7 +28,7 @@ int PollSet::add(fid *member)
 	Member m;
 	if (member->fclass == FI_CLASS_CQ) {
 		m.cq = from_fid<CompletionQueue>(member);
-		if (m.cq->domain != domain) {
+		if (m.cq->owning_domain() != domain) {
 			ND_WARN(FI_LOG_DOMAIN, "fi_poll_add: the CQ belongs to another domain\n");
 			return -FI_EINVAL;
 		}
@@ -52,7 +52,7 @@ int PollSet::add(fid *member)
 	}
 	members.push_back(m);
 	if (m.cq)
-		m.cq->bound.acquire();
+		m.cq->bindings().acquire();
 	else
 		m.counter->bound.acquire();
 	return 0;
@@ -68,7 +68,7 @@ int PollSet::del(fid *member)
 		return -FI_ENOENT;
 	}
 	if (it->cq)
-		it->cq->bound.release();
+		it->cq->bindings().release();
 	else
 		it->counter->bound.release();
 	members.erase(it);
@@ -88,7 +88,7 @@ int PollSet::poll(void **context, int count)
 			break;
 		if (m.cq) {
 			if (m.cq->pending())
-				context[found++] = m.cq->cq.fid.context;
+				context[found++] = m.cq->fid().fid.context;
 			continue;
 		}
 		m.counter->progress();
@@ -109,7 +109,7 @@ int PollSet::close()
 		std::lock_guard<Mutex> guard(lock);
 		for (Member &m : members) {
 			if (m.cq)
-				m.cq->bound.release();
+				m.cq->bindings().release();
 			else
 				m.counter->bound.release();
 		}

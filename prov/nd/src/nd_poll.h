@@ -23,7 +23,7 @@
 
 namespace nd {
 
-struct CompletionQueue;
+class CompletionQueue;
 struct Counter;
 struct Domain;
 

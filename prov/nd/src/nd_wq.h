@@ -61,7 +61,7 @@ enum class QueueKind : uint8_t { send, recv, shared_recv };
 
 struct WorkQueue;
 struct MultiRecv;
-struct CompletionQueue;
+class CompletionQueue;
 
 /*
  * Where entries go that a completion makes besides its own: a framed

@@ -101,13 +101,45 @@ void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::f
 
 using namespace nd;
 
-/* CompletionQueue::complete runs under the CQ's lock, as its read holds
- * it (debug builds check). */
+/* The CQ's state is private (nd_cq.h); this is the one view of it the host
+ * tests have: a CQ without a device, what completes into it, and its two
+ * rings. */
+namespace nd {
+struct CompletionQueueTest {
+	/* A CQ as fi_cq_open leaves it, without a device: its rings sized for
+	 * `capacity` outstanding requests. complete() needs nothing else. */
+	static std::unique_ptr<CompletionQueue> make(int capacity)
+	{
+		auto cq = std::make_unique<CompletionQueue>();
+		cq->domain = nullptr;
+		cq->format = FI_CQ_FORMAT_TAGGED;
+		cq->internal = false;
+		cq->waitable = false;
+		cq->vector = 0;
+		cq->capacity = capacity;
+		cq->reserved = capacity;
+		cq->size_rings(capacity);
+		return cq;
+	}
+	/* CompletionQueue::complete runs under the CQ's lock, as its read
+	 * holds it (debug builds check). */
+	static bool complete(CompletionQueue &cq, ibv_wc wc, CqEntry *out)
+	{
+		std::lock_guard<OptionalLock> hold(cq.lock);
+		return cq.complete(wc, out);
+	}
+	static CompletionRing<CqEntry> &ready(CompletionQueue &cq) { return cq.ready; }
+	static CompletionRing<CqError> &errors(CompletionQueue &cq) { return cq.errors; }
+	/* What fi_enable does to the rings (size_rings). */
+	static void size_rings(CompletionQueue &cq, int total) { cq.size_rings(total); }
+};
+} // namespace nd
+using Probe = nd::CompletionQueueTest;
+
 template <typename Cq>
 static bool complete_locked(Cq &cq, ibv_wc wc, CqEntry *out)
 {
-	std::lock_guard<OptionalLock> hold(cq->lock);
-	return cq->complete(wc, out);
+	return Probe::complete(*cq, wc, out);
 }
 using nd::test::completion_of;
 using nd::test::post;
@@ -129,20 +161,9 @@ void *volatile escaped; /* what a test keeps, so that no allocation is elided */
 int ctx_storage[64];
 void *ctx(int i) { return &ctx_storage[i]; }
 
-/* A CQ as fi_cq_open leaves it, without a device: its rings sized for
- * `capacity` outstanding requests. complete() needs nothing else. */
 std::unique_ptr<CompletionQueue> make_cq(int capacity)
 {
-	auto cq = std::make_unique<CompletionQueue>();
-	cq->domain = nullptr;
-	cq->format = FI_CQ_FORMAT_TAGGED;
-	cq->internal = false;
-	cq->waitable = false;
-	cq->vector = 0;
-	cq->capacity = capacity;
-	cq->reserved = capacity;
-	cq->size_rings(capacity);
-	return cq;
+	return Probe::make(capacity);
 }
 
 /* A queue pair on the host: ibv_post_recv calls context->ops.post_recv,
@@ -269,9 +290,9 @@ Test(completion_path, successes_failures_flushes_and_counters_allocate_nothing)
 	cr_assert_eq(entries[0].op_context, ctx(1));
 	cr_assert_eq(entries[0].flags, static_cast<uint64_t>(FI_SEND | FI_MSG));
 	cr_assert_not(reported[1] || reported[2] || reported[3], "errors go to the error ring");
-	cr_assert_eq(cq->errors.size(), 2u, "the failure and the flush the application asked about");
-	cr_assert_eq(cq->errors.front().entry.op_context, ctx(2));
-	cr_assert_eq(cq->errors.front().entry.err, FI_EACCES);
+	cr_assert_eq(Probe::errors(*cq).size(), 2u, "the failure and the flush the application asked about");
+	cr_assert_eq(Probe::errors(*cq).front().entry.op_context, ctx(2));
+	cr_assert_eq(Probe::errors(*cq).front().entry.err, FI_EACCES);
 	cr_assert_eq(counted.success.load(), 1u);
 	cr_assert_eq(counted.errors.load(), 3u);
 	cr_assert_eq(link.state(), LinkState::broken);
@@ -295,12 +316,12 @@ Test(completion_path, a_failure_of_nd_s_own_request_reaches_no_entry)
 	OpRecord &inject = post(sends, nullptr, FI_SEND | FI_MSG, false);
 	CqEntry entry;
 	cr_assert_not(complete_locked(cq, completion_of(credit_write, IBV_WC_LOC_QP_OP_ERR, IBV_WC_RDMA_WRITE), &entry));
-	cr_assert_eq(cq->errors.size(), 0u, "nd's own request's failure is not the application's");
+	cr_assert_eq(Probe::errors(*cq).size(), 0u, "nd's own request's failure is not the application's");
 	cr_assert_eq(link.state(), LinkState::broken, "the link records it");
 	cr_assert_not(complete_locked(cq, completion_of(inject, IBV_WC_LOC_QP_OP_ERR, IBV_WC_SEND), &entry));
-	cr_assert_eq(cq->errors.size(), 1u, "the application's request's failure is reported");
-	cr_assert_eq(cq->errors.front().entry.flags, static_cast<uint64_t>(FI_SEND | FI_MSG));
-	cr_assert_eq(cq->errors.front().entry.err, FI_EIO);
+	cr_assert_eq(Probe::errors(*cq).size(), 1u, "the application's request's failure is reported");
+	cr_assert_eq(Probe::errors(*cq).front().entry.flags, static_cast<uint64_t>(FI_SEND | FI_MSG));
+	cr_assert_eq(Probe::errors(*cq).front().entry.err, FI_EIO);
 	cr_assert_eq(sends.outstanding(), 0u);
 }
 
@@ -358,14 +379,14 @@ Test(completion_path, framed_messages_matched_kept_truncated_and_ended_allocate_
 		cr_assert_eq(count.made(), 0u, "completing allocated %u times", count.made());
 	}
 	cr_assert_not(reported[0] || reported[1] || reported[2], "framed entries go through the sink");
-	cr_assert_eq(cq->ready.size(), 1u);
-	cr_assert_eq(cq->ready.front().op_context, ctx(10));
-	cr_assert_eq(cq->ready.front().tag, 0x10u);
-	cr_assert_eq(cq->ready.front().len, sizeof(hello));
+	cr_assert_eq(Probe::ready(*cq).size(), 1u);
+	cr_assert_eq(Probe::ready(*cq).front().op_context, ctx(10));
+	cr_assert_eq(Probe::ready(*cq).front().tag, 0x10u);
+	cr_assert_eq(Probe::ready(*cq).front().len, sizeof(hello));
 	cr_assert_eq(std::memcmp(big, hello, sizeof(hello)), 0, "the bytes arrived");
-	cr_assert_eq(cq->errors.size(), 1u);
-	cr_assert_eq(cq->errors.front().entry.err, FI_ETRUNC);
-	cr_assert_eq(cq->errors.front().entry.olen, sizeof(longer) - sizeof(small));
+	cr_assert_eq(Probe::errors(*cq).size(), 1u);
+	cr_assert_eq(Probe::errors(*cq).front().entry.err, FI_ETRUNC);
+	cr_assert_eq(Probe::errors(*cq).front().entry.olen, sizeof(longer) - sizeof(small));
 	cr_assert_eq(std::memcmp(small, longer, sizeof(small)), 0);
 	cr_assert_eq(f.reposted.size(), 3u, "every buffer is back in the adapter");
 	cr_assert_eq(f.framing->unexpected.size(), 1u);
@@ -379,7 +400,7 @@ Test(completion_path, framed_messages_matched_kept_truncated_and_ended_allocate_
 		cr_assert_eq(f.framing->post(tagged_receive(ctx(13), late, sizeof(late), 0x99), *cq), 0);
 		cr_assert_eq(count.made(), 0u, "completing at once allocated %u times", count.made());
 	}
-	cr_assert_eq(cq->ready.size(), 2u);
+	cr_assert_eq(Probe::ready(*cq).size(), 2u);
 	cr_assert_eq(std::memcmp(late, hello, 5), 0);
 	cr_assert_eq(f.framing->unexpected.size(), 0u);
 	cr_assert_eq(f.reposted.size(), 3u, "a copied message has no buffer to give back");
@@ -394,17 +415,17 @@ Test(completion_path, framed_messages_matched_kept_truncated_and_ended_allocate_
 		cr_assert_eq(count.made(), 0u, "ending the connection allocated %u times", count.made());
 	}
 	cr_assert_eq(f.link.state(), LinkState::broken);
-	cr_assert_eq(cq->errors.size(), 2u);
-	cq->errors.pop_front();
-	cr_assert_eq(cq->errors.front().entry.op_context, ctx(12));
-	cr_assert_eq(cq->errors.front().entry.err, FI_ECANCELED);
+	cr_assert_eq(Probe::errors(*cq).size(), 2u);
+	Probe::errors(*cq).pop_front();
+	cr_assert_eq(Probe::errors(*cq).front().entry.op_context, ctx(12));
+	cr_assert_eq(Probe::errors(*cq).front().entry.err, FI_ECANCELED);
 	cr_assert(f.framing->posted.empty());
 }
 
 Test(completion_path, each_enable_keeps_room_for_every_error_still_to_come)
 {
 	auto cq = make_cq(4);
-	cr_assert_geq(cq->errors.room(), 8u, "twice the CQ's capacity");
+	cr_assert_geq(Probe::errors(*cq).room(), 8u, "twice the CQ's capacity");
 	WorkQueue sends(QueueKind::send, 8);
 	CqEntry entry;
 	for (int i = 0; i < 6; i++) {
@@ -413,13 +434,13 @@ Test(completion_path, each_enable_keeps_room_for_every_error_still_to_come)
 		cr_assert_not(complete_locked(cq, completion_of(r, IBV_WC_REM_ACCESS_ERR, IBV_WC_SEND), &entry));
 		cr_assert_eq(count.made(), 0u);
 	}
-	cr_assert_eq(cq->errors.size(), 6u, "none dropped");
+	cr_assert_eq(Probe::errors(*cq).size(), 6u, "none dropped");
 	/* The next fi_enable (reserve) keeps the unread ones and room for
 	 * twice the new capacity beside them. */
-	cq->size_rings(8);
-	cr_assert_geq(cq->errors.room(), 16u);
-	cr_assert_eq(cq->errors.size(), 6u);
-	cr_assert_eq(cq->errors.front().entry.op_context, ctx(0), "in order");
+	Probe::size_rings(*cq, 8);
+	cr_assert_geq(Probe::errors(*cq).room(), 16u);
+	cr_assert_eq(Probe::errors(*cq).size(), 6u);
+	cr_assert_eq(Probe::errors(*cq).front().entry.op_context, ctx(0), "in order");
 }
 
 Test(completion_path, unexpected_messages_past_the_arena_wait_in_their_buffers)
