@@ -942,7 +942,8 @@ void CompletionQueue::look_for_stalls() noexcept
 		WorkQueue &q = *e.queue;
 		const uint64_t tail = q.tail.load(std::memory_order_acquire);
 		const uint64_t head = q.head.load(std::memory_order_acquire);
-		const uint64_t signaled = std::min(q.signaled_head.load(std::memory_order_relaxed), head);
+		/* Loaded after head, it may belong to a request claimed since. */
+		const uint64_t signaled = std::min(q.last_signaled_end(), head);
 		if (tail != e.tail || signaled <= tail) {
 			/* Moved, or nothing outstanding will complete by itself
 			 * (unsignaled requests wait for a later signaled one). */

@@ -57,10 +57,6 @@ struct FrameHeaders {
 };
 
 /* One send-queue request as the msg and rma calls describe it. */
-inline bool is_atomic_opcode(ibv_wr_opcode opcode) noexcept
-{
-	return opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
-}
 
 struct TxRequest {
 	ibv_wr_opcode opcode;
@@ -312,6 +308,10 @@ struct DataPath {
 	 * counts that kind of request and needs every completion. */
 	uint32_t send_signal_interval = 1;
 	uint32_t write_signal_interval = 1;
+	/* Every read_signal_every-th read is signaled: half the negotiated
+	 * outbound read limit (Endpoint::post_tx says why), fixed when the
+	 * queue pair goes to RTS. */
+	uint32_t read_signal_every = 1;
 	/* IBV_SEND_FENCE where the endpoint's msg_order holds FI_ORDER_WAR or
 	 * FI_ORDER_SAR, else 0: an RC responder may run a send or write that
 	 * follows a read before the read has fetched its data, unless the
@@ -435,13 +435,38 @@ struct Endpoint {
 
 	/* Sending (nd_ep_send.cpp). */
 	ssize_t post_tx(const TxRequest &request);
-	ssize_t post_committed(ibv_send_wr &wr, const char *call)
+	/*
+	 * The one way send-queue requests reach the queue pair: what FI_MORE
+	 * held back first (their slots are earlier), then `chain`, claimed
+	 * (WorkQueue::claim) and ready. When posting fails, what was not
+	 * posted is unclaimed (WorkQueue::unclaim) and logged, at warn level
+	 * for the application's requests and at info level for nd's own
+	 * (`own`), and -FI_E* comes back. `Single`: a fast path's one
+	 * request, which knows that nothing is held back (the link's
+	 * slow-transmit bits say so).
+	 */
+	template <bool Single = false>
+	[[gnu::always_inline]] ssize_t submit(ibv_send_wr &chain, const char *call, bool own = false)
 	{
-		ibv_send_wr *bad; /* read by nobody: one request */
-		const int rc = post_send(data.qp.get(), &wr, &bad);
-		return rc ? post_failed(rc, call) : 0;
+		if (!Single && __builtin_expect(data.batch && data.batch->count, 0))
+			return post_batch(&chain, call, own);
+		ibv_send_wr *bad; /* set where posting fails; a single request's is itself */
+		if constexpr (!Single)
+			bad = nullptr; /* a device that sets none: all of it */
+		const int rc = post_send(data.qp.get(), &chain, &bad);
+		if (__builtin_expect(rc == 0, 1))
+			return 0;
+		/* A single request is the last claimed: what it was is all
+		 * the failure needs (nothing of it lives across the post). */
+		if constexpr (Single)
+			return single_failed(rc, chain.opcode, call);
+		return submit_failed(rc, bad, &chain, call, own);
 	}
-	ssize_t post_failed(int rc, const char *call);
+	/* submit's failure: `unposted` is what ibv_post_send named (null:
+	 * all of it, from `first`). */
+	ssize_t submit_failed(int rc, ibv_send_wr *unposted, ibv_send_wr *first, const char *call, bool own) noexcept;
+	/* The same, for a fast path's single request (the last claimed). */
+	ssize_t single_failed(int rc, ibv_wr_opcode opcode, const char *call) noexcept;
 	/* iWARP's remote CQ data: the slot write, then the message (nd_credits.h). */
 	ssize_t post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_sge, uint32_t total, bool inline_data,
 				    bool counted);
@@ -451,7 +476,7 @@ struct Endpoint {
 	bool start_batch() noexcept;
 	void hold_injects(bool held) noexcept;
 	ssize_t defer(const ibv_send_wr &wr, bool copy_inline, const char *call);
-	ssize_t post_batch(ibv_send_wr *last, const char *call);
+	ssize_t post_batch(ibv_send_wr *last, const char *call, bool own = false);
 	ssize_t post_deferred(const char *call);
 	ssize_t free_send_slots(const char *call);
 	/* A full ring that started small grows, with its CQ reservation

@@ -188,21 +188,9 @@ void Endpoint::write_credits() noexcept
 	wr.send_flags = claimed.send_flags;
 	wr.wr.rdma.remote_addr = c->peer_addr;
 	wr.wr.rdma.rkey = c->peer_rkey;
-	/* Requests held back by FI_MORE have earlier slots: they go first. */
-	if (data.batch && data.batch->count) {
-		if (post_batch(&wr, "receive credits")) {
-			c->pending.store(true, std::memory_order_release);
-			return;
-		}
-	} else {
-		ibv_send_wr *bad = nullptr;
-		if (int rc = post_send(data.qp.get(), &wr, &bad)) {
-			data.sq->uncommit();
-			c->pending.store(true, std::memory_order_release);
-			ND_INFO(FI_LOG_EP_DATA, "endpoint %p: receive credits: ibv_post_send: %s\n",
-				static_cast<void *>(this), std::strerror(rc));
-			return;
-		}
+	if (submit(wr, "receive credits", true)) {
+		c->pending.store(true, std::memory_order_release);
+		return;
 	}
 	c->advertised = posted;
 }

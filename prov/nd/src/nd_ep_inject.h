@@ -7,7 +7,7 @@
  * template on the opcode, defined here so that each entry point compiles
  * into one function with the opcode's choices made at compile time; every
  * refusal and the full queue take one predicted-not-taken branch each to
- * out-of-line code (inject_refused, free_send_slots, post_failed).
+ * out-of-line code (inject_refused, free_send_slots, submit_failed).
  */
 #ifndef ND_EP_INJECT_H
 #define ND_EP_INJECT_H
@@ -85,7 +85,7 @@ template <ibv_wr_opcode Op>
 	if (data.sq->no_room())
 		if (ssize_t ret = free_send_slots(inject_call_name(Op)))
 			return ret;
-	data.sq->count_budget(); /* given back if posting fails (uncommit) */
+	data.sq->count_budget(); /* given back if posting fails (unclaim) */
 	const ssize_t ret = post_inline_request<Op, true>(*data.sq, data.sq->head.load(std::memory_order_relaxed), buf,
 							   len, imm_data, remote_addr, remote_key);
 	if (data.credits)
@@ -133,9 +133,7 @@ template <ibv_wr_opcode Op, bool MaybeHeld>
 	wr.send_flags = claimed.send_flags | (len ? IBV_SEND_INLINE : 0);
 	/* Requests FI_MORE held back have earlier slots: they go first. The
 	 * fast path never finds any (a held batch makes it slow). */
-	if (MaybeHeld && __builtin_expect(data.batch && data.batch->count, 0))
-		return post_batch(&wr, call);
-	return post_committed(wr, call);
+	return submit<!MaybeHeld>(wr, call);
 }
 
 } // namespace nd

@@ -49,7 +49,7 @@ template <ibv_wr_opcode Op, typename General>
 	/* A shared budget's count is post_tx's (SlowTx::shared). */
 	const Claimed claimed =
 		is_read ? queue.claim_at<SendKind::read, false>(head, request, data.signal_interval,
-								std::max<uint32_t>(conn.effective.outbound / 2, 1))
+								data.read_signal_every)
 			: queue.claim_at<SendKind::data, false>(head, request, data.signal_interval, 1, data.read_fence);
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
@@ -66,10 +66,7 @@ template <ibv_wr_opcode Op, typename General>
 		wr.wr.rdma.remote_addr = remote_addr;
 		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
 	}
-	const ssize_t ret = post_committed(wr, call);
-	if (is_read && __builtin_expect(ret != 0, 0))
-		queue.reads_posted--;
-	return ret;
+	return submit<true>(wr, call);
 }
 
 [[gnu::always_inline]] inline ssize_t Endpoint::post_recv_one(void *buf, size_t len, void *desc, void *context,
@@ -84,12 +81,7 @@ template <ibv_wr_opcode Op, typename General>
 	}
 	WorkQueue &queue = *data.rq;
 	const uint64_t h = queue.head.load(std::memory_order_relaxed);
-	OpRecord &record = queue.records[h & queue.mask];
-	record.set_seq_and_report(h, report);
-	record.context = context;
-	record.flags = FI_RECV | FI_MSG;
-	record.len = static_cast<uint32_t>(len);
-	record.read_mark = 0;
+	OpRecord &record = queue.claim_recv_at(h, context, FI_RECV | FI_MSG, len, report);
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
 	sge.length = static_cast<uint32_t>(len);
@@ -99,7 +91,6 @@ template <ibv_wr_opcode Op, typename General>
 	wr.next = nullptr;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
-	queue.commit_at(h);
 	ibv_recv_wr *bad = nullptr;
 	if (const int rc = post_recv(data.qp.get(), &wr, &bad); __builtin_expect(rc != 0, 0))
 		return post_recv_failed(rc);

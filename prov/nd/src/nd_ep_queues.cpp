@@ -97,7 +97,7 @@ int Endpoint::setup_data_path()
 		if (!(data.credits = ReceiveCredits::open(domain->pd.get(), data_slots, send_slots)))
 			return -FI_ENOMEM;
 	}
-	const uint32_t rx_completions = bindings.srx() ? bindings.srx()->queue.depth : data.rq->limit;
+	const uint32_t rx_completions = bindings.srx() ? bindings.srx()->pool->depth : data.rq->limit;
 	/* The request that drains the send queue at close (post_drain_marker)
 	 * reserves its entry then where rings grow: with thousands of
 	 * endpoints on one CQ, one entry each is much of what they reserve at
@@ -351,11 +351,7 @@ void Endpoint::post_drain_marker() noexcept
 		return;
 	std::lock_guard<OptionalLock> guard(data.tx_lock);
 	ibv_send_wr wr = claim_close_marker(IBV_WR_SEND);
-	ibv_send_wr *bad = nullptr;
-	if (int rc = post_send(data.qp.get(), &wr, &bad)) {
-		data.sq->uncommit();
-		ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): drain marker: %s\n", std::strerror(rc));
-	}
+	(void)submit(wr, "fi_close(ep): drain marker", true);
 }
 
 /*
@@ -393,18 +389,8 @@ void Endpoint::linger() noexcept
 			wr.wr.rdma.remote_addr = data.credits->peer_addr;
 			wr.wr.rdma.rkey = data.credits->peer_rkey;
 		}
-		/* Requests held back by FI_MORE go first. */
-		if (data.batch && data.batch->count) {
-			if (post_batch(&wr, "fi_close(ep): linger marker"))
-				return;
-		} else {
-			ibv_send_wr *bad = nullptr;
-			if (int rc = post_send(data.qp.get(), &wr, &bad)) {
-				data.sq->uncommit();
-				ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): linger marker: %s\n", std::strerror(rc));
-				return;
-			}
-		}
+		if (submit(wr, "fi_close(ep): linger marker", true))
+			return;
 	}
 	if (bindings.tx_cq->drain(*data.sq, kLingerMs))
 		return;

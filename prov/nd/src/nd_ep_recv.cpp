@@ -81,15 +81,9 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 			return -FI_ENOMEM;
 		}
 	}
-	OpRecord &record = data.rq->next();
-	record.context = context;
-	record.flags = FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0);
-	record.len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
-	record.read_mark = 0;
-	record.set_report(report);
+	OpRecord &record = data.rq->claim_recv(context, FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0), total, report);
 	if (MultiRecv *const behind = data.rq->multi()) {
 		/* Behind a multi-receive buffer (or to become one), in order. */
-		data.rq->commit();
 		std::lock_guard<Mutex> hold(behind->lock);
 		int rc;
 		try {
@@ -98,7 +92,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 			rc = ENOMEM;
 		}
 		if (rc) {
-			data.rq->uncommit();
+			data.rq->unclaim_recv(1);
 			ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
 			return fi_error_of_post(rc);
 		}
@@ -115,12 +109,11 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 			PendingRecv pending{wr, std::vector<ibv_sge>(sge, sge + built)};
 			setup->pending_recvs.push_back(std::move(pending));
 		} catch (const std::bad_alloc &) {
+			data.rq->unclaim_recv(1);
 			return -FI_ENOMEM;
 		}
-		data.rq->commit();
 		return 0;
 	}
-	data.rq->commit();
 	ibv_recv_wr *bad = nullptr;
 	if (int rc = post_recv(data.qp.get(), &wr, &bad))
 		return post_recv_failed(rc);
@@ -133,7 +126,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 /* A receive's post failed (post_rx, post_recv_one): its slot goes back. */
 ssize_t Endpoint::post_recv_failed(int rc)
 {
-	data.rq->uncommit();
+	data.rq->unclaim_recv(1);
 	ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
 	return fi_error_of_post(rc);
 }
@@ -238,7 +231,7 @@ ssize_t Endpoint::cancel(void *context)
 		auto &held = behind->held;
 		held.erase(held.begin() + static_cast<std::ptrdiff_t>(found - pending_records.size()));
 	}
-	data.rq->uncommit();
+	data.rq->unclaim_recv(1);
 	if (hold.owns_lock())
 		hold.unlock(); /* the CQ takes its own lock, then this one, when it retires */
 	if (const CounterCells cells = data.rq->counter(CounterKind::recv))

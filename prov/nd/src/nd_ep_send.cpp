@@ -122,8 +122,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	const SendClaim request{r.context, static_cast<uint32_t>(r.cq_flags), static_cast<uint32_t>(total), r.report,
 				r.report || counter};
 	const Claimed claimed =
-		is_read ? data.sq->claim<SendKind::read>(request, data.signal_interval,
-							 std::max<uint32_t>(conn.effective.outbound / 2, 1))
+		is_read ? data.sq->claim<SendKind::read>(request, data.signal_interval, data.read_signal_every)
 			: data.sq->claim<SendKind::data>(request, data.signal_interval, 1, data.read_fence);
 	OpRecord &record = *claimed.record;
 	if (r.header) {
@@ -158,12 +157,8 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	const bool more = (r.flags & FI_MORE) && start_batch();
 	if (more) {
 		ret = defer(wr, inline_data && total + header_bytes, r.call);
-	} else if (data.batch && data.batch->count) {
-		ret = post_batch(&wr, r.call);
 	} else {
-		ret = post_committed(wr, r.call);
-		if (ret)
-			data.sq->reads_posted -= is_read;
+		ret = submit(wr, r.call);
 	}
 	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
@@ -236,19 +231,7 @@ ssize_t Endpoint::post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_
 	}
 	for (int i = 0; i + 1 < n; i++)
 		wr[i].next = &wr[i + 1];
-	/* Whatever FI_MORE held back goes first, with these. */
-	if (data.batch && data.batch->count)
-		return post_batch(&wr[0], r.call);
-	ibv_send_wr *bad = nullptr;
-	const int rc = post_send(data.qp.get(), &wr[0], &bad);
-	if (!rc)
-		return 0;
-	uint64_t unposted = 0;
-	for (ibv_send_wr *w = bad ? bad : &wr[0]; w; w = w->next)
-		++unposted;
-	queue.uncommit(unposted);
-	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", r.call, std::strerror(rc));
-	return fi_error_of_post(rc);
+	return submit(wr[0], r.call);
 }
 
 /* iWARP's fi_injectdata and fi_inject_writedata: three requests or two,
@@ -352,12 +335,12 @@ ssize_t Endpoint::post_deferred(const char *call)
 	return data.batch && data.batch->count ? post_batch(nullptr, call) : 0;
 }
 
-/* Posts the held-back requests, followed by `last` (committed, or null),
- * with one doorbell. On failure the slots of what was not posted are given
- * back; held-back requests among them are lost, which the log says (the
- * provider's own accounting keeps the queue within the device's limits, so
- * this takes a device failure). */
-ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
+/* Posts the held-back requests, followed by `last` (claimed, or null),
+ * with one doorbell. On failure what was not posted is unclaimed; held-back
+ * requests among it are lost, which the log says (the provider's own
+ * accounting keeps the queue within the device's limits, so this takes a
+ * device failure). */
+ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call, bool own)
 {
 	assert_held(data.tx_lock, "Endpoint::post_batch");
 	SendBatch &b = *data.batch;
@@ -370,29 +353,36 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call)
 	if (!first)
 		return 0;
 	ibv_send_wr *bad = nullptr;
-	int rc = post_send(data.qp.get(), first, &bad);
-	if (!rc)
-		return 0;
-	if (!bad)
-		bad = first;
-	uint64_t unposted = 0;
-	for (ibv_send_wr *w = bad; w; w = w->next)
-		++unposted;
-	data.sq->reads_posted = record_of(bad->wr_id)->read_mark -
-				(bad->opcode == IBV_WR_RDMA_READ || is_atomic_opcode(bad->opcode));
-	data.sq->uncommit(unposted);
-	const uint64_t held_lost = unposted - (last ? 1 : 0);
-	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s%s\n", call, std::strerror(rc),
-		held_lost ? " (requests posted earlier with FI_MORE are lost with it)" : "");
-	return fi_error_of_post(rc);
+	const int rc = post_send(data.qp.get(), first, &bad);
+	return rc ? submit_failed(rc, bad, first, call, own) : 0;
 }
 
-/* Posting the send request whose slot was just committed failed
- * (post_committed): the slot goes back. */
-ssize_t Endpoint::post_failed(int rc, const char *call)
+ssize_t Endpoint::single_failed(int rc, ibv_wr_opcode opcode, const char *call) noexcept
 {
-	data.sq->uncommit();
-	ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s\n", call, std::strerror(rc));
+	ibv_send_wr last{};
+	last.wr_id = reinterpret_cast<uintptr_t>(&data.sq->record_at(data.sq->head.load(std::memory_order_relaxed) - 1));
+	last.opcode = opcode;
+	return submit_failed(rc, &last, &last, call, false);
+}
+
+ssize_t Endpoint::submit_failed(int rc, ibv_send_wr *unposted, ibv_send_wr *first, const char *call,
+				bool own) noexcept
+{
+	if (!unposted)
+		unposted = first;
+	/* Requests FI_MORE held back are those before the batch's last
+	 * (they are the batch's own array). */
+	bool held_lost = false;
+	if (data.batch)
+		for (const ibv_send_wr *w = unposted; w; w = w->next)
+			held_lost = held_lost || (w >= data.batch->wr && w < data.batch->wr + SendBatch::kMaxRequests);
+	data.sq->unclaim(unposted);
+	if (own)
+		ND_INFO(FI_LOG_EP_DATA, "endpoint %p: %s: ibv_post_send: %s\n", static_cast<void *>(this), call,
+			std::strerror(rc));
+	else
+		ND_WARN(FI_LOG_EP_DATA, "%s: ibv_post_send: %s%s\n", call, std::strerror(rc),
+			held_lost ? " (requests posted earlier with FI_MORE are lost with it)" : "");
 	return fi_error_of_post(rc);
 }
 

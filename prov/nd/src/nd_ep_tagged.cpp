@@ -61,12 +61,15 @@ int Endpoint::setup_framing(uint32_t rx)
 	/* Every buffer waits for the queue pair's INIT, with the receives
 	 * made before the connection (post_pending_receives). */
 	for (uint32_t i = 0; i < count; i++) {
-		OpRecord &record = data.rq->next();
 		ibv_recv_wr wr;
 		ibv_sge sge;
-		framing->fill_bounce(record, framing->slot(i), wr, sge);
-		setup->pending_recvs.push_back(PendingRecv{wr, std::vector<ibv_sge>(1, sge)});
-		data.rq->commit();
+		framing->claim_bounce(*data.rq, framing->slot(i), wr, sge);
+		try {
+			setup->pending_recvs.push_back(PendingRecv{wr, std::vector<ibv_sge>(1, sge)});
+		} catch (...) {
+			data.rq->unclaim_recv(1);
+			throw;
+		}
 	}
 	data.rq->set_framing(std::move(framing));
 	return 0;

@@ -168,14 +168,10 @@ std::unique_ptr<Framing> Framing::make(ibv_pd *pd, uint32_t count, size_t max_pa
 	return framing;
 }
 
-void Framing::fill_bounce(OpRecord &record, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept
+OpRecord &Framing::claim_bounce(WorkQueue &in, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept
 {
-	record.context = bounce;
 	/* Its completions go to on_message through WorkQueue::retire. */
-	record.flags = FI_RECV | kPlacedByNd;
-	record.len = static_cast<uint32_t>(slot_size);
-	record.read_mark = 0;
-	record.set_report(false);
+	OpRecord &record = in.claim_recv(bounce, FI_RECV | kPlacedByNd, slot_size, false);
 	sge.addr = reinterpret_cast<uintptr_t>(bounce);
 	sge.length = static_cast<uint32_t>(slot_size);
 	sge.lkey = mr ? mr->lkey : 0;
@@ -183,6 +179,7 @@ void Framing::fill_bounce(OpRecord &record, uint8_t *bounce, ibv_recv_wr &wr, ib
 	wr.next = nullptr;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
+	return record;
 }
 
 void Framing::repost(uint8_t *bounce) noexcept
@@ -194,14 +191,12 @@ void Framing::repost(uint8_t *bounce) noexcept
 		ND_WARN(FI_LOG_EP_DATA, "framed endpoint: no ring slot to repost a receive buffer\n");
 		return;
 	}
-	OpRecord &record = queue->next();
 	ibv_recv_wr wr;
 	ibv_sge sge;
-	fill_bounce(record, bounce, wr, sge);
-	queue->commit();
+	claim_bounce(*queue, bounce, wr, sge);
 	ibv_recv_wr *bad = nullptr;
 	if (int rc = post_recv(to, &wr, &bad)) {
-		queue->uncommit();
+		queue->unclaim_recv(1);
 		ND_WARN(FI_LOG_EP_DATA, "framed endpoint: reposting a receive buffer: %s\n", std::strerror(rc));
 		return;
 	}

@@ -175,9 +175,10 @@ struct Framing final : PlacedReceiver {
 
 	uint8_t *slot(uint32_t index) noexcept { return slab.get() + size_t{index} * slot_size; }
 
-	/* Fills the ring slot and work request that post bounce buffer
-	 * `bounce` (its address). */
-	void fill_bounce(OpRecord &record, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept;
+	/* Claims a slot of receive queue `in` for bounce buffer `bounce`
+	 * (its address) and fills the work request that posts it; the
+	 * caller unclaims it (WorkQueue::unclaim_recv) if posting fails. */
+	OpRecord &claim_bounce(WorkQueue &in, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept;
 
 	/* A message landed in `buffer` (its slot retired by WorkQueue::
 	 * retire), under the CQ's lock: delivered to the first receive it

@@ -14,11 +14,11 @@
 namespace nd {
 
 SharedRx::SharedRx(Domain *d, uint32_t depth)
-	: ep{}, domain(d), queue(QueueKind::shared_recv, depth), iov_limit(1), op_flags(0),
+	: ep{}, domain(d), pool(std::make_unique<WorkQueue>(QueueKind::shared_recv, depth)), iov_limit(1), op_flags(0),
 	  min_multi_recv(kDefaultMinMultiRecv)
 {
 	/* Completed receives go back to the pool under the lock that posts. */
-	queue.set_pool_lock(&lock);
+	pool->set_pool_lock(&lock);
 	lock.enable(d->shared_objects_lock());
 }
 
@@ -44,21 +44,17 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 	if (multi)
 		return post_behind_multi(sge, static_cast<size_t>(built), total, context, true);
 	std::unique_lock<OptionalLock> guard(lock);
-	if (queue.multi()) {
+	if (pool->multi()) {
 		/* Made under this lock by another poster, and kept until the
 		 * context closes: from now on every receive goes behind it. */
 		guard.unlock();
 		return post_behind_multi(sge, static_cast<size_t>(built), total, context, false);
 	}
-	if (queue.free_slots().empty())
+	if (pool->free_slots().empty())
 		return -FI_EAGAIN;
-	uint32_t slot = queue.free_slots().back();
-	OpRecord &record = queue.records[slot];
-	record.context = context;
-	record.flags = FI_RECV | FI_MSG;
-	record.len = static_cast<uint32_t>(total);
-	record.read_mark = 0;
-	record.set_report(true);
+	uint32_t slot = pool->free_slots().back();
+	OpRecord &record = pool->records[slot];
+	record.fill_recv(context, FI_RECV | FI_MSG, total, true);
 	ibv_recv_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.sg_list = sge;
@@ -69,7 +65,7 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);
 	}
-	queue.free_slots().pop_back();
+	pool->free_slots().pop_back();
 	return 0;
 }
 
@@ -83,25 +79,21 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 	OpRecord *record;
 	{
 		std::lock_guard<OptionalLock> guard(lock);
-		if (queue.free_slots().empty())
+		if (pool->free_slots().empty())
 			return -FI_EAGAIN;
-		if (!queue.multi()) {
+		if (!pool->multi()) {
 			auto made = std::make_unique<MultiRecv>(min_multi_recv);
 			made->srq = srq.get();
 			made->ready = true;
-			queue.set_multi(std::move(made));
+			pool->set_multi(std::move(made));
 		}
-		record = &queue.records[queue.free_slots().back()];
-		queue.free_slots().pop_back();
+		record = &pool->records[pool->free_slots().back()];
+		pool->free_slots().pop_back();
 	}
-	record->context = context;
-	record->flags = FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0);
-	record->len = static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX));
-	record->read_mark = 0;
-	record->set_report(true);
+	record->fill_recv(context, FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0), total, true);
 	int rc;
 	{
-		MultiRecv *const behind = queue.multi(); /* made above, kept until close */
+		MultiRecv *const behind = pool->multi(); /* made above, kept until close */
 		std::lock_guard<Mutex> hold(behind->lock);
 		try {
 			rc = behind->submit(record, sge, count, multi);
@@ -111,7 +103,7 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 	}
 	if (rc) {
 		std::lock_guard<OptionalLock> guard(lock);
-		queue.free_slots().push_back(static_cast<uint32_t>(record - queue.records));
+		pool->free_slots().push_back(static_cast<uint32_t>(record - pool->records));
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);
 	}
@@ -122,7 +114,7 @@ void SharedRx::set_min_multi_recv(size_t bytes)
 {
 	std::lock_guard<OptionalLock> guard(lock);
 	min_multi_recv = bytes;
-	if (MultiRecv *const behind = queue.multi()) {
+	if (MultiRecv *const behind = pool->multi()) {
 		std::lock_guard<Mutex> hold(behind->lock);
 		behind->min_free = bytes;
 	}

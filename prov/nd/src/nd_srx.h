@@ -31,7 +31,10 @@ struct SharedRx {
 	Domain *domain;
 	UniqueSrq srq;
 	OptionalLock lock{LockRank::shared_rx};			/* before queue, which points at it */
-	WorkQueue queue;			/* a pool of records; the ring is not used */
+	/* A pool of records; the ring is not used. Held by pointer: a work
+	 * queue's state is private, which a standard-layout object (from_fid)
+	 * cannot hold by value. */
+	std::unique_ptr<WorkQueue> pool;
 	uint32_t iov_limit;
 	uint64_t op_flags;			/* fi_recv's and fi_recvv's flags */
 	size_t min_multi_recv;			/* FI_OPT_MIN_MULTI_RECV */

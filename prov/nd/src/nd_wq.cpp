@@ -191,6 +191,50 @@ bool WorkQueue::grow() noexcept
 	return true;
 }
 
+void WorkQueue::unclaim(const ibv_send_wr *unposted) noexcept
+{
+	uint64_t n = 0;
+	bool signaled = false;
+	unsigned fence_moves = 0;
+	for (const ibv_send_wr *w = unposted; w; w = w->next) {
+		const OpRecord &record = *record_of(w->wr_id);
+		++n;
+		signaled = signaled || record.signaled();
+		fence_moves += record.moved_fence() ? 1 : 0;
+	}
+	if (!n)
+		return;
+	const OpRecord &first = *record_of(unposted->wr_id);
+	const uint64_t from = head.load(std::memory_order_relaxed) - n;
+	reads_posted = first.read_mark - (reads_remote_memory(unposted->opcode) ? 1 : 0);
+	if (signaled) {
+		/* The last signaled request before `from` is outstanding (its
+		 * record is kept, in this ring or an older one, until tail
+		 * passes it) or it is the last one retired, tail - 1: tail moves
+		 * to just past a signaled completion, and the reads it retired
+		 * are reads_retired (stored before tail). A queue that never
+		 * retired anything starts from nothing. */
+		const uint64_t t = tail.load(std::memory_order_acquire);
+		uint64_t end = t;
+		uint32_t reads = reads_retired.load(std::memory_order_acquire);
+		for (uint64_t seq = from; seq > t; --seq) {
+			const OpRecord &record = record_at(seq - 1);
+			if (record.signaled()) {
+				end = seq;
+				reads = record.read_mark;
+				break;
+			}
+		}
+		signaled_head.store(end, std::memory_order_relaxed);
+		reads_at_signal = reads;
+	}
+	if (fence_moves == 1)
+		reads_fenced = reads_fenced_before;
+	else if (fence_moves > 1)
+		reads_fenced = reads_posted - 1; /* fence the next send or write */
+	give_back(n);
+}
+
 OpRecord &WorkQueue::record_at(uint64_t seq) noexcept
 {
 	if (!extras_ || seq >= extras_->ring_first)

@@ -101,21 +101,40 @@ struct OpRecord {
 	uint32_t len;		/* bytes posted (receives: buffer size) */
 	uint32_t read_mark;	/* the queue's reads_posted once this was posted:
 				 * its completion retires reads up to here */
-	/* Bit 0: the application asked for a CQ entry. Bits 8-31: the low
-	 * bits of the request's place in its queue's posting order
-	 * (WorkQueue::head when posted), from which retiring counts the
-	 * slots up to it, whichever of the queue's rings it lives in; fewer
-	 * requests than 2^24 are ever outstanding on one queue. One word, so
-	 * that the poster writes both with one store. */
+	/* Bit 0: the application asked for a CQ entry. Bit 1 (send queue):
+	 * the request was posted signaled, which is what WorkQueue::unclaim
+	 * looks back for. Bits 8-31: the low bits of the request's place in
+	 * its queue's posting order (WorkQueue::head when posted), from which
+	 * retiring counts the slots up to it, whichever of the queue's rings
+	 * it lives in; fewer requests than 2^24 are ever outstanding on one
+	 * queue. One word, so that the poster writes them with one store. */
 	uint32_t seq_and_report;
 
+	static constexpr uint32_t kSignaledBit = IBV_SEND_SIGNALED;
+	static_assert(IBV_SEND_SIGNALED == 2, "the signaled bit is bit 1, where the work request has it");
+	/* Bit 2 (send queue): claiming it moved the fence mark (WorkQueue::
+	 * fence_after_reads), which unclaim gives back. */
+	static constexpr uint32_t kMovedFenceBit = 4;
+
 	bool report() const noexcept { return seq_and_report & 1u; }
+	bool signaled() const noexcept { return seq_and_report & kSignaledBit; }
+	bool moved_fence() const noexcept { return seq_and_report & kMovedFenceBit; }
 	uint32_t seq() const noexcept { return seq_and_report >> 8; }
 	void set_report(bool report) noexcept { seq_and_report = (seq_and_report & ~1u) | (report ? 1u : 0u); }
 	void set_seq(uint64_t seq) noexcept { seq_and_report = static_cast<uint32_t>(seq) << 8 | (seq_and_report & 1u); }
 	void set_seq_and_report(uint64_t seq, bool report) noexcept
 	{
 		seq_and_report = static_cast<uint32_t>(seq) << 8 | (report ? 1u : 0u);
+	}
+	/* A receive's record (WorkQueue::claim_recv, a shared pool's slot):
+	 * the buffer's context, its CQ flags and size. */
+	void fill_recv(void *for_context, uint32_t cq_flags, uint64_t size, bool reported) noexcept
+	{
+		context = for_context;
+		flags = cq_flags;
+		len = static_cast<uint32_t>(size < UINT32_MAX ? size : UINT32_MAX);
+		read_mark = 0;
+		set_report(reported);
 	}
 };
 static_assert(sizeof(OpRecord) == 32, "a ring slot is half a cache line");
@@ -131,6 +150,17 @@ static_assert(kRecordCqFlags <= UINT32_MAX, "OpRecord::flags holds every CQ flag
  * page says: the buffer is released.) */
 constexpr uint32_t kPlacedByNd = 1u << 31;
 static_assert((kRecordCqFlags & kPlacedByNd) == 0, "kPlacedByNd is no CQ flag");
+
+/* The send-queue requests that count against the read limit: RDMA reads
+ * and the atomics, which read too. */
+inline bool is_atomic_opcode(ibv_wr_opcode opcode) noexcept
+{
+	return opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+}
+inline bool reads_remote_memory(ibv_wr_opcode opcode) noexcept
+{
+	return opcode == IBV_WR_RDMA_READ || is_atomic_opcode(opcode);
+}
 
 /* Every work request's wr_id is its record. */
 inline OpRecord *record_of(uint64_t wr_id) noexcept
@@ -307,7 +337,9 @@ struct WorkQueue {
 	uint32_t mask;			/* ring size - 1 (a power of two > depth +
 					 * internal_slots: one slot always free for the
 					 * close marker) */
-	uint32_t unsignaled_run = 0;	/* poster only: unsignaled since the last signal */
+	/* RDMA reads (and atomics) retired, wrapping (the reaper's; the
+	 * poster counts those posted). Here, where it fills a hole. */
+	std::atomic<uint32_t> reads_retired{0};
 	/* RetireTargets' link, hooks and their owner (its counters are in
 	 * the extras, made for a counted queue only). */
 	Link *link = nullptr;
@@ -318,15 +350,29 @@ struct WorkQueue {
 	};
 	std::atomic<uint64_t> head{0};	/* posted: written by the poster */
 	std::atomic<uint64_t> tail{0};	/* retired: written by the reaper */
-	/* head just after the last signaled request (the poster's): a request
-	 * that will complete is outstanding while this is above tail. */
+
+private:
+	/*
+	 * The poster's counters, which claim moves and unclaim gives back,
+	 * nothing else: what a request posted signaled, counted as a read or
+	 * fenced is decided from them alone.
+	 */
+	/* head just after the last signaled request: a request that will
+	 * complete is outstanding while this is above tail (the stall watch
+	 * reads it), and the requests claimed since are head minus this. */
 	std::atomic<uint64_t> signaled_head{0};
-	uint32_t unsignaled_reads = 0;	/* poster only: unsignaled reads since then */
-	/* RDMA reads posted and retired, wrapping: in flight is the difference. */
-	uint32_t reads_posted = 0;		/* written by the poster */
-	std::atomic<uint32_t> reads_retired{0};	/* written by the reaper */
-	uint32_t reads_fenced = 0;		/* poster only: reads_posted when a
-						 * send or write was last fenced */
+	/* RDMA reads (and atomics) posted, wrapping: in flight is this minus
+	 * reads_retired. */
+	uint32_t reads_posted = 0;
+	/* reads_posted when the last signaled request was claimed: the reads
+	 * unsignaled since are reads_posted minus this. */
+	uint32_t reads_at_signal = 0;
+	/* reads_posted when a send or write was last fenced after reads, and
+	 * what it was before (for unclaim). */
+	uint32_t reads_fenced = 0;
+	uint32_t reads_fenced_before = 0;
+
+public:
 
 	/* Null until a queue needs one of its parts. */
 	std::unique_ptr<QueueExtras> extras_;
@@ -526,30 +572,42 @@ struct WorkQueue {
 			b->used.fetch_add(1, std::memory_order_acq_rel);
 	}
 
-	/* The next free slot, filled by the poster and published by commit. */
-	OpRecord &next() noexcept
+	/*
+	 * A receive queue's posting protocol: the next slot's record filled
+	 * (OpRecord::fill_recv) and published, before the receive is posted
+	 * (or kept for the queue pair's INIT); unclaim_recv gives it back when
+	 * that fails. The ring has room. claim_recv_at takes head as the
+	 * poster loaded it (the receive fast path): an atomic load is never
+	 * merged with another.
+	 */
+	[[gnu::always_inline]] OpRecord &claim_recv_at(uint64_t h, void *context, uint32_t flags, uint64_t len,
+						       bool report) noexcept
 	{
-		const uint64_t h = head.load(std::memory_order_relaxed);
 		OpRecord &record = records[h & mask];
 		record.set_seq(h);
+		record.fill_recv(context, flags, len, report);
+		commit_at(h);
 		return record;
 	}
-	/* A signaled request (one that completes by itself) also moves
-	 * signaled_head. */
-	void commit(bool signaled = false) noexcept
+	OpRecord &claim_recv(void *context, uint32_t flags, uint64_t len, bool report) noexcept
 	{
-		commit_at(head.load(std::memory_order_relaxed), signaled);
+		return claim_recv_at(head.load(std::memory_order_relaxed), context, flags, len, report);
 	}
-	/* The same, with head as the poster loaded it (claim_at, the
-	 * receive fast path): an atomic load is never merged with another. */
+
+private:
+	/* Publishes the slot claimed at h; a signaled request (one that
+	 * completes by itself) also moves signaled_head. */
 	[[gnu::always_inline]] void commit_at(uint64_t h, bool signaled = false) noexcept
 	{
 		if (signaled)
 			signaled_head.store(h + 1, std::memory_order_relaxed);
 		head.store(h + 1, std::memory_order_release);
 	}
-	/* Gives back the last n slots committed, when posting them failed. */
-	void uncommit(uint64_t n = 1) noexcept
+
+public:
+private:
+	/* Gives back the last n slots claimed, when posting them failed. */
+	void give_back(uint64_t n) noexcept
 	{
 		const uint64_t h = head.load(std::memory_order_relaxed) - n;
 		if (__builtin_expect(extras_ && h < extras_->ring_first, 0))
@@ -559,16 +617,22 @@ struct WorkQueue {
 			b->used.fetch_sub(n, std::memory_order_acq_rel);
 	}
 
+public:
+
 	/* The flag a send or RDMA write needs (`fence`: IBV_SEND_FENCE where
 	 * the application asked for FI_ORDER_WAR or FI_ORDER_SAR, else 0):
 	 * `fence` when reads were posted since the last fenced request, which
 	 * then waits at the adapter until they have their data; requests
 	 * behind it are ordered behind it. Nothing when no read came between. */
-	uint32_t fence_after_reads(uint32_t fence) noexcept
+	uint32_t fence_after_reads(uint32_t fence, OpRecord &record) noexcept
 	{
-		if (__builtin_expect(reads_posted == reads_fenced, 1))
+		/* An endpoint without FI_ORDER_WAR or FI_ORDER_SAR fences
+		 * nothing, ever (fence is fixed at fi_enable): no mark to keep. */
+		if (__builtin_expect(fence == 0 || reads_posted == reads_fenced, 1))
 			return 0;
+		reads_fenced_before = reads_fenced;
 		reads_fenced = reads_posted;
+		record.seq_and_report |= OpRecord::kMovedFenceBit;
 		return fence;
 	}
 	uint32_t reads_in_flight() const noexcept
@@ -607,32 +671,86 @@ struct WorkQueue {
 						 uint32_t read_every = 1, uint32_t fence = 0) noexcept
 	{
 		constexpr bool is_read = Kind == SendKind::read;
-		bool signaled = request.signal || ++unsignaled_run >= interval;
+		/* Copies with their flags known: a run of unsignaled requests
+		 * keeps no flag in a register, and a read that must complete by
+		 * itself reads neither interval (its path has no register to
+		 * spare; a send's or write's is shorter without the copy). */
 		if constexpr (is_read)
-			signaled = signaled || ++unsignaled_reads >= read_every;
-		if (signaled) {
-			unsignaled_run = 0;
-			unsignaled_reads = 0;
-		}
+			if (request.signal)
+				return claim_as<Kind, Budgeted, true>(h, request, fence, reads_posted + 1);
+		/* `interval` requests since the last signaled one, this one
+		 * included (head and signaled_head never wrap). */
+		bool signaled = request.signal || signaled_head.load(std::memory_order_relaxed) + interval <= h + 1;
+		const uint32_t reads = reads_posted + (is_read ? 1 : 0);
+		if constexpr (is_read)
+			signaled = signaled || reads - reads_at_signal >= read_every;
+		if (signaled)
+			return claim_as<Kind, Budgeted, true>(h, request, fence, reads);
+		return claim_as<Kind, Budgeted, false>(h, request, fence, reads);
+	}
+	/* claim_at's two copies; `reads` counts this request if a read. */
+	template <SendKind Kind, bool Budgeted, bool Signaled>
+	[[gnu::always_inline]] Claimed claim_as(uint64_t h, const SendClaim &request, uint32_t fence,
+						 uint32_t reads) noexcept
+	{
+		constexpr bool is_read = Kind == SendKind::read;
+		constexpr uint32_t signal_flag = Signaled ? IBV_SEND_SIGNALED : 0;
 		OpRecord &record = records[h & mask];
-		record.set_seq_and_report(h, request.report);
+		record.seq_and_report = static_cast<uint32_t>(h) << 8 | signal_flag | (request.report ? 1u : 0u);
 		record.context = request.context;
 		record.flags = request.flags;
 		record.len = request.len;
-		record.read_mark = reads_posted + (is_read ? 1 : 0);
-		uint32_t send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+		record.read_mark = reads;
+		uint32_t send_flags = signal_flag;
 		/* Only the application's sends and writes wait for reads: an
 		 * internal write must not mark the reads fenced for them. */
 		if constexpr (Kind == SendKind::data)
-			send_flags |= fence_after_reads(fence);
+			send_flags |= fence_after_reads(fence, record);
 		if constexpr (is_read)
-			++reads_posted;
+			reads_posted = reads;
+		if constexpr (Signaled)
+			reads_at_signal = reads;
 		/* Published before posting: the completion may be reaped at once. */
 		if constexpr (Budgeted)
 			count_budget();
-		commit_at(h, signaled);
+		commit_at(h, Signaled);
 		return {&record, send_flags};
 	}
+
+	/*
+	 * Posting failed from `unposted` on (the work request ibv_post_send
+	 * named, and those chained behind it, all claimed last): their slots
+	 * go back, and every counter claim moved is as it was before the
+	 * first of them was claimed, so that the next claim decides as if
+	 * they had never been: head, the shared budget, the reads posted,
+	 * the last signaled request and the reads since (found again among
+	 * the requests still outstanding, whose records say which were
+	 * signaled), and the fence mark. One exception, written down: where
+	 * two or more of them moved the fence mark, the mark before the first
+	 * is no longer known, and the next send or write is fenced (a fence
+	 * too many costs time, never order). The poster's, under its lock.
+	 */
+	void unclaim(const ibv_send_wr *unposted) noexcept; /* nd_wq.cpp */
+	/* The same, for `n` receives claimed last (claim_recv). */
+	void unclaim_recv(uint64_t n) noexcept { give_back(n); }
+
+	/* What the poster's counters decide, for the tests: the undo test
+	 * compares a queue that unclaimed with one that never claimed. */
+	struct PosterView {
+		uint64_t head, signaled_head;
+		uint32_t unsignaled, reads_posted, unsignaled_reads;
+		bool reads_unfenced;
+		bool operator==(const PosterView &) const = default;
+	};
+	PosterView poster_view() const noexcept
+	{
+		const uint64_t h = head.load(std::memory_order_relaxed);
+		const uint64_t sh = signaled_head.load(std::memory_order_relaxed);
+		return {h, sh, static_cast<uint32_t>(h - sh), reads_posted, reads_posted - reads_at_signal,
+			reads_posted != reads_fenced};
+	}
+	/* The stall watch's: head just after the last signaled request. */
+	uint64_t last_signaled_end() const noexcept { return signaled_head.load(std::memory_order_relaxed); }
 
 	/* Retires every slot up to and including `last` (earlier ones were
 	 * unsignaled, see above), and the reads posted up to it; how many. A
@@ -647,8 +765,10 @@ struct WorkQueue {
 		/* Read before the slot is given back: the poster may reuse it,
 		 * or free the old ring it is in, once tail passes it. */
 		const uint32_t read_mark = last->read_mark;
-		tail.store(t + retired, std::memory_order_release);
+		/* The reads first: whoever sees tail pass `last` (acquire) sees
+		 * the reads it retired (unclaim reads both). */
 		reads_retired.store(read_mark, std::memory_order_release);
+		tail.store(t + retired, std::memory_order_release);
 		return retired;
 	}
 

@@ -218,12 +218,9 @@ struct FramedQueue {
 	}
 	OpRecord &bounce(uint8_t *buffer)
 	{
-		OpRecord &record = queue.next();
 		ibv_recv_wr wr;
 		ibv_sge sge;
-		framing->fill_bounce(record, buffer, wr, sge);
-		queue.commit();
-		return record;
+		return framing->claim_bounce(queue, buffer, wr, sge);
 	}
 	/* The adapter fills the buffer of record `r` with a framed message. */
 	ibv_wc message(const OpRecord &r, frame::Kind kind, uint64_t tag, const void *bytes, uint32_t length)
@@ -333,13 +330,7 @@ Test(completion_path, a_multi_receive_buffer_allocates_nothing)
 	receives.multi()->post_wr = [](MultiRecv &, ibv_recv_wr &) noexcept { return 0; };
 	receives.multi()->ready = true;
 	uint8_t buffer[100];
-	OpRecord &record = receives.next();
-	record.context = ctx(5);
-	record.flags = FI_RECV | FI_MSG | kPlacedByNd;
-	record.len = sizeof(buffer);
-	record.set_report(true);
-	record.read_mark = 0;
-	receives.commit();
+	OpRecord &record = receives.claim_recv(ctx(5), FI_RECV | FI_MSG | kPlacedByNd, sizeof(buffer), true);
 	ibv_sge sge{reinterpret_cast<uintptr_t>(buffer), sizeof(buffer), 7};
 	cr_assert_eq(receives.multi()->submit(&record, &sge, 1, true), 0);
 

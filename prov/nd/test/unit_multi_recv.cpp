@@ -47,13 +47,7 @@ int record_post(MultiRecv &, ibv_recv_wr &wr) noexcept
 /* Posts a receive as the endpoint does when the queue has a MultiRecv. */
 OpRecord &post_recv(WorkQueue &queue, void *context, uint8_t *buf, uint32_t len, bool multi)
 {
-	OpRecord &record = queue.next();
-	record.context = context;
-	record.flags = kRecvFlags | (multi ? kPlacedByNd : 0);
-	record.len = len;
-	record.set_report(true);
-	record.read_mark = 0;
-	queue.commit();
+	OpRecord &record = queue.claim_recv(context, kRecvFlags | (multi ? kPlacedByNd : 0), len, true);
 	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), len, 7};
 	cr_assert_eq(queue.multi()->submit(&record, &sge, 1, multi), 0);
 	return record;

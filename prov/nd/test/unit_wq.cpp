@@ -16,6 +16,7 @@
 #include <vector>
 
 using namespace nd;
+using nd::test::Chain;
 using nd::test::completion_of;
 using nd::test::retire_copy;
 using nd::test::post;
@@ -174,8 +175,8 @@ Test(work_queue, uncommit_across_a_growth)
 	post(queue, ctx(1), kSendFlags, false);
 	cr_assert(queue.grow());
 	OpRecord &second = post(queue, ctx(2), kSendFlags, false);
-	queue.uncommit();
-	queue.uncommit();
+	Chain both{&queue.record_at(0), &second};
+	queue.unclaim(both.at(0));
 	cr_assert_eq(queue.head.load(), 0u);
 	OpRecord &again = post(queue, ctx(3), kSendFlags);
 	cr_assert_eq(&queue.record_at(0), &again);
@@ -362,8 +363,8 @@ Test(work_queue, a_shared_send_budget_spans_its_queues)
 	retire_copy(completion_of(a2));	/* retires a's first request too */
 	cr_assert_eq(budget->left(), 2u);
 	cr_assert_not(b.no_room());
-	post(b, ctx(4), kSendFlags);
-	b.uncommit();				/* posting it failed */
+	Chain failed{&post(b, ctx(4), kSendFlags)};
+	b.unclaim(failed.at(0));		/* posting it failed */
 	cr_assert_eq(budget->left(), 2u);
 	retire_copy(completion_of(b1, IBV_WC_WR_FLUSH_ERR));
 	cr_assert_eq(budget->left(), 3u, "a flushed request gives its share back");
@@ -425,25 +426,25 @@ Test(send_protocol, every_signaled_request_restarts_the_unsignaled_reads)
 	const SendClaim inject{nullptr, FI_SEND | FI_MSG, 8, false, false};
 	Claimed c = queue.claim<SendKind::read>(read, 100, 4);
 	cr_assert_eq(c.send_flags & IBV_SEND_SIGNALED, 0u);
-	cr_assert_eq(queue.unsignaled_reads, 1u);
+	cr_assert_eq(queue.poster_view().unsignaled_reads, 1u);
 	/* An inject that reaches its signal interval (1: a counter wants it). */
 	c = queue.claim<SendKind::data, false>(inject, 1, 1, 0);
 	cr_assert_neq(c.send_flags & IBV_SEND_SIGNALED, 0u);
-	cr_assert_eq(queue.unsignaled_reads, 0u, "a signaled inject retires the reads before it");
-	cr_assert_eq(queue.unsignaled_run, 0u);
+	cr_assert_eq(queue.poster_view().unsignaled_reads, 0u, "a signaled inject retires the reads before it");
+	cr_assert_eq(queue.poster_view().unsignaled, 0u);
 	/* A send that wants its completion. */
 	queue.claim<SendKind::read>(read, 100, 4);
 	queue.claim<SendKind::data>(SendClaim{ctx(2), FI_SEND | FI_MSG, 8, true, true}, 100);
-	cr_assert_eq(queue.unsignaled_reads, 0u);
+	cr_assert_eq(queue.poster_view().unsignaled_reads, 0u);
 	/* A credit write at its interval. */
 	queue.claim<SendKind::read>(read, 100, 4);
 	queue.claim<SendKind::internal>(SendClaim{nullptr, 0, 8, false, false}, 1);
-	cr_assert_eq(queue.unsignaled_reads, 0u);
+	cr_assert_eq(queue.poster_view().unsignaled_reads, 0u);
 	/* Every read_every-th read signals itself. */
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(queue.claim<SendKind::read>(read, 100, 4).send_flags & IBV_SEND_SIGNALED, 0u);
 	cr_assert_neq(queue.claim<SendKind::read>(read, 100, 4).send_flags & IBV_SEND_SIGNALED, 0u);
-	cr_assert_eq(queue.unsignaled_reads, 0u);
+	cr_assert_eq(queue.poster_view().unsignaled_reads, 0u);
 }
 
 /* A write after reads carries the fence once; the provider's own writes
@@ -472,12 +473,131 @@ Test(send_protocol, a_claimed_record_reports_and_retires_what_it_was_given)
 	cr_assert(read.record->report());
 	cr_assert_eq(read.record->read_mark, 1u);
 	cr_assert_eq(queue.reads_in_flight(), 1u);
-	cr_assert_eq(queue.signaled_head.load(), 1u);
+	cr_assert_eq(queue.poster_view().signaled_head, 1u);
 	cr_assert(queue.signaled_outstanding());
 	const Retired done = retire_copy(completion_of(*read.record, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
 	cr_assert_eq(done.context, ctx(7));
 	cr_assert_eq(queue.reads_in_flight(), 0u);
 	cr_assert_not(queue.signaled_outstanding());
+}
+
+/*
+ * The undo: a chain whose third request fails to post (ibv_post_send names
+ * it) leaves the queue as if only the first two had been claimed. A twin
+ * queue that claimed the same requests but never the failed ones is the
+ * reference: every counter a claim moves (poster_view) must match, and so
+ * must what the next claims decide, signaled and fenced, and the budget.
+ * The chain holds what moves them all: a read, signaled requests (one by
+ * its report, one by the read interval), a fenced write, a provider's own
+ * write, across the send interval.
+ */
+namespace {
+
+struct Step {
+	SendKind kind;
+	SendClaim request;
+};
+
+Claimed claim_step(WorkQueue &queue, const Step &step)
+{
+	constexpr uint32_t kInterval = 5, kReadEvery = 3;
+	switch (step.kind) {
+	case SendKind::read:
+		return queue.claim<SendKind::read>(step.request, kInterval, kReadEvery);
+	case SendKind::internal:
+		return queue.claim<SendKind::internal>(step.request, kInterval);
+	case SendKind::data:
+		break;
+	}
+	return queue.claim<SendKind::data>(step.request, kInterval, 1, IBV_SEND_FENCE);
+}
+
+ibv_send_wr wr_of(const Step &step, const Claimed &claimed)
+{
+	ibv_send_wr wr{};
+	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
+	wr.opcode = step.kind == SendKind::read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+	wr.send_flags = claimed.send_flags;
+	return wr;
+}
+
+} // namespace
+
+Test(send_protocol, a_chain_that_fails_at_its_third_request_is_undone_whole)
+{
+	const SendClaim read{ctx(1), FI_RMA | FI_READ, 8, false, false};
+	const SendClaim write{ctx(2), FI_RMA | FI_WRITE, 8, false, false};
+	const SendClaim reported{ctx(3), FI_SEND | FI_MSG, 8, true, true};
+	const SendClaim own{nullptr, 0, 8, false, false};
+	const std::vector<Step> before = {{SendKind::data, write}, {SendKind::read, read}, {SendKind::data, reported},
+					  {SendKind::read, read}, {SendKind::data, write}, {SendKind::read, read}};
+	const std::vector<Step> chain = {{SendKind::read, read},	  {SendKind::internal, own},
+					 {SendKind::data, write},	  /* fails here: fenced after the reads */
+					 {SendKind::read, read},	  {SendKind::data, reported},
+					 {SendKind::read, read},	  {SendKind::data, write}};
+	const std::vector<Step> after = {{SendKind::data, write}, {SendKind::read, read}, {SendKind::read, read},
+					 {SendKind::data, write}, {SendKind::read, read}, {SendKind::internal, own},
+					 {SendKind::data, write}, {SendKind::data, write}, {SendKind::read, read}};
+	/* Where the history starts: fresh, after requests retired, and after
+	 * the ring grew with requests outstanding. */
+	for (int start = 0; start < 3; start++) {
+		auto budget = std::make_shared<SendBudget>(64);
+		WorkQueue undone(QueueKind::send, 64, 0, 4), twin(QueueKind::send, 64, 0, 4);
+		undone.set_budget(budget);
+		twin.set_budget(std::make_shared<SendBudget>(64));
+		for (WorkQueue *queue : {&undone, &twin}) {
+			for (const Step &step : before) {
+				if (queue->full())
+					cr_assert(queue->grow());
+				const Claimed c = claim_step(*queue, step);
+				if (start == 1 && (c.send_flags & IBV_SEND_SIGNALED))
+					retire_copy(completion_of(*c.record)); /* retires what came before too */
+			}
+			if (start == 2)
+				cr_assert(queue->grow());
+		}
+		std::vector<ibv_send_wr> wr;
+		wr.reserve(chain.size());
+		for (size_t i = 0; i < chain.size(); i++) {
+			if (undone.full())
+				cr_assert(undone.grow());
+			wr.push_back(wr_of(chain[i], claim_step(undone, chain[i])));
+			if (i < 2) {
+				if (twin.full())
+					cr_assert(twin.grow());
+				claim_step(twin, chain[i]);
+			}
+		}
+		for (size_t i = 0; i + 1 < wr.size(); i++)
+			wr[i].next = &wr[i + 1];
+		cr_assert_neq(wr[2].send_flags & IBV_SEND_FENCE, 0u, "the chain moves the fence mark");
+		bool signaled_after = false;
+		for (size_t i = 2; i < wr.size(); i++)
+			signaled_after = signaled_after || (wr[i].send_flags & IBV_SEND_SIGNALED);
+		cr_assert(signaled_after, "the chain signals after its failure");
+		cr_assert_neq(undone.poster_view(), twin.poster_view());
+
+		undone.unclaim(&wr[2]); /* ibv_post_send named the third */
+
+		const WorkQueue::PosterView u = undone.poster_view(), t = twin.poster_view();
+		cr_assert(u == t,
+			  "start %d: head %lu/%lu, signaled head %lu/%lu, unsignaled %u/%u, reads %u/%u, "
+			  "unsignaled reads %u/%u, unfenced %d/%d",
+			  start, u.head, t.head, u.signaled_head, t.signaled_head, u.unsignaled, t.unsignaled,
+			  u.reads_posted, t.reads_posted, u.unsignaled_reads, t.unsignaled_reads, u.reads_unfenced,
+			  t.reads_unfenced);
+		cr_assert_eq(budget->left(), 64u - undone.outstanding(), "the budget gives back what was unclaimed");
+		cr_assert_eq(undone.reads_in_flight(), twin.reads_in_flight());
+		for (size_t i = 0; i < after.size(); i++) {
+			for (WorkQueue *queue : {&undone, &twin})
+				if (queue->full())
+					cr_assert(queue->grow());
+			const Claimed a = claim_step(undone, after[i]), b = claim_step(twin, after[i]);
+			cr_assert_eq(a.send_flags, b.send_flags, "start %d, claim %zu after the undo", start, i);
+			cr_assert_eq(a.record->seq_and_report, b.record->seq_and_report);
+			cr_assert_eq(a.record->read_mark, b.record->read_mark);
+		}
+	}
 }
 
 /* iWARP's remote CQ data (nd_credits.h): a receive's slot, written by the

@@ -11,25 +11,44 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <vector>
 
 namespace nd::test {
 
-/* Posts one request as the endpoint does: fills the next slot, counts a
- * read, marks the record with the reads posted so far, commits. */
+/* Posts one request as the endpoint does, through the queue's protocol
+ * (claim, claim_recv), never signaled by the interval: a receive, a read
+ * (counted) or a send or write. */
 inline OpRecord &post(WorkQueue &queue, void *context, uint32_t flags, bool report = true)
 {
-	OpRecord &record = queue.next();
-	record.context = context;
-	record.flags = flags;
-	record.len = 8;
-	record.set_report(report);
+	if (flags & FI_RECV)
+		return queue.claim_recv(context, flags, 8, report);
+	const SendClaim request{context, flags, 8, report, false};
 	if (flags & FI_READ)
-		queue.reads_posted++;
-	record.read_mark = queue.reads_posted;
-	queue.count_budget();
-	queue.commit();
-	return record;
+		return *queue.claim<SendKind::read>(request, UINT32_MAX, UINT32_MAX).record;
+	return *queue.claim<SendKind::data>(request, UINT32_MAX).record;
 }
+
+/* The work requests of claimed send-queue records, chained, as a poster
+ * built them (reads by their CQ flags). */
+struct Chain {
+	std::vector<ibv_send_wr> wr;
+	explicit Chain(std::initializer_list<const OpRecord *> records) : wr(records.size())
+	{
+		size_t i = 0;
+		for (const OpRecord *record : records) {
+			ibv_send_wr &w = wr[i];
+			w = ibv_send_wr{};
+			w.wr_id = reinterpret_cast<uintptr_t>(record);
+			w.opcode = (record->flags & FI_READ) ? IBV_WR_RDMA_READ : IBV_WR_SEND;
+			w.send_flags = record->signaled() ? IBV_SEND_SIGNALED : 0;
+			if (i)
+				wr[i - 1].next = &w;
+			++i;
+		}
+	}
+	ibv_send_wr *at(size_t i) { return &wr[i]; }
+};
 
 inline ibv_wc completion_of(const OpRecord &record, ibv_wc_status status = IBV_WC_SUCCESS,
 			    ibv_wc_opcode opcode = IBV_WC_SEND, uint32_t bytes = 0)
