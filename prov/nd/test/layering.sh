@@ -9,8 +9,9 @@
 #   3. the include graph has no loop (tsort finds an order);
 #   4. the CQ and the counter know work queues, not endpoints nor each other;
 #   5. parents name their children's *_open through nd.h's entry points, not
-#      by including the children's headers;
-#   6. no file but nd_cq.* names the CQ's lock or its rings.
+#      by including the children's headers.
+# That no other file touches the CQ's lock or rings is the compiler's to
+# keep: they are private (private_state.sh shows it).
 # Prints the order found and ends with "layering: N passed, M failed".
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../src" && pwd)
@@ -117,13 +118,6 @@ forbidden nd_fabric.cpp nd_domain.h nd_eq.h nd_pep.h nd_cq.h
 check "the fabric names its children through nd.h" $?
 forbidden nd_domain.cpp nd_ep.h nd_cq.h nd_cntr.h nd_srx.h nd_mr.h nd_eq.h
 check "the domain names its children through nd.h" $?
-
-# The CQ's lock and rings (ready, errors) are nd_cq.cpp's: others queue
-# entries through CompletionQueue::Sink, complete_now and report_canceled.
-cq_internals=$(cd "$src" && grep -nE '[A-Za-z_]*cq[A-Za-z_]*(\.|->)(lock|ready|errors|poll_budget)\b' \
-	--exclude='nd_cq.cpp' --exclude='nd_cq.h' ./*.cpp ./*.h)
-[ -n "$cq_internals" ] && sed 's/^/  /' <<<"$cq_internals"
-check "no file but nd_cq.* touches the CQ's lock or rings" "$([ -z "$cq_internals" ]; echo $?)"
 
 echo "layering: $passed passed, $failed failed"
 [ $failed -eq 0 ]
