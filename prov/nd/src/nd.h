@@ -160,9 +160,8 @@ enum class LockRank : uint8_t {
 	eq,			/* EventQueue::lock_: entries, deferred work */
 	requests,		/* request_lock: live connection requests and listeners */
 	tuples,			/* tuple_lock: the address pairs connections hold */
-	cq_wait_objects,	/* CompletionQueue::wait_objects_lock: made once */
+	made_once,		/* Once's lock: a thing made once (every Once) */
 	slab,			/* SlabPool::lock_: slabs and their free lists */
-	domain_windows,		/* Domain::windows_lock: memory windows opened once */
 	memory_windows,		/* MemoryWindows::lock_: binding and invalidating */
 	mr_cache,		/* RegistrationCache::lock_: the cached registrations */
 	monitor_start,		/* the memory monitor's start_lock */
@@ -222,6 +221,37 @@ public:
 private:
 	std::mutex mutex_;
 	LockRank rank_;
+};
+
+/*
+ * The one way a thing is made once, for every thread: the first caller
+ * runs `make`, later callers wait for it and then find it made. A failed
+ * make (non-zero) leaves it unmade and says why; the next caller tries
+ * again. Once made, done() is true with acquire ordering, so what make
+ * wrote is visible to whoever sees it. Every Once's lock has the one rank
+ * made_once: a make never takes another Once's lock, nor any lock ranked
+ * before it.
+ */
+class Once {
+public:
+	template <typename Make>
+	int run(Make &&make)
+	{
+		if (done_.load(std::memory_order_acquire))
+			return 0;
+		std::lock_guard<Mutex> guard(lock_);
+		if (done_.load(std::memory_order_relaxed))
+			return 0;
+		const int ret = make();
+		if (ret == 0)
+			done_.store(true, std::memory_order_release);
+		return ret;
+	}
+	bool done() const noexcept { return done_.load(std::memory_order_acquire); }
+
+private:
+	std::atomic<bool> done_{false};
+	Mutex lock_{LockRank::made_once};
 };
 
 /*

@@ -302,32 +302,29 @@ int CompletionQueue::make_wait_objects(const char *call) noexcept
 {
 	if (!waitable)
 		return -FI_EINVAL;
-	if (wait_objects_made.load(std::memory_order_acquire))
+	return wait_objects.run([&]() noexcept {
+		channel.reset(ibv_create_comp_channel(domain->context));
+		if (!channel) {
+			int err = errno;
+			ND_WARN(FI_LOG_CQ, "%s: ibv_create_comp_channel: %s\n", call, std::strerror(err));
+			return fi_error_of_errno(err);
+		}
+		if (int err = wait_fd.open()) {
+			ND_WARN(FI_LOG_CQ, "%s: %s: %s\n", call,
+				wait_fd.failed_call() == WaitFd::kEpollCtl ? "epoll_ctl" : "wait fd",
+				std::strerror(err));
+			channel.reset();
+			return fi_error_of_errno(err);
+		}
+		int err = set_nonblocking(channel->fd) ? errno : wait_fd.add(channel->fd);
+		if (err) {
+			ND_WARN(FI_LOG_CQ, "%s: wait fd: %s\n", call, std::strerror(err));
+			wait_fd.close();
+			channel.reset();
+			return fi_error_of_errno(err);
+		}
 		return 0;
-	std::lock_guard<Mutex> guard(wait_objects_lock);
-	if (wait_objects_made.load(std::memory_order_relaxed))
-		return 0;
-	channel.reset(ibv_create_comp_channel(domain->context));
-	if (!channel) {
-		int err = errno;
-		ND_WARN(FI_LOG_CQ, "%s: ibv_create_comp_channel: %s\n", call, std::strerror(err));
-		return fi_error_of_errno(err);
-	}
-	if (int err = wait_fd.open()) {
-		ND_WARN(FI_LOG_CQ, "%s: %s: %s\n", call,
-			wait_fd.failed_call() == WaitFd::kEpollCtl ? "epoll_ctl" : "wait fd", std::strerror(err));
-		channel.reset();
-		return fi_error_of_errno(err);
-	}
-	int err = set_nonblocking(channel->fd) ? errno : wait_fd.add(channel->fd);
-	if (err) {
-		ND_WARN(FI_LOG_CQ, "%s: wait fd: %s\n", call, std::strerror(err));
-		wait_fd.close();
-		channel.reset();
-		return fi_error_of_errno(err);
-	}
-	wait_objects_made.store(true, std::memory_order_release);
-	return 0;
+	});
 }
 
 ibv_cq *CompletionQueue::create_verbs_cq(int size) noexcept

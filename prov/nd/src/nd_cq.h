@@ -287,10 +287,9 @@ private:
 	int capacity;				/* entries all verbs CQs hold */
 	int reserved;				/* requests that may complete into them */
 	WaitFd wait_fd;				/* waitable: channel, fi_cq_signal; FI_WAIT_SET joins it */
-	/* channel and wait_fd exist (make_wait_objects): set once, under
-	 * wait_objects_lock, and never cleared while the CQ is open. */
-	std::atomic<bool> wait_objects_made{false};
-	Mutex wait_objects_lock{LockRank::cq_wait_objects};
+	/* channel and wait_fd, made by make_wait_objects, and never
+	 * cleared while the CQ is open. */
+	Once wait_objects;
 	/* The lock and the two rings are the CQ's alone: other objects queue
 	 * entries through the Sink below, complete_now and report_canceled
 	 * (layering.sh checks that no other file names them). */

@@ -239,12 +239,13 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 
 bool Domain::cqs_resize()
 {
-	std::call_once(cq_resize_probe, [this] {
+	/* Asked once, whatever the answer: a probe that fails says no. */
+	cq_resize_probe.run([this]() noexcept {
 		ibv_cq *cq = ibv_create_cq(context, 1, nullptr, nullptr, 0);
 		if (!cq) {
 			ND_INFO(FI_LOG_DOMAIN, "domain %p: ibv_create_cq(1) for the resize probe: %s; queues reserve their depth\n",
 				static_cast<void *>(this), std::strerror(errno));
-			return;
+			return 0;
 		}
 		const int rc = ibv_resize_cq(cq, cq->cqe + 1);
 		cq_resize_works = rc == 0;
@@ -252,32 +253,31 @@ bool Domain::cqs_resize()
 		ND_INFO(FI_LOG_DOMAIN, "domain %p: %s\n", static_cast<void *>(this),
 			cq_resize_works ? "the device resizes CQs: queues start small and grow"
 					: "the device does not resize CQs: each queue reserves its whole depth on its CQ");
+		return 0;
 	});
 	return cq_resize_works;
 }
 
 MemoryWindows *Domain::memory_windows()
 {
-	std::lock_guard<Mutex> guard(windows_lock);
-	if (!windows && windows_capable && !windows_failed) {
+	/* Tried once: a device that failed to open them is told once. */
+	windows_opened.run([this] {
+		if (!windows_capable)
+			return 0;
 		std::string why;
 		windows = MemoryWindows::open(context, pd.get(), &why);
-		if (!windows) {
-			windows_failed = true;
+		if (!windows)
 			ND_WARN(FI_LOG_MR, "fi_domain(%s): no memory windows (%s): %s\n", info->domain_attr->name,
 				why.c_str(), kWithoutWindows);
-		}
-	}
+		return 0;
+	});
 	return windows.get();
 }
 
 bool Domain::release_idle_device_objects(const char *why) noexcept
 {
-	MemoryWindows *pool = nullptr;
-	{
-		std::lock_guard<Mutex> guard(windows_lock);
-		pool = windows.get();
-	}
+	/* Set once and kept until the domain closes: seen once opened. */
+	MemoryWindows *pool = windows_opened.done() ? windows.get() : nullptr;
 	const size_t windows_released = pool ? pool->release_pool() : 0;
 	const size_t registrations_released = mr_cache ? mr_cache->evict_idle() : 0;
 	if (windows_released + registrations_released == 0)
@@ -290,15 +290,17 @@ bool Domain::release_idle_device_objects(const char *why) noexcept
 
 const Domain::AtomicSink *Domain::atomic_sink()
 {
-	std::call_once(atomic_sink_once, [this] {
+	/* Made once; one that failed is not tried again (logged once). */
+	atomic_sink_made.run([this] {
 		auto sink = std::make_unique<AtomicSink>();
 		sink->mr.reset(ibv_reg_mr(pd.get(), &sink->word, sizeof(sink->word), IBV_ACCESS_LOCAL_WRITE));
 		if (!sink->mr) {
 			ND_WARN(FI_LOG_EP_DATA, "fi_domain(%s): ibv_reg_mr of fi_atomic's result word: %s\n",
 				info->domain_attr->name, std::strerror(errno));
-			return;
+			return 0;
 		}
 		atomic_sink_ = std::move(sink);
+		return 0;
 	});
 	return atomic_sink_.get();
 }

@@ -35,9 +35,10 @@ struct Domain {
 	 * on the first region that peers may reach; declared after the cache,
 	 * so that its windows go before the registrations they are bound to. */
 	bool windows_capable;			/* the device has type 1 windows */
-	Mutex windows_lock{LockRank::domain_windows};
+	/* Opened once (memory_windows), whether or not it worked: a domain
+	 * whose windows failed to open is told once and goes on without. */
+	Once windows_opened;
 	std::unique_ptr<MemoryWindows> windows;
-	bool windows_failed;			/* opening them failed: never tried again */
 	ChildCount children;
 	/* The adapter's maximum read limits (max_qp_rd_atom, _init_rd_atom). */
 	cm::ReadLimits adapter_read_limits;
@@ -84,7 +85,7 @@ struct Domain {
 	 * an endpoint's queues start small and its CQ grows with them
 	 * (WorkQueue::grow); where not, each reserves its whole depth. */
 	bool cqs_resize();
-	std::once_flag cq_resize_probe;
+	Once cq_resize_probe;
 	bool cq_resize_works = false;
 
 	/* The windows, opened on first use; nullptr where the device has none
@@ -133,7 +134,7 @@ struct Domain {
 		VerbsHandle<ibv_mr, ibv_dereg_mr> mr;
 	};
 	const AtomicSink *atomic_sink();
-	std::once_flag atomic_sink_once;
+	Once atomic_sink_made;
 	std::unique_ptr<AtomicSink> atomic_sink_;
 	int close();
 };

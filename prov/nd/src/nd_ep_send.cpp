@@ -377,7 +377,9 @@ ssize_t Endpoint::submit_failed(int rc, ibv_send_wr *unposted, ibv_send_wr *firs
 		for (const ibv_send_wr *w = unposted; w; w = w->next)
 			held_lost = held_lost || (w >= data.batch->wr && w < data.batch->wr + SendBatch::kMaxRequests);
 	data.sq->unclaim(unposted);
-	if (own)
+	/* nd's own request alone is info; the application's, or its held
+	 * requests lost behind nd's, are a warning. */
+	if (own && !held_lost)
 		ND_INFO(FI_LOG_EP_DATA, "endpoint %p: %s: ibv_post_send: %s\n", static_cast<void *>(this), call,
 			std::strerror(rc));
 	else

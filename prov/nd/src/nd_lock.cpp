@@ -29,9 +29,8 @@ const char *lock_rank_name(LockRank rank) noexcept
 	case LockRank::eq: return "EQ entries (EventQueue::lock_)";
 	case LockRank::requests: return "connection requests (request_lock)";
 	case LockRank::tuples: return "address tuples (tuple_lock)";
-	case LockRank::cq_wait_objects: return "CQ wait objects (CompletionQueue::wait_objects_lock)";
+	case LockRank::made_once: return "made once (Once)";
 	case LockRank::slab: return "slab pool (SlabPool::lock_)";
-	case LockRank::domain_windows: return "domain windows (Domain::windows_lock)";
 	case LockRank::memory_windows: return "memory windows (MemoryWindows::lock_)";
 	case LockRank::mr_cache: return "registration cache (RegistrationCache::lock_)";
 	case LockRank::monitor_start: return "memory monitor start (start_lock)";
