@@ -8,7 +8,7 @@
 # operations does (so that a failure is the rule's, not a broken command).
 # Run by `make check`, which sets ND_CXX and ND_CPPFLAGS; by hand:
 #   ND_CXX="g++ -std=c++20" ND_CPPFLAGS="-I prov/nd/src -I include" prov/nd/test/private_state.sh
-# Ends with "private state: N passed, M failed".
+# Ends with "private_state: N passed, M failed".
 set -uo pipefail
 : "${ND_CXX:?ND_CXX (the compiler and its standard) is not set}"
 : "${ND_CPPFLAGS:?ND_CPPFLAGS (the include flags of the provider) is not set}"
@@ -75,5 +75,5 @@ refused wq_signaled "another object cannot move a work queue's last signaled req
 refused wq_give_back "another object cannot give slots back without unclaiming them" 'queue.give_back(1);'
 refused wq_commit "another object cannot publish a slot it did not claim" 'queue.commit_at(0);'
 
-echo "private state: $passed passed, $failed failed"
+echo "private_state: $passed passed, $failed failed"
 [ $failed -eq 0 ]
