@@ -503,6 +503,8 @@ struct Endpoint {
 	ssize_t post_one(const void *buf, size_t len, void *desc, uint64_t remote_addr, uint64_t remote_key,
 			 void *context, uint64_t flags, bool report, const char *call, General &&general);
 	ssize_t post_recv_one(void *buf, size_t len, void *desc, void *context, uint64_t flags);
+	/* post_recv_one's way to post_rx, out of its frame. */
+	[[gnu::noinline]] ssize_t post_rx_one_general(void *buf, size_t len, void *desc, void *context, uint64_t flags);
 	ssize_t post_recv_failed(int rc);
 	ssize_t no_immediate_data(const char *call) const;
 

@@ -36,7 +36,7 @@ template <ibv_wr_opcode Op, typename General>
 	/* The link first: before fi_enable there is no send queue. */
 	if (__builtin_expect(!data.link.open() ||
 			     bindings.extras || (flags & FI_INJECT) || !buf || len > data.max_msg ||
-			     len > UINT32_MAX || remote_key > UINT32_MAX || (report && !bindings.user_tx_cq),
+			     remote_key > UINT32_MAX || (report && !bindings.user_tx_cq),
 			     0))
 		return general();
 	const bool inline_data = !is_read && len <= data.max_inline;
@@ -74,14 +74,14 @@ template <ibv_wr_opcode Op, typename General>
 {
 	const bool report = !bindings.rx_selective || (flags & FI_COMPLETION);
 	if (__builtin_expect(data.slow_rx.load(std::memory_order_relaxed) != 0 || (flags & FI_MULTI_RECV) || !buf ||
-			     !desc || len > data.max_msg || len > UINT32_MAX || data.link.ended() || (report && !bindings.user_rx_cq) || data.rq->full(),
-			     0)) {
-		iovec iov{buf, len};
-		return post_rx(&iov, &desc, 1, context, flags);
-	}
+			     !desc || len > data.max_msg || data.link.ended() || (report && !bindings.user_rx_cq), 0))
+		return post_rx_one_general(buf, len, desc, context, flags);
 	WorkQueue &queue = *data.rq;
 	const uint64_t h = queue.head.load(std::memory_order_relaxed);
-	OpRecord &record = queue.claim_recv_at(h, context, FI_RECV | FI_MSG, len, report);
+	if (__builtin_expect(queue.full_at(h), 0))
+		return post_rx_one_general(buf, len, desc, context, flags);
+	/* len <= max_msg <= UINT32_MAX (setup_data_path) */
+	OpRecord &record = queue.claim_recv_at(h, context, FI_RECV | FI_MSG, static_cast<uint32_t>(len), report);
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
 	sge.length = static_cast<uint32_t>(len);
@@ -91,7 +91,7 @@ template <ibv_wr_opcode Op, typename General>
 	wr.next = nullptr;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
-	ibv_recv_wr *bad = nullptr;
+	ibv_recv_wr *bad; /* read by nobody: one receive */
 	if (const int rc = post_recv(data.qp.get(), &wr, &bad); __builtin_expect(rc != 0, 0))
 		return post_recv_failed(rc);
 	return 0;

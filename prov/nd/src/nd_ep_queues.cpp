@@ -189,7 +189,9 @@ int Endpoint::setup_data_path()
 	update_signal_intervals();
 	data.max_inline = static_cast<uint32_t>(tx_attr.inject_size);
 	data.read_fence = ((tx_attr.msg_order | rx_attr.msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
-	data.max_msg = setup->max_msg_size ? setup->max_msg_size : UINT32_MAX;
+	/* A work request carries at most UINT32_MAX bytes (ibv_sge::length,
+	 * ibv_wc::byte_len): the fast paths test this bound alone. */
+	data.max_msg = std::min<size_t>(setup->max_msg_size ? setup->max_msg_size : UINT32_MAX, UINT32_MAX);
 	if (options.framed) {
 		/* The header rides inline too; a message fits a receive buffer. */
 		data.max_inline += static_cast<uint32_t>(kFrameHeaderSize);

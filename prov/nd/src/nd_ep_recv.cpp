@@ -81,7 +81,8 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 			return -FI_ENOMEM;
 		}
 	}
-	OpRecord &record = data.rq->claim_recv(context, FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0), total, report);
+	OpRecord &record = data.rq->claim_recv(context, FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0),
+					       static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)), report);
 	if (MultiRecv *const behind = data.rq->multi()) {
 		/* Behind a multi-receive buffer (or to become one), in order. */
 		std::lock_guard<Mutex> hold(behind->lock);
@@ -121,6 +122,12 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	if (data.credits && !(flags & FI_MORE))
 		advertise_credits(false);
 	return 0;
+}
+
+ssize_t Endpoint::post_rx_one_general(void *buf, size_t len, void *desc, void *context, uint64_t flags)
+{
+	iovec iov{buf, len};
+	return post_rx(&iov, &desc, 1, context, flags);
 }
 
 /* A receive's post failed (post_rx, post_recv_one): its slot goes back. */

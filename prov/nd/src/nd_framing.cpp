@@ -171,7 +171,7 @@ std::unique_ptr<Framing> Framing::make(ibv_pd *pd, uint32_t count, size_t max_pa
 OpRecord &Framing::claim_bounce(WorkQueue &in, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept
 {
 	/* Its completions go to on_message through WorkQueue::retire. */
-	OpRecord &record = in.claim_recv(bounce, FI_RECV | kPlacedByNd, slot_size, false);
+	OpRecord &record = in.claim_recv(bounce, FI_RECV | kPlacedByNd, static_cast<uint32_t>(slot_size), false);
 	sge.addr = reinterpret_cast<uintptr_t>(bounce);
 	sge.length = static_cast<uint32_t>(slot_size);
 	sge.lkey = mr ? mr->lkey : 0;

@@ -54,7 +54,7 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 		return -FI_EAGAIN;
 	uint32_t slot = pool->free_slots().back();
 	OpRecord &record = pool->records[slot];
-	record.fill_recv(context, FI_RECV | FI_MSG, total, true);
+	record.fill_recv(context, FI_RECV | FI_MSG, static_cast<uint32_t>(total), true);
 	ibv_recv_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
 	wr.sg_list = sge;
@@ -90,7 +90,8 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 		record = &pool->records[pool->free_slots().back()];
 		pool->free_slots().pop_back();
 	}
-	record->fill_recv(context, FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0), total, true);
+	record->fill_recv(context, FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0),
+			  static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)), true);
 	int rc;
 	{
 		MultiRecv *const behind = pool->multi(); /* made above, kept until close */

@@ -128,11 +128,11 @@ struct OpRecord {
 	}
 	/* A receive's record (WorkQueue::claim_recv, a shared pool's slot):
 	 * the buffer's context, its CQ flags and size. */
-	void fill_recv(void *for_context, uint32_t cq_flags, uint64_t size, bool reported) noexcept
+	void fill_recv(void *for_context, uint32_t cq_flags, uint32_t size, bool reported) noexcept
 	{
 		context = for_context;
 		flags = cq_flags;
-		len = static_cast<uint32_t>(size < UINT32_MAX ? size : UINT32_MAX);
+		len = size;
 		read_mark = 0;
 		set_report(reported);
 	}
@@ -540,7 +540,7 @@ public:
 	/* The ring is full (the fast path's check); it may still grow. */
 	bool full() const noexcept { return outstanding() >= limit; }
 	/* The same, with head as the poster loaded it. */
-	bool full_at(uint64_t h) const noexcept { return h - tail.load(std::memory_order_acquire) >= limit; }
+	bool full_at(uint64_t h) const noexcept { return tail.load(std::memory_order_acquire) + limit <= h; }
 	/* How many more requests grow() would let the ring hold: 0 at the
 	 * depth. */
 	uint32_t growth() const noexcept;
@@ -580,7 +580,7 @@ public:
 	 * poster loaded it (the receive fast path): an atomic load is never
 	 * merged with another.
 	 */
-	[[gnu::always_inline]] OpRecord &claim_recv_at(uint64_t h, void *context, uint32_t flags, uint64_t len,
+	[[gnu::always_inline]] OpRecord &claim_recv_at(uint64_t h, void *context, uint32_t flags, uint32_t len,
 						       bool report) noexcept
 	{
 		OpRecord &record = records[h & mask];
@@ -589,7 +589,7 @@ public:
 		commit_at(h);
 		return record;
 	}
-	OpRecord &claim_recv(void *context, uint32_t flags, uint64_t len, bool report) noexcept
+	OpRecord &claim_recv(void *context, uint32_t flags, uint32_t len, bool report) noexcept
 	{
 		return claim_recv_at(head.load(std::memory_order_relaxed), context, flags, len, report);
 	}
