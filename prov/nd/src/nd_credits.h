@@ -152,8 +152,10 @@ struct ReceiveCredits {
 	bool unlimited = false;
 	/* Sender: messages that take a peer's receive, posted. */
 	uint64_t sent = 0;
-	/* Receiver: the count last written to the peer (or offered). */
-	uint64_t advertised = 0;
+	/* Receiver: the count last written to the peer (or offered), under
+	 * the send lock; a poster of receives reads it without (a hint that
+	 * write_credits decides again under the lock). */
+	std::atomic<uint64_t> advertised{0};
 	/* A write that could not go out when the count rose (the send ring's
 	 * lock was held, or its internal slots busy); the next post sends it. */
 	std::atomic<bool> pending{false};
@@ -197,7 +199,7 @@ struct ReceiveCredits {
 		return peer_addr + kDataSlotsOffset + (sent & peer_slot_mask) * kDataSlotBytes;
 	}
 	/* Whether the receiver has receives the peer was not told of. */
-	bool worth_writing(uint64_t posted) const noexcept { return posted > advertised; }
+	bool worth_writing(uint64_t posted) const noexcept { return posted > advertised.load(std::memory_order_relaxed); }
 };
 
 } // namespace nd

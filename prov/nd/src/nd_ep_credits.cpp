@@ -64,8 +64,9 @@ void Endpoint::add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limit
 	offer.inbound = static_cast<uint8_t>(limits.inbound);
 	offer.outbound = static_cast<uint8_t>(limits.outbound);
 	if (data.credits) {
-		data.credits->advertised = data.rq->head.load(std::memory_order_acquire);
-		data.credits->fill_offer(data.credits->advertised, &offer);
+		const uint64_t posted = data.rq->head.load(std::memory_order_acquire);
+		data.credits->advertised.store(posted, std::memory_order_relaxed);
+		data.credits->fill_offer(posted, &offer);
 	}
 	cm::append_credit_offer(offer, wire);
 }
@@ -162,7 +163,7 @@ void Endpoint::write_credits() noexcept
 	assert_held(data.tx_lock, "Endpoint::write_credits");
 	ReceiveCredits *c = data.credits.get();
 	const uint64_t posted = data.rq->head.load(std::memory_order_acquire);
-	if (posted <= c->advertised) {
+	if (posted <= c->advertised.load(std::memory_order_relaxed)) {
 		c->pending.store(false, std::memory_order_relaxed);
 		return;
 	}
@@ -192,7 +193,7 @@ void Endpoint::write_credits() noexcept
 		c->pending.store(true, std::memory_order_release);
 		return;
 	}
-	c->advertised = posted;
+	c->advertised.store(posted, std::memory_order_relaxed);
 }
 
 /* A message that would take a receive the peer has not posted waits
