@@ -240,6 +240,9 @@ constexpr uint8_t locked = 2;		/* the receive lock (SAFE, ENDPOINT, FID) */
 constexpr uint8_t iwarp = 4;		/* receive sges as siw takes them; credits */
 constexpr uint8_t multi = 8;		/* multi-receive buffers: in order behind them */
 constexpr uint8_t other = 16;		/* a shared receive context, framing */
+/* fi_recv's flags (rx_op_flags) hold FI_MULTI_RECV, or ask for a CQ entry
+ * with no CQ bound for receives (the general path says why) */
+constexpr uint8_t op_flags = 32;
 } // namespace SlowRx
 
 /*
@@ -326,6 +329,9 @@ struct DataPath {
 	uint32_t rx_iov_limit = 1;
 	uint64_t tx_op_flags = 0;
 	uint64_t rx_op_flags = 0;
+	/* Whether fi_recv's receives report a CQ entry: rx_op_flags and the
+	 * CQ binding decide it at fi_enable (post_recv_one). */
+	bool recv_reports = true;
 	uint32_t tx_reserved = 0;			/* entries reserved on tx_cq / rx_cq */
 	uint32_t rx_reserved = 0;
 	uint32_t tx_promised = 0;			/* what those may grow to */
@@ -502,7 +508,7 @@ struct Endpoint {
 	template <ibv_wr_opcode Op, typename General>
 	ssize_t post_one(const void *buf, size_t len, void *desc, uint64_t remote_addr, uint64_t remote_key,
 			 void *context, uint64_t flags, bool report, const char *call, General &&general);
-	ssize_t post_recv_one(void *buf, size_t len, void *desc, void *context, uint64_t flags);
+	ssize_t post_recv_one(void *buf, size_t len, void *desc, void *context);
 	/* post_recv_one's way to post_rx, out of its frame. */
 	[[gnu::noinline]] ssize_t post_rx_one_general(void *buf, size_t len, void *desc, void *context, uint64_t flags);
 	ssize_t post_recv_failed(int rc);

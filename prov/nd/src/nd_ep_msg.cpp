@@ -45,7 +45,7 @@ ssize_t send_common(Endpoint *ep, const iovec *iov, void **desc, size_t count, v
 ssize_t ep_recv(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return ep->post_recv_one(buf, len, desc, context, ep->data.rx_op_flags);
+	return ep->post_recv_one(buf, len, desc, context);
 }
 
 ssize_t ep_recvv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,

@@ -69,17 +69,18 @@ template <ibv_wr_opcode Op, typename General>
 	return submit<true>(wr, call);
 }
 
-[[gnu::always_inline]] inline ssize_t Endpoint::post_recv_one(void *buf, size_t len, void *desc, void *context,
-							       uint64_t flags)
+/* fi_recv: its flags are rx_op_flags, whose bearing fi_enable fixed
+ * (SlowRx::op_flags, recv_reports). */
+[[gnu::always_inline]] inline ssize_t Endpoint::post_recv_one(void *buf, size_t len, void *desc, void *context)
 {
-	const bool report = !bindings.rx_selective || (flags & FI_COMPLETION);
-	if (__builtin_expect(data.slow_rx.load(std::memory_order_relaxed) != 0 || (flags & FI_MULTI_RECV) || !buf ||
-			     !desc || len > data.max_msg || data.link.ended() || (report && !bindings.user_rx_cq), 0))
-		return post_rx_one_general(buf, len, desc, context, flags);
+	if (__builtin_expect(data.slow_rx.load(std::memory_order_relaxed) != 0 || !buf || !desc || len > data.max_msg ||
+			     data.link.ended(), 0))
+		return post_rx_one_general(buf, len, desc, context, data.rx_op_flags);
+	const bool report = data.recv_reports;
 	WorkQueue &queue = *data.rq;
 	const uint64_t h = queue.head.load(std::memory_order_relaxed);
 	if (__builtin_expect(queue.full_at(h), 0))
-		return post_rx_one_general(buf, len, desc, context, flags);
+		return post_rx_one_general(buf, len, desc, context, data.rx_op_flags);
 	/* len <= max_msg <= UINT32_MAX (setup_data_path) */
 	OpRecord &record = queue.claim_recv_at(h, context, FI_RECV | FI_MSG, static_cast<uint32_t>(len), report);
 	ibv_sge sge;

@@ -213,8 +213,11 @@ int Endpoint::setup_data_path()
 						   (data.credits ? SlowTx::credits : 0)));
 	/* Receives: the bits fi_enable fixes (not_ready and multi are kept
 	 * where they change). */
+	data.recv_reports = !bindings.rx_selective || (data.rx_op_flags & FI_COMPLETION);
+	const bool recv_flags_slow = (data.rx_op_flags & FI_MULTI_RECV) || (data.recv_reports && !bindings.user_rx_cq);
 	data.set_slow_rx(static_cast<uint8_t>((locked ? SlowRx::locked : 0) | (domain->iwarp ? SlowRx::iwarp : 0) |
-					      (bindings.srx() || options.framed ? SlowRx::other : 0)),
+					      (bindings.srx() || options.framed ? SlowRx::other : 0) |
+					      (recv_flags_slow ? SlowRx::op_flags : 0)),
 			 true);
 	return 0;
 }
