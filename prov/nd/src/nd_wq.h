@@ -122,10 +122,6 @@ struct OpRecord {
 	uint32_t seq() const noexcept { return seq_and_report >> 8; }
 	void set_report(bool report) noexcept { seq_and_report = (seq_and_report & ~1u) | (report ? 1u : 0u); }
 	void set_seq(uint64_t seq) noexcept { seq_and_report = static_cast<uint32_t>(seq) << 8 | (seq_and_report & 1u); }
-	void set_seq_and_report(uint64_t seq, bool report) noexcept
-	{
-		seq_and_report = static_cast<uint32_t>(seq) << 8 | (report ? 1u : 0u);
-	}
 	/* A receive's record (WorkQueue::claim_recv, a shared pool's slot):
 	 * the buffer's context, its CQ flags and size. */
 	void fill_recv(void *for_context, uint32_t cq_flags, uint32_t size, bool reported) noexcept
