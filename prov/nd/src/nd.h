@@ -151,8 +151,8 @@ enum class LockRank : uint8_t {
 	eq_progress,		/* EventQueue::progress_lock_: CM dispatch, connection state */
 	async_registry,		/* async::registry_lock: devices, watchers, queue pairs */
 	counter_sources,	/* Counter::sources_lock: the CQs that feed a counter */
-	endpoint_rx,		/* DataPath::rx_lock: the receive queue's poster */
-	endpoint_tx,		/* DataPath::tx_lock: the send queue's poster, credits */
+	endpoint_rx,		/* DataPath::rx.lock: the receive queue's poster */
+	endpoint_tx,		/* DataPath::tx.lock: the send queue's poster, credits */
 	cq,			/* CompletionQueue::lock: its rings, the queues' retiring side */
 	shared_rx,		/* SharedRx::lock: the shared receive pool */
 	multi_recv,		/* MultiRecv::lock: a multi-receive buffer's state */

@@ -500,11 +500,11 @@ int CompletionQueue::grow(WorkQueue &queue, ibv_cq *where, uint32_t *reserved_by
 	VerbsCqSlot *slot = slot_of(where);
 	if (more == 0 || !slot)
 		return -FI_EAGAIN;
-	if (int ret = grow_to_reserve(*slot, more, queue.limit + static_cast<uint32_t>(more)))
+	if (int ret = grow_to_reserve(*slot, more, queue.limit() + static_cast<uint32_t>(more)))
 		return ret;
 	if (!queue.grow()) {
 		ND_WARN(FI_LOG_CQ, "CQ %p: out of memory for a queue's ring of %u requests\n",
-			static_cast<void *>(this), queue.limit + more);
+			static_cast<void *>(this), queue.limit() + more);
 		return -FI_EAGAIN;
 	}
 	slot->reserved += more;
@@ -525,7 +525,7 @@ bool CompletionQueue::reserve_one(ibv_cq *where, uint32_t *reserved_by_endpoint)
 	return true;
 }
 
-void CompletionQueue::adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept
+void CompletionQueue::adopt_orphan(AnyQueue queue) noexcept
 {
 	std::lock_guard<OptionalLock> guard(lock);
 	queue->clear_targets();
@@ -570,7 +570,7 @@ void CompletionQueue::unreserve(int count, int promise, ibv_cq *where) noexcept
 		reserved -= count;
 		/* Closed endpoints' queues whose requests all completed. */
 		orphans.erase(std::remove_if(orphans.begin(), orphans.end(),
-					     [](const std::unique_ptr<WorkQueue> &q) { return q->outstanding() == 0; }),
+					     [](const AnyQueue &q) { return q->outstanding() == 0; }),
 			      orphans.end());
 		if (orphans.empty())
 			release_storage(orphans);
@@ -682,7 +682,7 @@ bool CompletionQueue::complete(ibv_wc &wc, CqEntry *out) noexcept
 	Placement placement;
 	placement.sink = &sink;
 	const Retired done = WorkQueue::retire(wc, &placement);
-	if (placement.own)
+	if (placement.nd_buffer)
 		return false; /* what it delivered is in the rings */
 	if (wc.status != IBV_WC_SUCCESS) {
 		/* A flushed request the application asked no completion for
@@ -704,7 +704,7 @@ bool CompletionQueue::complete(ibv_wc &wc, CqEntry *out) noexcept
 		error.entry.err = fi_error_of_wc_status(wc.status);
 		/* The first request flushed because nothing moved (StallWatch)
 		 * says why, as exhausted transport retries would. */
-		if (flushed && queue->stalled.exchange(false, std::memory_order_relaxed))
+		if (flushed && queue->take_stalled())
 			error.entry.err = FI_ETIMEDOUT;
 		error.entry.prov_errno = wc.status;
 		push_error(error);
@@ -897,15 +897,15 @@ ssize_t CompletionQueue::read_found(void *buf, size_t count)
 	return nothing_read();
 }
 
-void CompletionQueue::watch_stalls(WorkQueue *queue, int timeout_s)
+void CompletionQueue::watch_stalls(SendQueue *queue, int timeout_s)
 {
 	std::lock_guard<OptionalLock> guard(lock);
-	stall_watch.queues.push_back({queue, queue->tail.load(std::memory_order_acquire),
+	stall_watch.queues.push_back({queue, queue->retired(),
 				      std::chrono::steady_clock::now(), timeout_s, false});
 	stall_watch.count.store(stall_watch.queues.size(), std::memory_order_relaxed);
 }
 
-void CompletionQueue::unwatch_stalls(const WorkQueue *queue) noexcept
+void CompletionQueue::unwatch_stalls(const SendQueue *queue) noexcept
 {
 	std::lock_guard<OptionalLock> guard(lock);
 	auto &queues = stall_watch.queues;
@@ -936,9 +936,9 @@ void CompletionQueue::look_for_stalls() noexcept
 		return;
 	w.last_look = now;
 	for (StallWatch::Entry &e : w.queues) {
-		WorkQueue &q = *e.queue;
-		const uint64_t tail = q.tail.load(std::memory_order_acquire);
-		const uint64_t head = q.head.load(std::memory_order_acquire);
+		SendQueue &q = *e.queue;
+		const uint64_t tail = q.retired();
+		const uint64_t head = q.posted_acquire();
 		/* Loaded after head, it may belong to a request claimed since. */
 		const uint64_t signaled = std::min(q.last_signaled_end(), head);
 		if (tail != e.tail || signaled <= tail) {
@@ -959,15 +959,11 @@ void CompletionQueue::look_for_stalls() noexcept
 		const auto still_s = std::chrono::duration_cast<std::chrono::seconds>(now - e.since).count();
 		ND_WARN(FI_LOG_CQ, "CQ %p: %llu request(s) of endpoint %p made no progress for %lld s "
 			"(FI_ND_PEER_TIMEOUT %d): the peer is taken as lost\n", static_cast<void *>(this),
-			static_cast<unsigned long long>(head - tail), q.owner, static_cast<long long>(still_s),
+			static_cast<unsigned long long>(head - tail), q.owner(), static_cast<long long>(still_s),
 			e.timeout_s);
-		q.stalled.store(true, std::memory_order_relaxed);
-		if (q.link)
-			q.link->on(Link::Event::failed);
 		/* Everything outstanding is flushed now, whether or not the
 		 * application reads its EQ; the EQ then ends the connection. */
-		q.tell_stall();
-		q.tell_peer_lost();
+		q.end_stalled();
 	}
 }
 

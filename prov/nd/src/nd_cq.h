@@ -199,7 +199,7 @@ struct StallWatch {
 	static constexpr uint32_t kEmptyReadsPerLook = 64;	/* then a clock read */
 	static constexpr uint64_t kBytesPerMs = 10000;		/* 10 MB/s: allowance */
 	struct Entry {
-		WorkQueue *queue;
+		SendQueue *queue;
 		uint64_t tail;			/* retired when last seen moving */
 		std::chrono::steady_clock::time_point since;
 		int timeout_s;
@@ -309,7 +309,7 @@ private:
 	CompletionRing<CqError> errors;
 	/* Queues of endpoints closed while requests were still outstanding:
 	 * their records must outlive any completion still to come. */
-	std::vector<std::unique_ptr<WorkQueue>> orphans;
+	std::vector<AnyQueue> orphans;
 	ChildCount bound;			/* endpoints completing here */
 	StallWatch stall_watch;			/* under lock */
 
@@ -321,7 +321,7 @@ public:
 
 	/* Keeps a closed endpoint's queue whose requests are still
 	 * outstanding, until the CQ closes. */
-	void adopt_orphan(std::unique_ptr<WorkQueue> queue) noexcept;
+	void adopt_orphan(AnyQueue queue) noexcept;
 
 private:
 	/* Under lock: halves a verbs CQ that endpoints closing left mostly
@@ -363,8 +363,8 @@ public:
 	/* A connected endpoint's send queue joins the stall watch (fi_enable
 	 * where Domain::stall_timeout_s is set), and leaves it before its
 	 * queue goes (fi_close). Take the lock. */
-	void watch_stalls(WorkQueue *queue, int timeout_s);
-	void unwatch_stalls(const WorkQueue *queue) noexcept;
+	void watch_stalls(SendQueue *queue, int timeout_s);
+	void unwatch_stalls(const SendQueue *queue) noexcept;
 	/* An FI_ECANCELED error entry for a request nd held and cancelled
 	 * before the adapter saw it (fi_cancel); false when the error ring
 	 * is full (the application leaves its errors unread). */

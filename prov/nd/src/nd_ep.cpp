@@ -75,8 +75,8 @@ Endpoint::Endpoint(Domain *d, const fi_info &info, cm::Side side)
 	 * the endpoint, as with any of its completion structures (fi_nd(7),
 	 * THREADS). */
 	const bool locked = d->shared_objects_lock();
-	data.rx_lock.enable(locked);
-	data.tx_lock.enable(locked);
+	data.rx.lock.enable(locked);
+	data.tx.lock.enable(locked);
 }
 
 void Endpoint::release_claimed_tuple() noexcept
@@ -92,9 +92,9 @@ void Endpoint::release_setup() noexcept
 {
 	if (!setup || setup->cm_home || fsm.state() != EpState::connected)
 		return;
-	/* fi_cancel reads the pending receives under rx_lock; none is left
+	/* fi_cancel reads the pending receives under rx.lock; none is left
 	 * once the queue pair took receives, which it did before connecting. */
-	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	std::lock_guard<OptionalLock> guard(data.rx.lock);
 	if (data.recv_ready() && setup->pending_recvs.empty() && setup->held_events.empty())
 		setup.reset();
 }

@@ -150,7 +150,7 @@ struct ConnectionSetup {
 	 * connection request. */
 	std::optional<cm::CreditOffer> request_credit_offer;
 	/* Receives posted before the queue pair could take them (before
-	 * INIT), under rx_lock. */
+	 * INIT), under rx.lock. */
 	std::vector<PendingRecv> pending_recvs;
 
 	/* Needs info.tx_attr and info.rx_attr (fi_endpoint checks). */
@@ -240,7 +240,7 @@ constexpr uint8_t locked = 2;		/* the receive lock (SAFE, ENDPOINT, FID) */
 constexpr uint8_t iwarp = 4;		/* receive sges as siw takes them; credits */
 constexpr uint8_t multi = 8;		/* multi-receive buffers: in order behind them */
 constexpr uint8_t other = 16;		/* a shared receive context, framing */
-/* fi_recv's flags (rx_op_flags) hold FI_MULTI_RECV, or ask for a CQ entry
+/* fi_recv's flags (rx.op_flags) hold FI_MULTI_RECV, or ask for a CQ entry
  * with no CQ bound for receives (the general path says why) */
 constexpr uint8_t op_flags = 32;
 } // namespace SlowRx
@@ -252,7 +252,7 @@ constexpr uint8_t op_flags = 32;
  * the endpoint's next send-queue call without FI_MORE, when the batch is
  * full, or when the queue pair is flushed. Inline data is copied in, since
  * the caller may reuse an FI_INJECT buffer at once. Allocated on the first
- * FI_MORE; used under the endpoint's tx_lock.
+ * FI_MORE; used under the endpoint's tx.lock.
  */
 struct SendBatch {
 	static constexpr uint32_t kMaxRequests = 32;
@@ -275,15 +275,31 @@ struct SendBatch {
 	}
 };
 
+/* One direction of the data path: its queue, the lock its posters take
+ * where the threading model asks for one, what fi_enable fixed of its
+ * calls, and the room it holds on the CQ it completes into. */
+template <typename Queue>
+struct QueueSide {
+	explicit QueueSide(LockRank rank) noexcept : lock(rank) {}
+
+	std::unique_ptr<Queue> queue;
+	/* The verbs CQ of its CQ that the queue pair completes into (a CQ
+	 * may chain several: nd_cq.h). */
+	ibv_cq *verbs_cq = nullptr;
+	uint64_t op_flags = 0;		/* tx_attr's or rx_attr's */
+	OptionalLock lock;
+	uint32_t iov_limit = 1;
+	uint32_t reserved = 0;		/* entries reserved on its CQ */
+	uint32_t promised = 0;		/* what those may grow to */
+};
+
 /* The data path, fixed at fi_enable (setup_data_path). The fields every
  * post reads come first, together; the queue pair comes last, so that it
  * is destroyed first. */
 struct DataPath {
-	std::unique_ptr<WorkQueue> sq;
-	std::unique_ptr<WorkQueue> rq;
+	QueueSide<SendQueue> tx{LockRank::endpoint_tx};
+	QueueSide<ReceiveQueue> rx{LockRank::endpoint_rx};
 	std::unique_ptr<SendBatch> batch;	/* FI_MORE requests not yet posted */
-	OptionalLock tx_lock{LockRank::endpoint_tx};
-	OptionalLock rx_lock{LockRank::endpoint_rx};
 	/* Its state, and the SlowTx bits that send posts out of line (fixed
 	 * at fi_enable, and while FI_MORE holds requests back): one word, so
 	 * that the fast path tests everything it defers with one compare. */
@@ -304,8 +320,11 @@ struct DataPath {
 		else
 			slow_rx.fetch_and(static_cast<uint8_t>(~bit), std::memory_order_relaxed);
 	}
-	bool marker_reserved = true;		/* tx_reserved counts the close marker's */
+	bool marker_reserved = true;		/* tx.reserved counts the close marker's */
 	bool lingered = false;			/* fi_close's linger marker is still out */
+	/* Whether fi_recv's receives report a CQ entry: rx's op_flags and the
+	 * CQ binding decide it at fi_enable (post_recv_one). */
+	bool recv_reports = true;
 	uint32_t signal_interval = 1;
 	/* The fi_inject family's: signal_interval, or 1 where a counter
 	 * counts that kind of request and needs every completion. */
@@ -318,28 +337,13 @@ struct DataPath {
 	/* IBV_SEND_FENCE where the endpoint's msg_order holds FI_ORDER_WAR or
 	 * FI_ORDER_SAR, else 0: an RC responder may run a send or write that
 	 * follows a read before the read has fetched its data, unless the
-	 * later request carries the fence (WorkQueue::fence_after_reads). */
+	 * later request carries the fence (SendQueue::fence_after_reads). */
 	uint32_t read_fence = 0;
 	uint32_t max_inline = 0;		/* bytes a send may carry inline (a
 						 * framed send's header included) */
 	/* Framed endpoints: each send-queue ring slot's header, registered. */
 	std::unique_ptr<FrameHeaders> tx_headers;
 	size_t max_msg = 0;
-	uint32_t tx_iov_limit = 1;
-	uint32_t rx_iov_limit = 1;
-	uint64_t tx_op_flags = 0;
-	uint64_t rx_op_flags = 0;
-	/* Whether fi_recv's receives report a CQ entry: rx_op_flags and the
-	 * CQ binding decide it at fi_enable (post_recv_one). */
-	bool recv_reports = true;
-	uint32_t tx_reserved = 0;			/* entries reserved on tx_cq / rx_cq */
-	uint32_t rx_reserved = 0;
-	uint32_t tx_promised = 0;			/* what those may grow to */
-	uint32_t rx_promised = 0;
-	/* The verbs CQs of tx_cq / rx_cq this endpoint's queue pair completes
-	 * into (a CQ may chain several: nd_cq.h). */
-	ibv_cq *tx_verbs_cq = nullptr;
-	ibv_cq *rx_verbs_cq = nullptr;
 	/* iWARP (nd_credits.h): this side's receive credits, from fi_enable. */
 	std::unique_ptr<ReceiveCredits> credits;
 
@@ -444,8 +448,8 @@ struct Endpoint {
 	/*
 	 * The one way send-queue requests reach the queue pair: what FI_MORE
 	 * held back first (their slots are earlier), then `chain`, claimed
-	 * (WorkQueue::claim) and ready. When posting fails, what was not
-	 * posted is unclaimed (WorkQueue::unclaim) and logged, at warn level
+	 * (SendQueue::claim) and ready. When posting fails, what was not
+	 * posted is unclaimed (SendQueue::unclaim) and logged, at warn level
 	 * for the application's requests and at info level for nd's own
 	 * (`own`), and -FI_E* comes back. `Single`: a fast path's one
 	 * request, which knows that nothing is held back (the link's
@@ -500,7 +504,7 @@ struct Endpoint {
 	ssize_t post_inline_slow(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
 				 uint64_t remote_key);
 	template <ibv_wr_opcode Op, bool MaybeHeld>
-	ssize_t post_inline_request(WorkQueue &queue, uint64_t head, const void *buf, size_t len, uint32_t imm_data,
+	ssize_t post_inline_request(SendQueue &queue, uint64_t head, const void *buf, size_t len, uint32_t imm_data,
 				     uint64_t remote_addr, uint64_t remote_key);
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	/* fi_send, fi_write, fi_read and fi_recv of one buffer
@@ -517,7 +521,7 @@ struct Endpoint {
 	/* Receiving, and fi_cancel (nd_ep_recv.cpp). */
 	ssize_t post_rx(const iovec *iov, void **desc, size_t count, void *context, uint64_t flags);
 	void post_pending_receives() noexcept;
-	void post_pending_receives_locked() noexcept; /* under rx_lock */
+	void post_pending_receives_locked() noexcept; /* under rx.lock */
 	ssize_t cancel(void *context);
 	void set_min_multi_recv(size_t bytes);
 

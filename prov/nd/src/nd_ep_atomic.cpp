@@ -181,7 +181,7 @@ ssize_t ep_atomic(fid_ep *fep, const void *buf, size_t count, void *, fi_addr_t,
 		  uint64_t key, fi_datatype datatype, fi_op op, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx_op_flags;
+	const uint64_t flags = ep->data.tx.op_flags;
 	return post_atomic(ep, {Call::atomic, datatype, op, buf, count, nullptr, nullptr, nullptr, addr, key,
 				context, flags, wants_completion(ep, flags), "fi_atomic"});
 }
@@ -194,7 +194,7 @@ ssize_t ep_atomicv(fid_ep *fep, const fi_ioc *iov, void **, size_t count, fi_add
 	if (ssize_t ret = single(iov, count, "fi_atomicv", "operand", &buf, &elements))
 		return ret;
 	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx_op_flags;
+	const uint64_t flags = ep->data.tx.op_flags;
 	return post_atomic(ep, {Call::atomic, datatype, op, buf, elements, nullptr, nullptr, nullptr, addr, key,
 				context, flags, wants_completion(ep, flags), "fi_atomicv"});
 }
@@ -218,7 +218,7 @@ ssize_t ep_inject_atomic(fid_ep *fep, const void *buf, size_t count, fi_addr_t, 
 {
 	Endpoint *ep = ep_of(fep);
 	return post_atomic(ep, {Call::atomic, datatype, op, buf, count, nullptr, nullptr, nullptr, addr, key,
-				nullptr, ep->data.tx_op_flags | FI_INJECT, false, "fi_inject_atomic"});
+				nullptr, ep->data.tx.op_flags | FI_INJECT, false, "fi_inject_atomic"});
 }
 
 /* fi_fetch_atomic and its forms. */
@@ -228,7 +228,7 @@ ssize_t ep_fetch_atomic(fid_ep *fep, const void *buf, size_t count, void *, void
 			void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx_op_flags;
+	const uint64_t flags = ep->data.tx.op_flags;
 	return post_atomic(ep, {Call::fetch, datatype, op, buf, count, nullptr, result, result_desc, addr, key,
 				context, flags, wants_completion(ep, flags), "fi_fetch_atomic"});
 }
@@ -244,7 +244,7 @@ ssize_t ep_fetch_atomicv(fid_ep *fep, const fi_ioc *iov, void **, size_t count, 
 	if (ssize_t ret = single(resultv, result_count, "fi_fetch_atomicv", "result", &result, &result_elements))
 		return ret;
 	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx_op_flags;
+	const uint64_t flags = ep->data.tx.op_flags;
 	return post_atomic(ep, {Call::fetch, datatype, op, buf, elements, nullptr, const_cast<void *>(result),
 				first_desc(result_desc), addr, key, context, flags, wants_completion(ep, flags),
 				"fi_fetch_atomicv"});
@@ -275,7 +275,7 @@ ssize_t ep_compare_atomic(fid_ep *fep, const void *buf, size_t count, void *, co
 			  fi_datatype datatype, fi_op op, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx_op_flags;
+	const uint64_t flags = ep->data.tx.op_flags;
 	return post_atomic(ep, {Call::compare, datatype, op, buf, count, compare, result, result_desc, addr, key,
 				context, flags, wants_completion(ep, flags), "fi_compare_atomic"});
 }
@@ -295,7 +295,7 @@ ssize_t ep_compare_atomicv(fid_ep *fep, const fi_ioc *iov, void **, size_t count
 	if (ssize_t ret = single(resultv, result_count, "fi_compare_atomicv", "result", &result, &result_elements))
 		return ret;
 	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx_op_flags;
+	const uint64_t flags = ep->data.tx.op_flags;
 	return post_atomic(ep, {Call::compare, datatype, op, buf, elements, compare, const_cast<void *>(result),
 				first_desc(result_desc), addr, key, context, flags, wants_completion(ep, flags),
 				"fi_compare_atomicv"});

@@ -181,28 +181,28 @@ int Endpoint::create_queue_pair()
 		return ret;
 	}
 	ibv_qp_init_attr attr{};
-	attr.send_cq = data.tx_verbs_cq;
-	attr.recv_cq = data.rx_verbs_cq;
+	attr.send_cq = data.tx.verbs_cq;
+	attr.recv_cq = data.rx.verbs_cq;
 	attr.srq = bindings.srx() ? bindings.srx()->srq.get() : nullptr;
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 0;
-	attr.cap.max_send_wr = data.sq->depth + 1 + data.sq->internal_slots; /* + the close marker */
-	attr.cap.max_recv_wr = data.rq ? data.rq->depth : 0;
-	attr.cap.max_send_sge = data.tx_iov_limit + (options.framed ? 1 : 0); /* + the header */
-	attr.cap.max_recv_sge = data.rq ? data.rx_iov_limit : 0;
+	attr.cap.max_send_wr = data.tx.queue->depth() + 1 + data.tx.queue->internal_slots(); /* + the close marker */
+	attr.cap.max_recv_wr = data.rx.queue ? data.rx.queue->depth() : 0;
+	attr.cap.max_send_sge = data.tx.iov_limit + (options.framed ? 1 : 0); /* + the header */
+	attr.cap.max_recv_sge = data.rx.queue ? data.rx.iov_limit : 0;
 	attr.cap.max_inline_data = data.max_inline;
 	data.qp.reset(domain->make_with_room("fi_enable: ibv_create_qp",
 					     [&] { return ibv_create_qp(domain->pd.get(), &attr); }));
 	if (!data.qp) {
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: ibv_create_qp (tx %u, rx %u, inline %u): %s%s\n",
-			data.sq->depth, data.rq ? data.rq->depth : 0, data.max_inline, std::strerror(err),
+			data.tx.queue->depth(), data.rx.queue ? data.rx.queue->depth() : 0, data.max_inline, std::strerror(err),
 			object_limit_note(err));
 		release_queues();
 		return fi_error_of_errno(err);
 	}
-	if (data.rq && data.rq->framing())
-		framing_of(*data.rq)->qp.store(data.qp.get(), std::memory_order_release);
+	if (data.rx.queue && data.rx.queue->framing())
+		framing_of(*data.rx.queue)->qp.store(data.qp.get(), std::memory_order_release);
 	async::add_qp(domain->context, data.qp.get(), ep_async_event, this);
 	return 0;
 }
@@ -294,8 +294,8 @@ void Endpoint::flush_queue_pair() noexcept
 	 * flushed and is refused. None may reach it after: soft-iWARP keeps a
 	 * request posted to a queue pair in the error state in its ring and
 	 * never completes it. */
-	std::lock_guard<OptionalLock> rx_guard(data.rx_lock);
-	std::lock_guard<OptionalLock> tx_guard(data.tx_lock);
+	std::lock_guard<OptionalLock> rx_guard(data.rx.lock);
+	std::lock_guard<OptionalLock> tx_guard(data.tx.lock);
 	data.link.on(Link::Event::flushed);
 	/* Requests held back by FI_MORE go first, to be flushed with the rest. */
 	if (data.batch)
@@ -304,7 +304,7 @@ void Endpoint::flush_queue_pair() noexcept
 	attr.qp_state = IBV_QPS_ERR;
 	ibv_modify_qp(data.qp.get(), &attr, IBV_QP_STATE);
 	/* Receives still waiting for INIT go to the error state's flush. */
-	if (!data.recv_ready() && data.rq)
+	if (!data.recv_ready() && data.rx.queue)
 		post_pending_receives_locked();
 }
 

@@ -64,7 +64,7 @@ void Endpoint::add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limit
 	offer.inbound = static_cast<uint8_t>(limits.inbound);
 	offer.outbound = static_cast<uint8_t>(limits.outbound);
 	if (data.credits) {
-		const uint64_t posted = data.rq->head.load(std::memory_order_acquire);
+		const uint64_t posted = data.rx.queue->posted_acquire();
 		data.credits->advertised.store(posted, std::memory_order_relaxed);
 		data.credits->fill_offer(posted, &offer);
 	}
@@ -109,14 +109,14 @@ void Endpoint::advertise_credits(bool from_progress) noexcept
 	    !c->peer_known.load(std::memory_order_acquire))
 		return;
 	if (!c->pending.load(std::memory_order_relaxed) &&
-	    !c->worth_writing(data.rq->head.load(std::memory_order_acquire)))
+	    !c->worth_writing(data.rx.queue->posted_acquire()))
 		return;
 	if (from_progress) {
 		c->pending.store(true, std::memory_order_release);
 		flush_pending_credits();
 		return;
 	}
-	std::lock_guard<OptionalLock> guard(data.tx_lock);
+	std::lock_guard<OptionalLock> guard(data.tx.lock);
 	write_credits();
 	if (!c->pending.load(std::memory_order_acquire))
 		return;
@@ -143,10 +143,10 @@ void Endpoint::flush_pending_credits() noexcept
 	ReceiveCredits *c = data.credits.get();
 	while (c->pending.load(std::memory_order_acquire) &&
 	       data.link.state(std::memory_order_acquire) == LinkState::up) {
-		if (!data.tx_lock.try_lock())
+		if (!data.tx.lock.try_lock())
 			return;
 		{
-			std::lock_guard<OptionalLock> guard(data.tx_lock, std::adopt_lock);
+			std::lock_guard<OptionalLock> guard(data.tx.lock, std::adopt_lock);
 			write_credits();
 		}
 		if (c->pending.load(std::memory_order_acquire))
@@ -160,14 +160,14 @@ void Endpoint::flush_pending_credits() noexcept
  * nothing (no context, no flags, no counter). */
 void Endpoint::write_credits() noexcept
 {
-	assert_held(data.tx_lock, "Endpoint::write_credits");
+	assert_held(data.tx.lock, "Endpoint::write_credits");
 	ReceiveCredits *c = data.credits.get();
-	const uint64_t posted = data.rq->head.load(std::memory_order_acquire);
+	const uint64_t posted = data.rx.queue->posted_acquire();
 	if (posted <= c->advertised.load(std::memory_order_relaxed)) {
 		c->pending.store(false, std::memory_order_relaxed);
 		return;
 	}
-	if (data.sq->outstanding() >= data.sq->limit + data.sq->internal_slots) {
+	if (data.tx.queue->internal_full()) {
 		c->pending.store(true, std::memory_order_release);
 		return;
 	}
@@ -175,7 +175,7 @@ void Endpoint::write_credits() noexcept
 	c->words->outgoing = posted;
 	/* Unsignaled like the application's requests, and signaled as often;
 	 * it reports nothing (no context, no flags, no counter). */
-	const Claimed claimed = data.sq->claim<SendKind::internal>(
+	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(
 		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, false}, data.signal_interval);
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(&c->words->outgoing);

@@ -61,8 +61,8 @@ template <ibv_wr_opcode Op>
 	if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
 		if (__builtin_expect(domain->iwarp, 0))
 			return inject_with_data_slot(Op, buf, len, imm_data, remote_addr, remote_key);
-	WorkQueue &queue = *data.sq;
-	const uint64_t head = queue.head.load(std::memory_order_relaxed);
+	SendQueue &queue = *data.tx.queue;
+	const uint64_t head = queue.posted();
 	if (__builtin_expect(queue.full_at(head), 0))
 		return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
 	return post_inline_request<Op, false>(queue, head, buf, len, imm_data, remote_addr, remote_key);
@@ -76,17 +76,17 @@ template <ibv_wr_opcode Op>
 {
 	constexpr bool takes_receive = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
 	CreditsAfterUnlock credits_after_unlock{this};
-	std::lock_guard<OptionalLock> guard(data.tx_lock);
+	std::lock_guard<OptionalLock> guard(data.tx.lock);
 	/* Again under the lock (see post_tx). */
 	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
 		return link_error(inject_call_name(Op));
 	if (takes_receive && data.credits && !data.credits->can_send())
 		return no_credit(inject_call_name(Op));
-	if (data.sq->no_room())
+	if (data.tx.queue->no_room())
 		if (ssize_t ret = free_send_slots(inject_call_name(Op)))
 			return ret;
-	data.sq->count_budget(); /* given back if posting fails (unclaim) */
-	const ssize_t ret = post_inline_request<Op, true>(*data.sq, data.sq->head.load(std::memory_order_relaxed), buf,
+	data.tx.queue->count_budget(); /* given back if posting fails (unclaim) */
+	const ssize_t ret = post_inline_request<Op, true>(*data.tx.queue, data.tx.queue->posted(), buf,
 							   len, imm_data, remote_addr, remote_key);
 	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
@@ -95,10 +95,10 @@ template <ibv_wr_opcode Op>
 
 /* The request itself: its ring record, its work request, and the post (or
  * a place behind requests held back by FI_MORE). The ring has room; queue
- * is *sq, loaded once by the caller (the stores below may alias it), and
+ * is *tx.queue, loaded once by the caller (the stores below may alias it), and
  * head its head as the caller loaded it. */
 template <ibv_wr_opcode Op, bool MaybeHeld>
-[[gnu::always_inline]] inline ssize_t Endpoint::post_inline_request(WorkQueue &queue, uint64_t head,
+[[gnu::always_inline]] inline ssize_t Endpoint::post_inline_request(SendQueue &queue, uint64_t head,
 								    const void *buf, size_t len,
 								    uint32_t imm_data, uint64_t remote_addr,
 								    uint64_t remote_key)
@@ -128,7 +128,7 @@ template <ibv_wr_opcode Op, bool MaybeHeld>
 		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
 	}
 	/* A shared budget's count is the slow path's (post_inline_slow). */
-	const Claimed claimed = queue.claim_at<SendKind::data, false>(head, request, interval, 1, data.read_fence);
+	const Claimed claimed = queue.claim_at<SendKind::send_or_write, false>(head, request, interval, 1, data.read_fence);
 	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
 	wr.send_flags = claimed.send_flags | (len ? IBV_SEND_INLINE : 0);
 	/* Requests FI_MORE held back have earlier slots: they go first. The

@@ -52,7 +52,7 @@ ssize_t ep_recvv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_ad
 		 void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return ep->post_rx(iov, desc, count, context, ep->data.rx_op_flags);
+	return ep->post_rx(iov, desc, count, context, ep->data.rx.op_flags);
 }
 
 ssize_t ep_recvmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
@@ -68,7 +68,7 @@ ssize_t ep_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t,
 		void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx_op_flags;
+	const uint64_t flags = ep->data.tx.op_flags;
 	const bool report = wants_completion(ep, flags);
 	return ep->post_one<IBV_WR_SEND>(buf, len, desc, 0, 0, context, flags, report, "fi_send", [&] {
 		iovec iov{const_cast<void *>(buf), len};
@@ -80,8 +80,8 @@ ssize_t ep_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_ad
 		 void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return send_common(ep, iov, desc, count, context, ep->data.tx_op_flags, false, 0,
-			   wants_completion(ep, ep->data.tx_op_flags), "fi_sendv");
+	return send_common(ep, iov, desc, count, context, ep->data.tx.op_flags, false, 0,
+			   wants_completion(ep, ep->data.tx.op_flags), "fi_sendv");
 }
 
 ssize_t ep_sendmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
@@ -106,8 +106,8 @@ ssize_t ep_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_common(ep, &iov, &desc, 1, context, ep->data.tx_op_flags, true, data,
-			   wants_completion(ep, ep->data.tx_op_flags), "fi_senddata");
+	return send_common(ep, &iov, &desc, 1, context, ep->data.tx.op_flags, true, data,
+			   wants_completion(ep, ep->data.tx.op_flags), "fi_senddata");
 }
 
 ssize_t ep_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t data, fi_addr_t) noexcept

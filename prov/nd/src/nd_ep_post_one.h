@@ -40,8 +40,8 @@ template <ibv_wr_opcode Op, typename General>
 			     0))
 		return general();
 	const bool inline_data = !is_read && len <= data.max_inline;
-	WorkQueue &queue = *data.sq;
-	const uint64_t head = queue.head.load(std::memory_order_relaxed);
+	SendQueue &queue = *data.tx.queue;
+	const uint64_t head = queue.posted();
 	if (__builtin_expect((!inline_data && !desc) || queue.full_at(head) ||
 			     (is_read && queue.reads_in_flight() >= conn.effective.outbound), 0))
 		return general();
@@ -50,7 +50,7 @@ template <ibv_wr_opcode Op, typename General>
 	const Claimed claimed =
 		is_read ? queue.claim_at<SendKind::read, false>(head, request, data.signal_interval,
 								data.read_signal_every)
-			: queue.claim_at<SendKind::data, false>(head, request, data.signal_interval, 1, data.read_fence);
+			: queue.claim_at<SendKind::send_or_write, false>(head, request, data.signal_interval, 1, data.read_fence);
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
 	sge.length = static_cast<uint32_t>(len);
@@ -69,18 +69,18 @@ template <ibv_wr_opcode Op, typename General>
 	return submit<true>(wr, call);
 }
 
-/* fi_recv: its flags are rx_op_flags, whose bearing fi_enable fixed
+/* fi_recv: its flags are rx.op_flags, whose bearing fi_enable fixed
  * (SlowRx::op_flags, recv_reports). */
 [[gnu::always_inline]] inline ssize_t Endpoint::post_recv_one(void *buf, size_t len, void *desc, void *context)
 {
 	if (__builtin_expect(data.slow_rx.load(std::memory_order_relaxed) != 0 || !buf || !desc || len > data.max_msg ||
 			     data.link.ended(), 0))
-		return post_rx_one_general(buf, len, desc, context, data.rx_op_flags);
+		return post_rx_one_general(buf, len, desc, context, data.rx.op_flags);
 	const bool report = data.recv_reports;
-	WorkQueue &queue = *data.rq;
-	const uint64_t h = queue.head.load(std::memory_order_relaxed);
+	ReceiveQueue &queue = *data.rx.queue;
+	const uint64_t h = queue.posted();
 	if (__builtin_expect(queue.full_at(h), 0))
-		return post_rx_one_general(buf, len, desc, context, data.rx_op_flags);
+		return post_rx_one_general(buf, len, desc, context, data.rx.op_flags);
 	/* len <= max_msg <= UINT32_MAX (setup_data_path) */
 	OpRecord &record = queue.claim_recv_at(h, context, FI_RECV | FI_MSG, static_cast<uint32_t>(len), report);
 	ibv_sge sge;

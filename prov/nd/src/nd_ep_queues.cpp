@@ -66,10 +66,10 @@ int Endpoint::setup_data_path()
 	const TxAttributes tx_attr = bindings.stx() ? TxAttributes::of(bindings.stx()->attr) : setup->tx;
 	const uint32_t tx = static_cast<uint32_t>(tx_attr.size ? tx_attr.size : 1);
 	const uint32_t rx = static_cast<uint32_t>(rx_attr.size ? rx_attr.size : 1);
-	data.tx_iov_limit = static_cast<uint32_t>(tx_attr.iov_limit ? tx_attr.iov_limit : 1);
-	data.rx_iov_limit = static_cast<uint32_t>(rx_attr.iov_limit ? rx_attr.iov_limit : 1);
-	if (data.tx_iov_limit > kMaxSge || data.rx_iov_limit > kMaxSge) {
-		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: iov_limit %u/%u > %zu\n", data.tx_iov_limit, data.rx_iov_limit,
+	data.tx.iov_limit = static_cast<uint32_t>(tx_attr.iov_limit ? tx_attr.iov_limit : 1);
+	data.rx.iov_limit = static_cast<uint32_t>(rx_attr.iov_limit ? rx_attr.iov_limit : 1);
+	if (data.tx.iov_limit > kMaxSge || data.rx.iov_limit > kMaxSge) {
+		ND_WARN(FI_LOG_EP_CTRL, "fi_enable: iov_limit %u/%u > %zu\n", data.tx.iov_limit, data.rx.iov_limit,
 			kMaxSge);
 		return -FI_EINVAL;
 	}
@@ -83,27 +83,26 @@ int Endpoint::setup_data_path()
 	 * credits' writes) or count against a shared context's budget keep
 	 * their whole depth. */
 	const bool small_rings = domain->cqs_resize() && !options.framed && !credit_slots;
-	data.sq = std::make_unique<WorkQueue>(QueueKind::send, tx, credit_slots,
-					      small_rings && !bindings.stx() ? 1 : 0);
+	data.tx.queue = std::make_unique<SendQueue>(tx, credit_slots, small_rings && !bindings.stx() ? 1 : 0);
 	if (!bindings.srx())
-		data.rq = std::make_unique<WorkQueue>(QueueKind::recv, rx, 0, small_rings ? 1 : 0);
+		data.rx.queue = std::make_unique<ReceiveQueue>(rx, small_rings ? 1 : 0);
 	/* Their rings are fixed (not small_rings): remote CQ data's slots
 	 * follow the receive ring's, one each, and the sources of this side's
 	 * slot writes the send ring's (nd_credits.h). A framed endpoint
 	 * carries its data in its frame header instead. */
 	if (credit_slots) {
-		const uint32_t data_slots = options.framed ? 0 : data.rq->mask + 1;
-		const uint32_t send_slots = data_slots ? data.sq->mask + 1 : 0;
+		const uint32_t data_slots = options.framed ? 0 : data.rx.queue->ring_size();
+		const uint32_t send_slots = data_slots ? data.tx.queue->ring_size() : 0;
 		if (!(data.credits = ReceiveCredits::open(domain->pd.get(), data_slots, send_slots)))
 			return -FI_ENOMEM;
 	}
-	const uint32_t rx_completions = bindings.srx() ? bindings.srx()->pool->depth : data.rq->limit;
+	const uint32_t rx_completions = bindings.srx() ? bindings.srx()->pool->depth() : data.rx.queue->limit();
 	/* The request that drains the send queue at close (post_drain_marker)
 	 * reserves its entry then where rings grow: with thousands of
 	 * endpoints on one CQ, one entry each is much of what they reserve at
 	 * rest. */
 	data.marker_reserved = !small_rings || bindings.stx();
-	const uint32_t tx_completions = data.sq->limit + (data.marker_reserved ? 1 : 0) + credit_slots;
+	const uint32_t tx_completions = data.tx.queue->limit() + (data.marker_reserved ? 1 : 0) + credit_slots;
 	if (!bindings.user_tx_cq || !bindings.user_rx_cq) {
 		/* Sized for the reservations below, so that they never resize
 		 * it (the close marker's, when not among them, may). */
@@ -129,25 +128,25 @@ int Endpoint::setup_data_path()
 	 * mapping of the queue, and connection setup paid for two). */
 	const bool one_cq = bindings.tx_cq == bindings.rx_cq;
 	/* What the rings may grow to: their depths. */
-	const uint32_t tx_promise = data.sq->depth + 1 + credit_slots;
-	const uint32_t rx_promise = bindings.srx() ? rx_completions : data.rq->depth;
-	data.tx_promised = tx_promise + (one_cq ? rx_promise : 0);
+	const uint32_t tx_promise = data.tx.queue->depth() + 1 + credit_slots;
+	const uint32_t rx_promise = bindings.srx() ? rx_completions : data.rx.queue->depth();
+	data.tx.promised = tx_promise + (one_cq ? rx_promise : 0);
 	int ret = bindings.tx_cq->reserve(static_cast<int>(tx_completions + (one_cq ? rx_completions : 0)),
-					  static_cast<int>(data.tx_promised), &data.tx_verbs_cq);
+					  static_cast<int>(data.tx.promised), &data.tx.verbs_cq);
 	if (ret) {
-		data.tx_promised = 0;
+		data.tx.promised = 0;
 		return ret;
 	}
 	/* One step on one CQ: both directions complete into the same verbs
 	 * CQ, and the receive side's share goes back with the send side's. */
-	data.tx_reserved = tx_completions + (one_cq ? rx_completions : 0);
-	data.rx_verbs_cq = data.tx_verbs_cq;
+	data.tx.reserved = tx_completions + (one_cq ? rx_completions : 0);
+	data.rx.verbs_cq = data.tx.verbs_cq;
 	if (!one_cq) {
 		if ((ret = bindings.rx_cq->reserve(static_cast<int>(rx_completions), static_cast<int>(rx_promise),
-						   &data.rx_verbs_cq)))
+						   &data.rx.verbs_cq)))
 			return ret;
-		data.rx_reserved = rx_completions;
-		data.rx_promised = rx_promise;
+		data.rx.reserved = rx_completions;
+		data.rx.promised = rx_promise;
 	}
 
 	/* What retiring a request touches (nd_wq.h): the counters bound for its
@@ -161,11 +160,11 @@ int Endpoint::setup_data_path()
 	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(bindings.counter(CounterKind::send));
 	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(bindings.counter(CounterKind::read));
 	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(bindings.counter(CounterKind::write));
-	data.sq->set_targets(send_targets);
+	data.tx.queue->set_targets(send_targets);
 	if (watches_stalls())
-		bindings.tx_cq->watch_stalls(data.sq.get(), domain->stall_timeout_s);
+		bindings.tx_cq->watch_stalls(data.tx.queue.get(), domain->stall_timeout_s);
 	if (bindings.stx())
-		data.sq->set_budget(bindings.stx()->budget);
+		data.tx.queue->set_budget(bindings.stx()->budget);
 	if (!bindings.srx()) {
 		RetireTargets recv_targets;
 		recv_targets.link = &data.link;
@@ -173,7 +172,7 @@ int Endpoint::setup_data_path()
 		if (data.credits)
 			recv_targets.data_slots = data.credits->data_slots;
 		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(bindings.counter(CounterKind::recv));
-		data.rq->set_targets(recv_targets);
+		data.rx.queue->set_targets(recv_targets);
 	}
 	/* Reading a bound counter progresses the CQs its completions reach. */
 	bindings.counters_watch = true;
@@ -201,20 +200,20 @@ int Endpoint::setup_data_path()
 	}
 	/* FI_MORE is a promise about the next call, so it is taken from a
 	 * call's own flags only, never as a default for every call. */
-	data.tx_op_flags = tx_attr.op_flags & ~FI_MORE;
-	data.rx_op_flags = rx_attr.op_flags;
+	data.tx.op_flags = tx_attr.op_flags & ~FI_MORE;
+	data.rx.op_flags = rx_attr.op_flags;
 	/* The locks were switched on with the endpoint (its constructor); the
 	 * posts that take them go out of line. Where they lock, a CQ's poller
 	 * that writes this endpoint's receive credits on its send queue
 	 * (flush_pending_credits, by try_lock) meets the poster there. */
-	const bool locked = data.tx_lock.enabled();
+	const bool locked = data.tx.lock.enabled();
 	/* Sends on an endpoint with receive credits look at them first. */
 	data.link.set_slow_tx(static_cast<uint8_t>((locked ? SlowTx::locked : 0) | (bindings.stx() ? SlowTx::shared : 0) |
 						   (data.credits ? SlowTx::credits : 0)));
 	/* Receives: the bits fi_enable fixes (not_ready and multi are kept
 	 * where they change). */
-	data.recv_reports = !bindings.rx_selective || (data.rx_op_flags & FI_COMPLETION);
-	const bool recv_flags_slow = (data.rx_op_flags & FI_MULTI_RECV) || (data.recv_reports && !bindings.user_rx_cq);
+	data.recv_reports = !bindings.rx_selective || (data.rx.op_flags & FI_COMPLETION);
+	const bool recv_flags_slow = (data.rx.op_flags & FI_MULTI_RECV) || (data.recv_reports && !bindings.user_rx_cq);
 	data.set_slow_rx(static_cast<uint8_t>((locked ? SlowRx::locked : 0) | (domain->iwarp ? SlowRx::iwarp : 0) |
 					      (bindings.srx() || options.framed ? SlowRx::other : 0) |
 					      (recv_flags_slow ? SlowRx::op_flags : 0)),
@@ -224,11 +223,11 @@ int Endpoint::setup_data_path()
 
 bool Endpoint::grow_queue(bool send) noexcept
 {
-	WorkQueue &queue = send ? *data.sq : *data.rq;
+	WorkQueue &queue = send ? static_cast<WorkQueue &>(*data.tx.queue) : *data.rx.queue;
 	CompletionQueue *cq = send ? bindings.tx_cq : bindings.rx_cq;
 	/* Both directions on one CQ reserve as one (setup_data_path). */
-	uint32_t *reserved = send || bindings.tx_cq == bindings.rx_cq ? &data.tx_reserved : &data.rx_reserved;
-	if (!queue.growth() || cq->grow(queue, send ? data.tx_verbs_cq : data.rx_verbs_cq, reserved) <= 0)
+	uint32_t *reserved = send || bindings.tx_cq == bindings.rx_cq ? &data.tx.reserved : &data.rx.reserved;
+	if (!queue.growth() || cq->grow(queue, send ? data.tx.verbs_cq : data.rx.verbs_cq, reserved) <= 0)
 		return false;
 	if (send)
 		update_signal_intervals();
@@ -246,7 +245,7 @@ void Endpoint::update_signal_intervals() noexcept
 	 * queue completes; under a shared budget, requests that completed but
 	 * wait for that could hold the budget that the signaled one needs. So
 	 * every request on a shared transmit context is signaled. */
-	data.signal_interval = bindings.stx() ? 1 : std::max<uint32_t>(data.sq->limit / 2, 1);
+	data.signal_interval = bindings.stx() ? 1 : std::max<uint32_t>(data.tx.queue->limit() / 2, 1);
 	data.send_signal_interval = bindings.counter(CounterKind::send) ? 1 : data.signal_interval;
 	data.write_signal_interval = bindings.counter(CounterKind::write) ? 1 : data.signal_interval;
 }
@@ -257,34 +256,32 @@ void Endpoint::update_signal_intervals() noexcept
 void Endpoint::release_queues() noexcept
 {
 	constexpr int kDrainMs = 2000;
-	struct Direction {
-		std::unique_ptr<WorkQueue> &queue;
-		CompletionQueue *cq;
-	};
-	if (data.sq && watches_stalls())
-		bindings.tx_cq->unwatch_stalls(data.sq.get());
-	if (data.rq && data.rq->framing()) {
+	if (data.tx.queue && watches_stalls())
+		bindings.tx_cq->unwatch_stalls(data.tx.queue.get());
+	if (data.rx.queue && data.rx.queue->framing()) {
 		/* Receives waiting in nd complete now; nd's own buffers are
 		 * flushed with the queue pair and not reposted. */
-		Framing *framing = framing_of(*data.rq);
+		Framing *framing = framing_of(*data.rx.queue);
 		framing->qp.store(nullptr, std::memory_order_release);
 		framing->cancel_all(*bindings.rx_cq);
 	}
 	post_drain_marker();
-	for (Direction d : {Direction{data.sq, bindings.tx_cq}, Direction{data.rq, bindings.rx_cq}}) {
-		if (!d.queue || !d.cq)
-			continue;
-		if (!d.cq->drain(*d.queue, kDrainMs) && !d.cq->is_internal()) {
-			if (MultiRecv *const behind = d.queue->multi()) {
-				/* The queue pair goes below: nothing more reaches it. */
-				std::lock_guard<Mutex> hold(behind->lock);
-				behind->qp = nullptr;
-			}
-			ND_WARN(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) not flushed yet; the CQ keeps their records\n",
-				static_cast<unsigned long long>(d.queue->outstanding()));
-			d.cq->adopt_orphan(std::move(d.queue));
+	/* What is not flushed in time stays with the CQ, which keeps the
+	 * records until their completions come. */
+	auto release = [&](auto &queue, CompletionQueue *cq) {
+		if (!queue || !cq || cq->drain(*queue, kDrainMs) || cq->is_internal())
+			return;
+		if (MultiRecv *const multi = queue->multi()) {
+			/* The queue pair goes below: nothing more reaches it. */
+			std::lock_guard<Mutex> hold(multi->lock);
+			multi->qp = nullptr;
 		}
-	}
+		ND_WARN(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) not flushed yet; the CQ keeps their records\n",
+			static_cast<unsigned long long>(queue->outstanding()));
+		cq->adopt_orphan(AnyQueue(queue.release()));
+	};
+	release(data.tx.queue, bindings.tx_cq);
+	release(data.rx.queue, bindings.rx_cq);
 	if (bindings.counters_watch) {
 		bindings.for_each_counter([&](Counter *c) {
 			c->unwatch(bindings.tx_cq);
@@ -296,16 +293,16 @@ void Endpoint::release_queues() noexcept
 	if (data.qp)
 		async::remove_qp(data.qp.get());
 	data.qp.reset();
-	if (bindings.tx_cq && data.tx_reserved)
-		bindings.tx_cq->unreserve(static_cast<int>(data.tx_reserved), static_cast<int>(data.tx_promised),
-					  data.tx_verbs_cq);
-	if (bindings.rx_cq && data.rx_reserved)
-		bindings.rx_cq->unreserve(static_cast<int>(data.rx_reserved), static_cast<int>(data.rx_promised),
-					  data.rx_verbs_cq);
-	data.tx_reserved = data.rx_reserved = 0;
-	data.tx_promised = data.rx_promised = 0;
-	data.sq.reset();
-	data.rq.reset();
+	if (bindings.tx_cq && data.tx.reserved)
+		bindings.tx_cq->unreserve(static_cast<int>(data.tx.reserved), static_cast<int>(data.tx.promised),
+					  data.tx.verbs_cq);
+	if (bindings.rx_cq && data.rx.reserved)
+		bindings.rx_cq->unreserve(static_cast<int>(data.rx.reserved), static_cast<int>(data.rx.promised),
+					  data.rx.verbs_cq);
+	data.tx.reserved = data.rx.reserved = 0;
+	data.tx.promised = data.rx.promised = 0;
+	data.tx.queue.reset();
+	data.rx.queue.reset();
 	if (CompletionQueue *own = bindings.own_cq())
 		own->close();
 	bindings.tx_cq = bindings.rx_cq = nullptr;
@@ -317,7 +314,7 @@ bool Endpoint::reserve_close_marker(const char *otherwise) noexcept
 {
 	if (data.marker_reserved)
 		return true;
-	if (!bindings.tx_cq || !bindings.tx_cq->reserve_one(data.tx_verbs_cq, &data.tx_reserved)) {
+	if (!bindings.tx_cq || !bindings.tx_cq->reserve_one(data.tx.verbs_cq, &data.tx.reserved)) {
 		ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): no room on the CQ for a close marker; %s\n", otherwise);
 		return false;
 	}
@@ -329,8 +326,8 @@ bool Endpoint::reserve_close_marker(const char *otherwise) noexcept
  * slot the ring keeps for it; nd's own (no context, no CQ flags). */
 ibv_send_wr Endpoint::claim_close_marker(ibv_wr_opcode opcode) noexcept
 {
-	assert_held(data.tx_lock, "Endpoint::claim_close_marker");
-	const Claimed claimed = data.sq->claim<SendKind::internal>(SendClaim{nullptr, 0, 0, false, true}, 1);
+	assert_held(data.tx.lock, "Endpoint::claim_close_marker");
+	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(SendClaim{nullptr, 0, 0, false, true}, 1);
 	ibv_send_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
 	wr.opcode = opcode;
@@ -346,7 +343,7 @@ ibv_send_wr Endpoint::claim_close_marker(ibv_wr_opcode opcode) noexcept
  */
 void Endpoint::post_drain_marker() noexcept
 {
-	if (!data.sq || !data.qp || data.sq->outstanding() == 0)
+	if (!data.tx.queue || !data.qp || data.tx.queue->outstanding() == 0)
 		return;
 	/* The linger marker is still out: signaled, it is flushed last and
 	 * drains the ring as this one would (one slot, one CQ entry kept). */
@@ -354,7 +351,7 @@ void Endpoint::post_drain_marker() noexcept
 		return;
 	if (!reserve_close_marker("the flush alone drains the send queue"))
 		return;
-	std::lock_guard<OptionalLock> guard(data.tx_lock);
+	std::lock_guard<OptionalLock> guard(data.tx.lock);
 	ibv_send_wr wr = claim_close_marker(IBV_WR_SEND);
 	(void)submit(wr, "fi_close(ep): drain marker", true);
 }
@@ -382,13 +379,13 @@ void Endpoint::post_drain_marker() noexcept
 void Endpoint::linger() noexcept
 {
 	constexpr int kLingerMs = 2000;
-	if (!data.sq || !data.qp || !bindings.tx_cq || bindings.stx() || data.sq->outstanding() == 0 ||
+	if (!data.tx.queue || !data.qp || !bindings.tx_cq || bindings.stx() || data.tx.queue->outstanding() == 0 ||
 	    fsm.state() != EpState::connected || data.link.state() != LinkState::up)
 		return;
 	if (!reserve_close_marker("requests still on the wire may be flushed"))
 		return;
 	{
-		std::lock_guard<OptionalLock> guard(data.tx_lock);
+		std::lock_guard<OptionalLock> guard(data.tx.lock);
 		ibv_send_wr wr = claim_close_marker(IBV_WR_RDMA_WRITE);
 		if (data.credits) {
 			wr.wr.rdma.remote_addr = data.credits->peer_addr;
@@ -397,11 +394,11 @@ void Endpoint::linger() noexcept
 		if (submit(wr, "fi_close(ep): linger marker", true))
 			return;
 	}
-	if (bindings.tx_cq->drain(*data.sq, kLingerMs))
+	if (bindings.tx_cq->drain(*data.tx.queue, kLingerMs))
 		return;
 	data.lingered = true; /* the marker is still out */
 	ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) still unconfirmed after %d ms; the disconnect flushes them\n",
-		static_cast<unsigned long long>(data.sq->outstanding()), kLingerMs);
+		static_cast<unsigned long long>(data.tx.queue->outstanding()), kLingerMs);
 }
 
 bool Endpoint::watches_stalls() const noexcept

@@ -22,7 +22,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: the endpoint takes its receives from its shared receive context\n");
 		return -FI_EOPNOTSUPP;
 	}
-	if (!data.rq) {
+	if (!data.rx.queue) {
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv: call fi_enable first\n");
 		return -FI_EOPBADSTATE;
 	}
@@ -44,7 +44,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 	}
 	ibv_sge sge[kMaxSge];
 	uint64_t total = 0;
-	ssize_t built = gather_sges("fi_recv", iov, desc, count, data.rx_iov_limit, true, true, sge, &total);
+	ssize_t built = gather_sges("fi_recv", iov, desc, count, data.rx.iov_limit, true, true, sge, &total);
 	if (built < 0)
 		return built;
 	if (domain->iwarp)
@@ -59,41 +59,41 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		return -FI_EINVAL;
 	}
 
-	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	std::lock_guard<OptionalLock> guard(data.rx.lock);
 	/* Again under the lock: a flush (flush_queue_pair, under it) may have
 	 * ended the link since; nothing is posted to a queue pair in error. */
 	if (data.link.ended())
 		return link_error("fi_recv");
 	/* A ring that started small grows first (nd_wq.h). */
-	if (data.rq->full() && !grow_queue(false)) {
+	if (data.rx.queue->full() && !grow_queue(false)) {
 		bindings.rx_cq->progress();
-		if (data.rq->full())
+		if (data.rx.queue->full())
 			return -FI_EAGAIN;
 	}
-	if (multi && !data.rq->multi()) {
+	if (multi && !data.rx.queue->multi()) {
 		try {
 			auto made = std::make_unique<MultiRecv>(bindings.min_multi_recv());
 			made->qp = data.qp.get();
 			made->ready = data.recv_ready();
-			data.rq->set_multi(std::move(made));
+			data.rx.queue->set_multi(std::move(made));
 			data.set_slow_rx(SlowRx::multi, true);
 		} catch (const std::bad_alloc &) {
 			return -FI_ENOMEM;
 		}
 	}
-	OpRecord &record = data.rq->claim_recv(context, FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0),
+	OpRecord &record = data.rx.queue->claim_recv(context, FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0),
 					       static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)), report);
-	if (MultiRecv *const behind = data.rq->multi()) {
+	if (MultiRecv *const multi_recv = data.rx.queue->multi()) {
 		/* Behind a multi-receive buffer (or to become one), in order. */
-		std::lock_guard<Mutex> hold(behind->lock);
+		std::lock_guard<Mutex> hold(multi_recv->lock);
 		int rc;
 		try {
-			rc = behind->submit(&record, sge, static_cast<size_t>(built), multi);
+			rc = multi_recv->submit(&record, sge, static_cast<size_t>(built), multi);
 		} catch (const std::bad_alloc &) {
 			rc = ENOMEM;
 		}
 		if (rc) {
-			data.rq->unclaim_recv(1);
+			data.rx.queue->unclaim_recv(1);
 			ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
 			return fi_error_of_post(rc);
 		}
@@ -110,7 +110,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 			PendingRecv pending{wr, std::vector<ibv_sge>(sge, sge + built)};
 			setup->pending_recvs.push_back(std::move(pending));
 		} catch (const std::bad_alloc &) {
-			data.rq->unclaim_recv(1);
+			data.rx.queue->unclaim_recv(1);
 			return -FI_ENOMEM;
 		}
 		return 0;
@@ -133,7 +133,7 @@ ssize_t Endpoint::post_rx_one_general(void *buf, size_t len, void *desc, void *c
 /* A receive's post failed (post_rx, post_recv_one): its slot goes back. */
 ssize_t Endpoint::post_recv_failed(int rc)
 {
-	data.rq->unclaim_recv(1);
+	data.rx.queue->unclaim_recv(1);
 	ND_WARN(FI_LOG_EP_DATA, "fi_recv: ibv_post_recv: %s\n", std::strerror(rc));
 	return fi_error_of_post(rc);
 }
@@ -142,13 +142,13 @@ ssize_t Endpoint::post_recv_failed(int rc)
  * receives that waited for it, in order. */
 void Endpoint::post_pending_receives() noexcept
 {
-	std::lock_guard<OptionalLock> guard(data.rx_lock);
+	std::lock_guard<OptionalLock> guard(data.rx.lock);
 	post_pending_receives_locked();
 }
 
 void Endpoint::post_pending_receives_locked() noexcept
 {
-	assert_held(data.rx_lock, "Endpoint::post_pending_receives_locked");
+	assert_held(data.rx.lock, "Endpoint::post_pending_receives_locked");
 	data.set_slow_rx(SlowRx::not_ready, false);
 	std::vector<PendingRecv> none;
 	for (PendingRecv &pending : setup ? setup->pending_recvs : none) {
@@ -161,10 +161,10 @@ void Endpoint::post_pending_receives_locked() noexcept
 	}
 	if (setup)
 		std::vector<PendingRecv>().swap(setup->pending_recvs);
-	if (MultiRecv *const behind = data.rq ? data.rq->multi() : nullptr) {
-		std::lock_guard<Mutex> hold(behind->lock);
-		behind->ready = true;
-		behind->pump();
+	if (MultiRecv *const multi_recv = data.rx.queue ? data.rx.queue->multi() : nullptr) {
+		std::lock_guard<Mutex> hold(multi_recv->lock);
+		multi_recv->ready = true;
+		multi_recv->pump();
 	}
 }
 
@@ -183,12 +183,12 @@ ssize_t Endpoint::cancel(void *context)
 		ND_WARN(FI_LOG_EP_DATA, "fi_cancel: a NULL context names no request\n");
 		return -FI_EINVAL;
 	}
-	std::lock_guard<OptionalLock> guard(data.rx_lock);
-	if (!data.rq) {
+	std::lock_guard<OptionalLock> guard(data.rx.lock);
+	if (!data.rx.queue) {
 		ND_INFO(FI_LOG_EP_DATA, "fi_cancel: no receive is posted before fi_enable\n");
 		return -FI_ENOENT;
 	}
-	if (Framing *const framing = framing_of(*data.rq))
+	if (Framing *const framing = framing_of(*data.rx.queue))
 		return framing->cancel(context, *bindings.rx_cq);
 	/* The unposted receives, in ring order: those made before the
 	 * connection, then those waiting behind a multi-receive buffer. */
@@ -202,10 +202,10 @@ ssize_t Endpoint::cancel(void *context)
 	for (OpRecord *&r : pending_records)
 		unposted.push_back(&r);
 	std::unique_lock<Mutex> hold;
-	MultiRecv *const behind = data.rq->multi();
-	if (behind) {
-		hold = std::unique_lock<Mutex>(behind->lock);
-		for (MultiRecv::Held &h : behind->held)
+	MultiRecv *const multi_recv = data.rx.queue->multi();
+	if (multi_recv) {
+		hold = std::unique_lock<Mutex>(multi_recv->lock);
+		for (MultiRecv::Held &h : multi_recv->held)
 			unposted.push_back(&h.record);
 	}
 	size_t found = unposted.size();
@@ -222,9 +222,9 @@ ssize_t Endpoint::cancel(void *context)
 	/* Later unposted receives take the slot before theirs. */
 	for (size_t i = found + 1; i < unposted.size(); i++) {
 		OpRecord *from = *unposted[i];
-		const uint64_t seq = data.rq->head.load(std::memory_order_relaxed) -
-				     ((data.rq->head.load(std::memory_order_relaxed) - from->seq()) & kSeqMask);
-		OpRecord *to = &data.rq->record_at(seq - 1);
+		const uint64_t seq = data.rx.queue->posted() -
+				     ((data.rx.queue->posted() - from->seq()) & kSeqMask);
+		OpRecord *to = &data.rx.queue->record_at(seq - 1);
 		*to = *from;
 		to->set_seq(seq - 1);
 		*unposted[i] = to;
@@ -235,13 +235,13 @@ ssize_t Endpoint::cancel(void *context)
 		for (size_t i = found; i < pending_recvs.size(); i++)
 			pending_recvs[i].wr.wr_id = reinterpret_cast<uintptr_t>(pending_records[i]);
 	} else {
-		auto &held = behind->held;
+		auto &held = multi_recv->held;
 		held.erase(held.begin() + static_cast<std::ptrdiff_t>(found - pending_records.size()));
 	}
-	data.rq->unclaim_recv(1);
+	data.rx.queue->unclaim_recv(1);
 	if (hold.owns_lock())
 		hold.unlock(); /* the CQ takes its own lock, then this one, when it retires */
-	if (const CounterCells cells = data.rq->counter(CounterKind::recv))
+	if (const CounterCells cells = data.rx.queue->counter(CounterKind::recv))
 		cells.count(false);
 	/* A multi-receive buffer's entry says it is released. */
 	const uint64_t flags = (canceled.flags & kPlacedByNd) ? (canceled.flags & ~kPlacedByNd) | FI_MULTI_RECV
@@ -253,10 +253,10 @@ ssize_t Endpoint::cancel(void *context)
 void Endpoint::set_min_multi_recv(size_t bytes)
 {
 	bindings.extras_made().min_multi_recv = bytes;
-	std::lock_guard<OptionalLock> guard(data.rx_lock);
-	if (MultiRecv *const behind = data.rq ? data.rq->multi() : nullptr) {
-		std::lock_guard<Mutex> hold(behind->lock);
-		behind->min_free = bytes;
+	std::lock_guard<OptionalLock> guard(data.rx.lock);
+	if (MultiRecv *const multi_recv = data.rx.queue ? data.rx.queue->multi() : nullptr) {
+		std::lock_guard<Mutex> hold(multi_recv->lock);
+		multi_recv->min_free = bytes;
 	}
 }
 

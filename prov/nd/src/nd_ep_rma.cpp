@@ -85,66 +85,76 @@ ssize_t remote_of(const fi_msg_rma *msg, const char *call, Remote *out)
 	return 0;
 }
 
+/* fi_read and fi_write of one buffer, and their iov and msg forms: one
+ * body per form, the opcode its only difference. */
+template <ibv_wr_opcode Op>
+[[gnu::always_inline]] inline ssize_t rma_one(fid_ep *fep, void *buf, size_t len, void *desc, uint64_t addr,
+					      uint64_t key, void *context, const char *call)
+{
+	Endpoint *ep = ep_of(fep);
+	const uint64_t flags = ep->data.tx.op_flags;
+	const bool report = wants_completion(ep, flags);
+	return ep->post_one<Op>(buf, len, desc, addr, key, context, flags, report, call, [&] {
+		iovec iov{buf, len};
+		return rma(ep, Op, &iov, &desc, 1, {addr, key}, 0, context, flags, report, call);
+	});
+}
+
+template <ibv_wr_opcode Op>
+ssize_t rma_vector(fid_ep *fep, const iovec *iov, void **desc, size_t count, uint64_t addr, uint64_t key,
+		   void *context, const char *call)
+{
+	Endpoint *ep = ep_of(fep);
+	const uint64_t flags = ep->data.tx.op_flags;
+	return rma(ep, Op, iov, desc, count, {addr, key}, 0, context, flags, wants_completion(ep, flags), call);
+}
+
+/* fi_readmsg and fi_writemsg: the message's one remote range. */
+ssize_t rma_message(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags, ibv_wr_opcode opcode, const char *call)
+{
+	Remote remote;
+	if (ssize_t ret = remote_of(msg, call, &remote))
+		return ret;
+	Endpoint *ep = ep_of(fep);
+	return rma(ep, opcode, msg->msg_iov, msg->desc, msg->iov_count, remote, msg->data, msg->context, flags,
+		   wants_completion(ep, flags), call);
+}
+
 ssize_t ep_read(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		uint64_t key, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx_op_flags;
-	const bool report = wants_completion(ep, flags);
-	return ep->post_one<IBV_WR_RDMA_READ>(buf, len, desc, addr, key, context, flags, report, "fi_read", [&] {
-		iovec iov{buf, len};
-		return rma(ep, IBV_WR_RDMA_READ, &iov, &desc, 1, {addr, key}, 0, context, flags, report, "fi_read");
-	});
+	return rma_one<IBV_WR_RDMA_READ>(fep, buf, len, desc, addr, key, context, "fi_read");
 }
 
 ssize_t ep_readv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
 		 uint64_t addr, uint64_t key, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	return rma(ep, IBV_WR_RDMA_READ, iov, desc, count, {addr, key}, 0, context, ep->data.tx_op_flags,
-		   wants_completion(ep, ep->data.tx_op_flags), "fi_readv");
+	return rma_vector<IBV_WR_RDMA_READ>(fep, iov, desc, count, addr, key, context, "fi_readv");
 }
 
 ssize_t ep_readmsg(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags) noexcept
 {
-	Remote remote;
-	if (ssize_t ret = remote_of(msg, "fi_readmsg", &remote))
-		return ret;
-	Endpoint *ep = ep_of(fep);
-	return rma(ep, IBV_WR_RDMA_READ, msg->msg_iov, msg->desc, msg->iov_count, remote, 0,
-		   msg->context, flags, wants_completion(ep, flags), "fi_readmsg");
+	return rma_message(fep, msg, flags, IBV_WR_RDMA_READ, "fi_readmsg");
 }
 
 ssize_t ep_write(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		 uint64_t key, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx_op_flags;
-	const bool report = wants_completion(ep, flags);
-	return ep->post_one<IBV_WR_RDMA_WRITE>(buf, len, desc, addr, key, context, flags, report, "fi_write", [&] {
-		iovec iov{const_cast<void *>(buf), len};
-		return rma(ep, IBV_WR_RDMA_WRITE, &iov, &desc, 1, {addr, key}, 0, context, flags, report, "fi_write");
-	});
+	/* Never written through: the device reads it. */
+	return rma_one<IBV_WR_RDMA_WRITE>(fep, const_cast<void *>(buf), len, desc, addr, key, context, "fi_write");
 }
 
 ssize_t ep_writev(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
 		  uint64_t addr, uint64_t key, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	return rma(ep, IBV_WR_RDMA_WRITE, iov, desc, count, {addr, key}, 0, context, ep->data.tx_op_flags,
-		   wants_completion(ep, ep->data.tx_op_flags), "fi_writev");
+	return rma_vector<IBV_WR_RDMA_WRITE>(fep, iov, desc, count, addr, key, context, "fi_writev");
 }
 
 ssize_t ep_writemsg(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags) noexcept
 {
-	Remote remote;
-	if (ssize_t ret = remote_of(msg, "fi_writemsg", &remote))
-		return ret;
-	Endpoint *ep = ep_of(fep);
 	const bool with_data = flags & FI_REMOTE_CQ_DATA;
-	return rma(ep, with_data ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, msg->msg_iov,
-		   msg->desc, msg->iov_count, remote, msg->data, msg->context, flags,
-		   wants_completion(ep, flags), "fi_writemsg");
+	return rma_message(fep, msg, flags, with_data ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
+			   "fi_writemsg");
 }
 
 ssize_t ep_inject_write(fid_ep *fep, const void *buf, size_t len, fi_addr_t, uint64_t addr,
@@ -159,7 +169,7 @@ ssize_t ep_writedata(fid_ep *fep, const void *buf, size_t len, void *desc, uint6
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
 	return rma(ep, IBV_WR_RDMA_WRITE_WITH_IMM, &iov, &desc, 1, {addr, key}, data, context,
-		   ep->data.tx_op_flags, wants_completion(ep, ep->data.tx_op_flags), "fi_writedata");
+		   ep->data.tx.op_flags, wants_completion(ep, ep->data.tx.op_flags), "fi_writedata");
 }
 
 ssize_t ep_inject_writedata(fid_ep *fep, const void *buf, size_t len, uint64_t data, fi_addr_t,

@@ -63,7 +63,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 		return -FI_EMSGSIZE;
 	}
 	ibv_sge sge[kMaxSge + 1];
-	ssize_t ret = gather_sges(r.call, r.iov, r.desc, r.count, data.tx_iov_limit, !inline_data, false,
+	ssize_t ret = gather_sges(r.call, r.iov, r.desc, r.count, data.tx.iov_limit, !inline_data, false,
 				  sge + (r.header ? 1 : 0), &total);
 	if (ret < 0)
 		return ret;
@@ -90,7 +90,7 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	}
 
 	CreditsAfterUnlock credits_after_unlock{this};
-	std::lock_guard<OptionalLock> guard(data.tx_lock);
+	std::lock_guard<OptionalLock> guard(data.tx.lock);
 	/* Again under the lock: a flush (flush_queue_pair, under it) may have
 	 * ended the link since; nothing is posted to a queue pair in error. */
 	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
@@ -100,12 +100,12 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 		return no_immediate_data(r.call);
 	if (data.credits && takes_receive && !data.credits->can_send())
 		return no_credit(r.call);
-	if (data.sq->no_room() || (is_read && data.sq->reads_in_flight() >= conn.effective.outbound)) {
+	if (data.tx.queue->no_room() || (is_read && data.tx.queue->reads_in_flight() >= conn.effective.outbound)) {
 		/* Post what FI_MORE held back, retire what has completed, then
 		 * look again. */
 		if ((ret = free_send_slots(r.call)))
 			return ret;
-		if (is_read && data.sq->reads_in_flight() >= conn.effective.outbound)
+		if (is_read && data.tx.queue->reads_in_flight() >= conn.effective.outbound)
 			return -FI_EAGAIN; /* never more reads in flight than negotiated */
 	}
 	if (data_in_slot) {
@@ -122,13 +122,13 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	const SendClaim request{r.context, static_cast<uint32_t>(r.cq_flags), static_cast<uint32_t>(total), r.report,
 				r.report || counter};
 	const Claimed claimed =
-		is_read ? data.sq->claim<SendKind::read>(request, data.signal_interval, data.read_signal_every)
-			: data.sq->claim<SendKind::data>(request, data.signal_interval, 1, data.read_fence);
+		is_read ? data.tx.queue->claim<SendKind::read>(request, data.signal_interval, data.read_signal_every)
+			: data.tx.queue->claim<SendKind::send_or_write>(request, data.signal_interval, 1, data.read_fence);
 	OpRecord &record = *claimed.record;
 	if (r.header) {
 		/* The slot's header lives as long as the request does. */
 		uint8_t *header = data.tx_headers->bytes.get() +
-				  static_cast<size_t>(&record - data.sq->records) * kFrameHeaderSize;
+				  static_cast<size_t>(data.tx.queue->slot_of(record)) * kFrameHeaderSize;
 		std::memcpy(header, r.header, kFrameHeaderSize);
 		sge[0].addr = reinterpret_cast<uintptr_t>(header);
 		sge[0].length = static_cast<uint32_t>(kFrameHeaderSize);
@@ -179,15 +179,15 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 ssize_t Endpoint::post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_sge, uint32_t total, bool inline_data,
 				      bool counted)
 {
-	assert_held(data.tx_lock, "Endpoint::post_with_data_slot");
+	assert_held(data.tx.lock, "Endpoint::post_with_data_slot");
 	ReceiveCredits &c = *data.credits;
-	WorkQueue &queue = *data.sq;
+	SendQueue &queue = *data.tx.queue;
 	const bool write = r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 	const uint32_t inline_flag = inline_data && total ? IBV_SEND_INLINE : 0;
 	ibv_send_wr wr[3] = {};
 	int n = 0;
 	if (write) {
-		const Claimed claimed = queue.claim<SendKind::data>(SendClaim{nullptr, 0, total, false, false},
+		const Claimed claimed = queue.claim<SendKind::send_or_write>(SendClaim{nullptr, 0, total, false, false},
 								    data.signal_interval, 1, data.read_fence);
 		ibv_send_wr &w = wr[n++];
 		w.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
@@ -202,7 +202,7 @@ ssize_t Endpoint::post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_
 		SendClaim{nullptr, 0, static_cast<uint32_t>(kDataSlotBytes), false, false}, data.signal_interval);
 	/* Its source stays as written until this request retires: one per
 	 * send-ring slot. */
-	uint64_t *source = c.slot_sources + static_cast<size_t>(slot_claimed.record - queue.records) * kDataSlotWords;
+	uint64_t *source = c.slot_sources + static_cast<size_t>(queue.slot_of(*slot_claimed.record)) * kDataSlotWords;
 	source[0] = DataSlot::encode(write ? DataSlotKind::write : DataSlotKind::message, c.sent, ntohl(r.imm_data));
 	source[1] = write ? total : 0;
 	ibv_sge slot_sge;
@@ -220,7 +220,7 @@ ssize_t Endpoint::post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_
 		w.wr.rdma.rkey = c.peer_rkey;
 	}
 	const SendClaim request{r.context, static_cast<uint32_t>(r.cq_flags), total, r.report, r.report || counted};
-	const Claimed claimed = queue.claim<SendKind::data>(request, data.signal_interval, 1, data.read_fence);
+	const Claimed claimed = queue.claim<SendKind::send_or_write>(request, data.signal_interval, 1, data.read_fence);
 	{
 		ibv_send_wr &w = wr[n++];
 		w.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
@@ -342,7 +342,7 @@ ssize_t Endpoint::post_deferred(const char *call)
  * device failure). */
 ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call, bool own)
 {
-	assert_held(data.tx_lock, "Endpoint::post_batch");
+	assert_held(data.tx.lock, "Endpoint::post_batch");
 	SendBatch &b = *data.batch;
 	ibv_send_wr *first = b.count ? &b.wr[0] : last;
 	if (b.count) {
@@ -360,7 +360,7 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call, bool own)
 ssize_t Endpoint::single_failed(int rc, ibv_wr_opcode opcode, const char *call) noexcept
 {
 	ibv_send_wr last{};
-	last.wr_id = reinterpret_cast<uintptr_t>(&data.sq->record_at(data.sq->head.load(std::memory_order_relaxed) - 1));
+	last.wr_id = reinterpret_cast<uintptr_t>(&data.tx.queue->record_at(data.tx.queue->posted() - 1));
 	last.opcode = opcode;
 	return submit_failed(rc, &last, &last, call, false);
 }
@@ -376,7 +376,7 @@ ssize_t Endpoint::submit_failed(int rc, ibv_send_wr *unposted, ibv_send_wr *firs
 	if (data.batch)
 		for (const ibv_send_wr *w = unposted; w; w = w->next)
 			held_lost = held_lost || (w >= data.batch->wr && w < data.batch->wr + SendBatch::kMaxRequests);
-	data.sq->unclaim(unposted);
+	data.tx.queue->unclaim(unposted);
 	/* nd's own request alone is info; the application's, or its held
 	 * requests lost behind nd's, are a warning. */
 	if (own && !held_lost)
@@ -427,8 +427,8 @@ ssize_t Endpoint::inject_refused(const void *buf, size_t len, uint64_t remote_ke
  * retires; 0 when there is room now. Under tx_lock. */
 ssize_t Endpoint::free_send_slots(const char *call)
 {
-	assert_held(data.tx_lock, "Endpoint::free_send_slots");
-	WorkQueue &queue = *data.sq;
+	assert_held(data.tx.lock, "Endpoint::free_send_slots");
+	SendQueue &queue = *data.tx.queue;
 	if (queue.full()) {
 		/* Where a signaled request may have completed, the CQ is read
 		 * first: the unsignaled run before it then retires. A ring at
@@ -438,7 +438,7 @@ ssize_t Endpoint::free_send_slots(const char *call)
 		 * then makes no extras). */
 		if (queue.signaled_outstanding()) {
 			bindings.tx_cq->progress();
-			if (queue.records != queue.inline_ring && !queue.no_room())
+			if (!queue.ring_is_inline() && !queue.no_room())
 				return 0;
 		}
 		/* Else it grows (what FI_MORE holds back stays held). */
@@ -448,7 +448,7 @@ ssize_t Endpoint::free_send_slots(const char *call)
 	if (ssize_t ret = post_deferred(call))
 		return ret;
 	bindings.tx_cq->progress();
-	return data.sq->no_room() ? -FI_EAGAIN : 0;
+	return data.tx.queue->no_room() ? -FI_EAGAIN : 0;
 }
 
 } // namespace nd

@@ -28,7 +28,7 @@ constexpr uint32_t kMaxBounceBuffers = 64;
 
 int Endpoint::setup_framing(uint32_t rx)
 {
-	const size_t ring = size_t{data.sq->mask} + 1;
+	const size_t ring = data.tx.queue->ring_size();
 	data.tx_headers = std::make_unique<FrameHeaders>();
 	FrameHeaders &headers = *data.tx_headers;
 	headers.bytes = std::make_unique<uint8_t[]>(ring * kFrameHeaderSize);
@@ -39,7 +39,7 @@ int Endpoint::setup_framing(uint32_t rx)
 					 ring * kFrameHeaderSize, err);
 		return fi_error_of_errno(err);
 	}
-	const uint32_t count = std::min(data.rq->depth, kMaxBounceBuffers);
+	const uint32_t count = std::min(data.rx.queue->depth(), kMaxBounceBuffers);
 	int err = 0;
 	std::unique_ptr<Framing> framing = Framing::make(domain->pd.get(), count, data.max_msg, &err);
 	if (!framing) {
@@ -49,7 +49,7 @@ int Endpoint::setup_framing(uint32_t rx)
 		warn_registration_failed(FI_LOG_EP_CTRL, what, count * (kFrameHeaderSize + data.max_msg), err);
 		return fi_error_of_errno(err);
 	}
-	framing->queue = data.rq.get();
+	framing->queue = data.rx.queue.get();
 	framing->owner = this;
 	if (data.credits)
 		framing->reposted = [](void *owner) noexcept {
@@ -57,28 +57,28 @@ int Endpoint::setup_framing(uint32_t rx)
 		};
 	framing->unframed = ep_peer_broke_framing;
 	framing->posted_limit = rx;
-	framing->recv_counter = data.rq->counter(CounterKind::recv);
+	framing->recv_counter = data.rx.queue->counter(CounterKind::recv);
 	/* Every buffer waits for the queue pair's INIT, with the receives
 	 * made before the connection (post_pending_receives). */
 	for (uint32_t i = 0; i < count; i++) {
 		ibv_recv_wr wr;
 		ibv_sge sge;
-		framing->claim_bounce(*data.rq, framing->slot(i), wr, sge);
+		framing->claim_bounce(*data.rx.queue, framing->slot(i), wr, sge);
 		try {
 			setup->pending_recvs.push_back(PendingRecv{wr, std::vector<ibv_sge>(1, sge)});
 		} catch (...) {
-			data.rq->unclaim_recv(1);
+			data.rx.queue->unclaim_recv(1);
 			throw;
 		}
 	}
-	data.rq->set_framing(std::move(framing));
+	data.rx.queue->set_framing(std::move(framing));
 	return 0;
 }
 
 ssize_t Endpoint::post_framed_rx(const iovec *iov, size_t count, void *context, uint64_t flags, bool tagged,
 				 uint64_t tag, uint64_t ignore, const char *call)
 {
-	if (!data.rq) {
+	if (!data.rx.queue) {
 		ND_WARN(FI_LOG_EP_DATA, "%s: call fi_enable first\n", call);
 		return -FI_EOPBADSTATE;
 	}
@@ -92,8 +92,8 @@ ssize_t Endpoint::post_framed_rx(const iovec *iov, size_t count, void *context, 
 		ND_WARN(FI_LOG_EP_DATA, "%s: FI_PEEK, FI_CLAIM and FI_DISCARD are not implemented\n", call);
 		return -FI_ENOSYS;
 	}
-	if (count > data.rx_iov_limit) {
-		ND_WARN(FI_LOG_EP_DATA, "%s: %zu iovs; the limit is %u\n", call, count, data.rx_iov_limit);
+	if (count > data.rx.iov_limit) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: %zu iovs; the limit is %u\n", call, count, data.rx.iov_limit);
 		return -FI_EINVAL;
 	}
 	if (count && !iov) {
@@ -119,7 +119,7 @@ ssize_t Endpoint::post_framed_rx(const iovec *iov, size_t count, void *context, 
 	recv.tag = tag;
 	recv.ignore = ignore;
 	recv.report = report;
-	return framing_of(*data.rq)->post(recv, *bindings.rx_cq);
+	return framing_of(*data.rx.queue)->post(recv, *bindings.rx_cq);
 }
 
 namespace {
@@ -157,7 +157,7 @@ ssize_t inject_framed(Endpoint *ep, frame::Kind kind, const void *buf, size_t le
 		      uint64_t data, const char *call)
 {
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, kind, &iov, nullptr, 1, nullptr, (ep->data.tx_op_flags & ~FI_COMPLETION) | FI_INJECT,
+	return send_framed(ep, kind, &iov, nullptr, 1, nullptr, (ep->data.tx.op_flags & ~FI_COMPLETION) | FI_INJECT,
 			   tag, with_data, data, call);
 }
 
@@ -167,13 +167,13 @@ ssize_t framed_recv(fid_ep *fep, void *buf, size_t len, void *, fi_addr_t, void 
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{buf, len};
-	return ep->post_framed_rx(&iov, 1, context, ep->data.rx_op_flags, false, 0, 0, "fi_recv");
+	return ep->post_framed_rx(&iov, 1, context, ep->data.rx.op_flags, false, 0, 0, "fi_recv");
 }
 
 ssize_t framed_recvv(fid_ep *fep, const iovec *iov, void **, size_t count, fi_addr_t, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return ep->post_framed_rx(iov, count, context, ep->data.rx_op_flags, false, 0, 0, "fi_recvv");
+	return ep->post_framed_rx(iov, count, context, ep->data.rx.op_flags, false, 0, 0, "fi_recvv");
 }
 
 ssize_t framed_recvmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
@@ -190,14 +190,14 @@ ssize_t framed_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_add
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::message, &iov, &desc, 1, context, ep->data.tx_op_flags, 0, false, 0,
+	return send_framed(ep, frame::Kind::message, &iov, &desc, 1, context, ep->data.tx.op_flags, 0, false, 0,
 			   "fi_send");
 }
 
 ssize_t framed_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return send_framed(ep, frame::Kind::message, iov, desc, count, context, ep->data.tx_op_flags, 0, false, 0,
+	return send_framed(ep, frame::Kind::message, iov, desc, count, context, ep->data.tx.op_flags, 0, false, 0,
 			   "fi_sendv");
 }
 
@@ -221,7 +221,7 @@ ssize_t framed_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, ui
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::message, &iov, &desc, 1, context, ep->data.tx_op_flags, 0, true, data,
+	return send_framed(ep, frame::Kind::message, &iov, &desc, 1, context, ep->data.tx.op_flags, 0, true, data,
 			   "fi_senddata");
 }
 
@@ -237,14 +237,14 @@ ssize_t tagged_recv(fid_ep *fep, void *buf, size_t len, void *, fi_addr_t, uint6
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{buf, len};
-	return ep->post_framed_rx(&iov, 1, context, ep->data.rx_op_flags, true, tag, ignore, "fi_trecv");
+	return ep->post_framed_rx(&iov, 1, context, ep->data.rx.op_flags, true, tag, ignore, "fi_trecv");
 }
 
 ssize_t tagged_recvv(fid_ep *fep, const iovec *iov, void **, size_t count, fi_addr_t, uint64_t tag,
 		     uint64_t ignore, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return ep->post_framed_rx(iov, count, context, ep->data.rx_op_flags, true, tag, ignore, "fi_trecvv");
+	return ep->post_framed_rx(iov, count, context, ep->data.rx.op_flags, true, tag, ignore, "fi_trecvv");
 }
 
 ssize_t tagged_recvmsg(fid_ep *fep, const fi_msg_tagged *msg, uint64_t flags) noexcept
@@ -262,7 +262,7 @@ ssize_t tagged_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_add
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::tagged, &iov, &desc, 1, context, ep->data.tx_op_flags, tag, false, 0,
+	return send_framed(ep, frame::Kind::tagged, &iov, &desc, 1, context, ep->data.tx.op_flags, tag, false, 0,
 			   "fi_tsend");
 }
 
@@ -270,7 +270,7 @@ ssize_t tagged_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, f
 		     void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return send_framed(ep, frame::Kind::tagged, iov, desc, count, context, ep->data.tx_op_flags, tag, false, 0,
+	return send_framed(ep, frame::Kind::tagged, iov, desc, count, context, ep->data.tx.op_flags, tag, false, 0,
 			   "fi_tsendv");
 }
 
@@ -294,7 +294,7 @@ ssize_t tagged_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, ui
 {
 	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::tagged, &iov, &desc, 1, context, ep->data.tx_op_flags, tag, true, data,
+	return send_framed(ep, frame::Kind::tagged, &iov, &desc, 1, context, ep->data.tx.op_flags, tag, true, data,
 			   "fi_tsenddata");
 }
 

@@ -168,7 +168,7 @@ std::unique_ptr<Framing> Framing::make(ibv_pd *pd, uint32_t count, size_t max_pa
 	return framing;
 }
 
-OpRecord &Framing::claim_bounce(WorkQueue &in, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept
+OpRecord &Framing::claim_bounce(ReceiveQueue &in, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept
 {
 	/* Its completions go to on_message through WorkQueue::retire. */
 	OpRecord &record = in.claim_recv(bounce, FI_RECV | kPlacedByNd, static_cast<uint32_t>(slot_size), false);

@@ -159,7 +159,7 @@ struct Framing final : PlacedReceiver {
 	/* Set once the queue pair exists; cleared when the endpoint closes,
 	 * so that late completions repost nothing. */
 	std::atomic<ibv_qp *> qp{nullptr};
-	WorkQueue *queue = nullptr;	/* the receive queue that owns this */
+	ReceiveQueue *queue = nullptr;	/* the receive queue that owns this */
 	CounterCells recv_counter;	/* counts each receive completed */
 	/* Told after a buffer is reposted (receive credits, nd_credits.h). */
 	void (*reposted)(void *owner) noexcept = nullptr;
@@ -177,8 +177,8 @@ struct Framing final : PlacedReceiver {
 
 	/* Claims a slot of receive queue `in` for bounce buffer `bounce`
 	 * (its address) and fills the work request that posts it; the
-	 * caller unclaims it (WorkQueue::unclaim_recv) if posting fails. */
-	OpRecord &claim_bounce(WorkQueue &in, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept;
+	 * caller unclaims it (ReceiveQueue::unclaim_recv) if posting fails. */
+	OpRecord &claim_bounce(ReceiveQueue &in, uint8_t *bounce, ibv_recv_wr &wr, ibv_sge &sge) noexcept;
 
 	/* A message landed in `buffer` (its slot retired by WorkQueue::
 	 * retire), under the CQ's lock: delivered to the first receive it
@@ -211,7 +211,7 @@ private:
 
 /* A receive queue's framing, where it has one (WorkQueue::framing): a
  * framed endpoint's is always a Framing. */
-inline Framing *framing_of(const WorkQueue &queue) noexcept
+inline Framing *framing_of(const ReceiveQueue &queue) noexcept
 {
 	return static_cast<Framing *>(queue.framing());
 }

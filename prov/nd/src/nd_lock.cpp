@@ -20,8 +20,8 @@ const char *lock_rank_name(LockRank rank) noexcept
 	case LockRank::eq_progress: return "EQ progress (EventQueue::progress_lock_)";
 	case LockRank::async_registry: return "async registry (async::registry_lock)";
 	case LockRank::counter_sources: return "counter sources (Counter::sources_lock)";
-	case LockRank::endpoint_rx: return "endpoint receive (DataPath::rx_lock)";
-	case LockRank::endpoint_tx: return "endpoint send (DataPath::tx_lock)";
+	case LockRank::endpoint_rx: return "endpoint receive (DataPath::rx.lock)";
+	case LockRank::endpoint_tx: return "endpoint send (DataPath::tx.lock)";
 	case LockRank::cq: return "CQ (CompletionQueue::lock)";
 	case LockRank::shared_rx: return "shared receive pool (SharedRx::lock)";
 	case LockRank::multi_recv: return "multi-receive buffer (MultiRecv::lock)";

@@ -20,7 +20,7 @@ namespace nd {
  * uncommitted. Queues without a budget never touch it on the fast path: an
  * endpoint bound to a shared context posts through the slow paths.
  *
- * The check (WorkQueue::no_room) and the count are two steps, so
+ * The check (SendQueue::no_room) and the count are two steps, so
  * posters racing on different endpoints may pass the limit by one request
  * each; no device queue overflows by it, since each is as deep as the
  * context and the CQs reserve per endpoint.

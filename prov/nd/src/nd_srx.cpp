@@ -14,7 +14,7 @@
 namespace nd {
 
 SharedRx::SharedRx(Domain *d, uint32_t depth)
-	: ep{}, domain(d), pool(std::make_unique<WorkQueue>(QueueKind::shared_recv, depth)), iov_limit(1), op_flags(0),
+	: ep{}, domain(d), pool(std::make_unique<SharedReceivePool>(depth)), iov_limit(1), op_flags(0),
 	  min_multi_recv(kDefaultMinMultiRecv)
 {
 	/* Completed receives go back to the pool under the lock that posts. */
@@ -50,22 +50,20 @@ ssize_t SharedRx::post(const iovec *iov, void **desc, size_t count, void *contex
 		guard.unlock();
 		return post_behind_multi(sge, static_cast<size_t>(built), total, context, false);
 	}
-	if (pool->free_slots().empty())
+	OpRecord *record = pool->claim_slot(context, FI_RECV | FI_MSG, static_cast<uint32_t>(total), true);
+	if (!record)
 		return -FI_EAGAIN;
-	uint32_t slot = pool->free_slots().back();
-	OpRecord &record = pool->records[slot];
-	record.fill_recv(context, FI_RECV | FI_MSG, static_cast<uint32_t>(total), true);
 	ibv_recv_wr wr{};
-	wr.wr_id = reinterpret_cast<uintptr_t>(&record);
+	wr.wr_id = reinterpret_cast<uintptr_t>(record);
 	wr.sg_list = sge;
 	wr.num_sge = static_cast<int>(built);
 	ibv_recv_wr *bad = nullptr;
 	int rc = post_srq_recv(srq.get(), &wr, &bad);
 	if (rc) {
+		pool->unclaim_slot(*record);
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);
 	}
-	pool->free_slots().pop_back();
 	return 0;
 }
 
@@ -79,7 +77,7 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 	OpRecord *record;
 	{
 		std::lock_guard<OptionalLock> guard(lock);
-		if (pool->free_slots().empty())
+		if (!pool->free_slots())
 			return -FI_EAGAIN;
 		if (!pool->multi()) {
 			auto made = std::make_unique<MultiRecv>(min_multi_recv);
@@ -87,24 +85,22 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 			made->ready = true;
 			pool->set_multi(std::move(made));
 		}
-		record = &pool->records[pool->free_slots().back()];
-		pool->free_slots().pop_back();
+		record = pool->claim_slot(context, FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0),
+					  static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)), true);
 	}
-	record->fill_recv(context, FI_RECV | FI_MSG | (multi ? kPlacedByNd : 0),
-			  static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)), true);
 	int rc;
 	{
-		MultiRecv *const behind = pool->multi(); /* made above, kept until close */
-		std::lock_guard<Mutex> hold(behind->lock);
+		MultiRecv *const buffers = pool->multi(); /* made above, kept until close */
+		std::lock_guard<Mutex> hold(buffers->lock);
 		try {
-			rc = behind->submit(record, sge, count, multi);
+			rc = buffers->submit(record, sge, count, multi);
 		} catch (const std::bad_alloc &) {
 			rc = ENOMEM;
 		}
 	}
 	if (rc) {
 		std::lock_guard<OptionalLock> guard(lock);
-		pool->free_slots().push_back(static_cast<uint32_t>(record - pool->records));
+		pool->unclaim_slot(*record);
 		ND_WARN(FI_LOG_EP_DATA, "fi_recv(srx): ibv_post_srq_recv: %s\n", std::strerror(rc));
 		return fi_error_of_post(rc);
 	}

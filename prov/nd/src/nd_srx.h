@@ -34,7 +34,7 @@ struct SharedRx {
 	/* A pool of records; the ring is not used. Held by pointer: a work
 	 * queue's state is private, which a standard-layout object (from_fid)
 	 * cannot hold by value. */
-	std::unique_ptr<WorkQueue> pool;
+	std::unique_ptr<SharedReceivePool> pool;
 	uint32_t iov_limit;
 	uint64_t op_flags;			/* fi_recv's and fi_recvv's flags */
 	size_t min_multi_recv;			/* FI_OPT_MIN_MULTI_RECV */

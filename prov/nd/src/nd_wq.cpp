@@ -74,10 +74,10 @@ static RingPtr make_ring(WorkQueue *owner, uint32_t size, bool nothrow)
 }
 
 /* Owned storage of a ring that is not the queue's inline one. */
-static void free_ring(const WorkQueue &queue, OpRecord *ring) noexcept
+void free_ring(const WorkQueue &queue, OpRecord *ring) noexcept
 {
-	if (ring != queue.inline_ring)
-		RingDelete{queue.mask + 1}(ring);
+	if (ring != queue.inline_ring_)
+		RingDelete{queue.mask_ + 1}(ring);
 }
 
 /* The most requests a ring of `size` slots holds: one slot always stays
@@ -89,29 +89,47 @@ static uint32_t ring_limit(uint32_t size, uint32_t internal, uint32_t depth)
 }
 
 WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal, uint32_t initial)
-	: kind(k), internal_slots(static_cast<uint16_t>(internal)), depth(std::max<uint32_t>(wanted_depth, 1))
+	: kind_(k), internal_slots_(static_cast<uint16_t>(internal)), depth_(std::max<uint32_t>(wanted_depth, 1))
 {
 	assert(internal <= UINT16_MAX);
-	const uint32_t first = kind == QueueKind::shared_recv || initial == 0 ? depth : std::min(initial, depth);
+	const uint32_t first = kind_ == QueueKind::shared_recv || initial == 0 ? depth_ : std::min(initial, depth_);
 	uint32_t size = 1;
-	while (size <= first + internal_slots)
+	while (size <= first + internal_slots_)
 		size <<= 1;
-	mask = size - 1;
-	limit = ring_limit(size, internal_slots, depth);
+	mask_ = size - 1;
+	limit_ = ring_limit(size, internal_slots_, depth_);
 	if (size <= kInlineRingSlots) {
-		for (OpRecord &slot : inline_ring)
+		for (OpRecord &slot : inline_ring_)
 			slot.owner = this;
-		records = inline_ring;
+		records_ = inline_ring_;
 	} else {
-		records = make_ring(this, size, false).release();
+		records_ = make_ring(this, size, false).release();
 	}
-	update_plain();
-	if (kind == QueueKind::shared_recv) {
-		/* Every slot's index fits, so giving one back never allocates. */
-		std::vector<uint32_t> &free = extras().free_slots;
-		free.reserve(depth);
-		for (uint32_t i = depth; i > 0; i--)
-			free.push_back(i - 1);
+	choose_retire_path();
+}
+
+SharedReceivePool::SharedReceivePool(uint32_t wanted_depth) : WorkQueue(QueueKind::shared_recv, wanted_depth)
+{
+	/* Every slot's index fits, so giving one back never allocates. */
+	std::vector<uint32_t> &free = extras().free_slots;
+	free.reserve(depth_);
+	for (uint32_t i = depth_; i > 0; i--)
+		free.push_back(i - 1);
+	choose_retire_path();
+}
+
+void QueueDelete::operator()(WorkQueue *queue) const noexcept
+{
+	switch (queue->kind()) {
+	case QueueKind::send:
+		delete static_cast<SendQueue *>(queue);
+		break;
+	case QueueKind::recv:
+		delete static_cast<ReceiveQueue *>(queue);
+		break;
+	case QueueKind::shared_recv:
+		delete static_cast<SharedReceivePool *>(queue);
+		break;
 	}
 }
 
@@ -131,19 +149,19 @@ QueueExtras &WorkQueue::extras()
  * ring, a CQ reservation and a slow post. Rings double after that. */
 uint32_t WorkQueue::grown_size() const noexcept
 {
-	const uint32_t doubled = (mask + 1) * 2;
-	if (kind != QueueKind::send || records != inline_ring)
+	const uint32_t doubled = (mask_ + 1) * 2;
+	if (kind_ != QueueKind::send || records_ != inline_ring_)
 		return doubled;
 	/* The ring the whole depth needs: the power of two above it. */
-	const uint32_t whole = std::bit_ceil(depth + internal_slots + 1u);
+	const uint32_t whole = std::bit_ceil(depth_ + internal_slots_ + 1u);
 	return std::max(doubled, std::min(kWorkingRingSlots, whole));
 }
 
 uint32_t WorkQueue::growth() const noexcept
 {
-	if (kind == QueueKind::shared_recv || limit >= depth)
+	if (kind_ == QueueKind::shared_recv || limit_ >= depth_)
 		return 0;
-	return ring_limit(grown_size(), internal_slots, depth) - limit;
+	return ring_limit(grown_size(), internal_slots_, depth_) - limit_;
 }
 
 bool WorkQueue::grow() noexcept
@@ -155,8 +173,8 @@ bool WorkQueue::grow() noexcept
 	RingPtr ring = make_ring(this, size, true);
 	if (!ring)
 		return false;
-	const uint64_t h = head.load(std::memory_order_relaxed);
-	const uint64_t t = tail.load(std::memory_order_acquire);
+	const uint64_t h = head_.load(std::memory_order_relaxed);
+	const uint64_t t = tail_.load(std::memory_order_acquire);
 	try {
 		if (t != h || extras_) {
 			/* Rings whose requests all retired go (the reaper reads
@@ -166,32 +184,32 @@ bool WorkQueue::grow() noexcept
 						       [t](const OldRing &old) { return old.end <= t; }),
 					old_rings.end());
 			if (t != h) {
-				OldRing old{records, RingPtr(nullptr, RingDelete{mask + 1}), mask, extras_->ring_first, h};
-				if (records != inline_ring)
-					old.storage.reset(records);
+				OldRing old{records_, RingPtr(nullptr, RingDelete{mask_ + 1}), mask_, extras_->ring_first, h};
+				if (records_ != inline_ring_)
+					old.storage.reset(records_);
 				try {
 					old_rings.push_back(std::move(old));
 				} catch (const std::bad_alloc &) {
 					(void)old.storage.release(); /* still the queue's */
 					throw;
 				}
-				records = nullptr; /* the old ring owns it now */
+				records_ = nullptr; /* the old ring owns it now */
 			}
 		}
 	} catch (const std::bad_alloc &) {
 		return false;
 	}
-	if (records)
-		free_ring(*this, records);
-	records = ring.release();
-	mask = size - 1;
+	if (records_)
+		free_ring(*this, records_);
+	records_ = ring.release();
+	mask_ = size - 1;
 	if (extras_) /* without, nothing is outstanding in an older ring */
 		extras_->ring_first = h;
-	limit += more;
+	limit_ += more;
 	return true;
 }
 
-void WorkQueue::unclaim(const ibv_send_wr *unposted) noexcept
+void SendQueue::unclaim(const ibv_send_wr *unposted) noexcept
 {
 	uint64_t n = 0;
 	bool signaled = false;
@@ -205,8 +223,8 @@ void WorkQueue::unclaim(const ibv_send_wr *unposted) noexcept
 	if (!n)
 		return;
 	const OpRecord &first = *record_of(unposted->wr_id);
-	const uint64_t from = head.load(std::memory_order_relaxed) - n;
-	reads_posted = first.read_mark - (reads_remote_memory(unposted->opcode) ? 1 : 0);
+	const uint64_t from = head_.load(std::memory_order_relaxed) - n;
+	reads_posted_ = first.read_mark - (reads_remote_memory(unposted->opcode) ? 1 : 0);
 	if (signaled) {
 		/* The last signaled request before `from` is outstanding (its
 		 * record is kept, in this ring or an older one, until tail
@@ -214,9 +232,9 @@ void WorkQueue::unclaim(const ibv_send_wr *unposted) noexcept
 		 * to just past a signaled completion, and the reads it retired
 		 * are reads_retired (stored before tail). A queue that never
 		 * retired anything starts from nothing. */
-		const uint64_t t = tail.load(std::memory_order_acquire);
+		const uint64_t t = tail_.load(std::memory_order_acquire);
 		uint64_t end = t;
-		uint32_t reads = reads_retired.load(std::memory_order_acquire);
+		uint32_t reads = reads_retired_.load(std::memory_order_acquire);
 		for (uint64_t seq = from; seq > t; --seq) {
 			const OpRecord &record = record_at(seq - 1);
 			if (record.signaled()) {
@@ -225,29 +243,29 @@ void WorkQueue::unclaim(const ibv_send_wr *unposted) noexcept
 				break;
 			}
 		}
-		signaled_head.store(end, std::memory_order_relaxed);
-		reads_at_signal = reads;
+		signaled_head_.store(end, std::memory_order_relaxed);
+		reads_at_signal_ = reads;
 	}
 	if (fence_moves == 1)
-		reads_fenced = reads_fenced_before;
+		reads_fenced_ = reads_fenced_before_;
 	else if (fence_moves > 1)
-		reads_fenced = reads_posted - 1; /* fence the next send or write */
+		reads_fenced_ = reads_posted_ - 1; /* fence the next send or write */
 	give_back(n);
 }
 
 OpRecord &WorkQueue::record_at(uint64_t seq) noexcept
 {
 	if (!extras_ || seq >= extras_->ring_first)
-		return records[seq & mask];
+		return records_[seq & mask_];
 	for (OldRing &old : extras_->old_rings)
 		if (seq >= old.first && seq < old.end)
 			return old.records[seq & old.mask];
-	return records[seq & mask]; /* not outstanding: a caller's bug */
+	return records_[seq & mask_]; /* not outstanding: a caller's bug */
 }
 
 WorkQueue::~WorkQueue()
 {
-	free_ring(*this, records);
+	free_ring(*this, records_);
 	if (SendBudget *b = budget())
 		b->used.fetch_sub(outstanding(), std::memory_order_acq_rel);
 }
@@ -255,7 +273,7 @@ WorkQueue::~WorkQueue()
 void WorkQueue::set_multi(std::unique_ptr<MultiRecv> m)
 {
 	extras().multi = std::move(m);
-	update_plain();
+	choose_retire_path();
 }
 
 void WorkQueue::apply_remote_data(const OpRecord &record, uint64_t *slot, uint64_t word, ibv_wc &wc) noexcept
@@ -265,7 +283,7 @@ void WorkQueue::apply_remote_data(const OpRecord &record, uint64_t *slot, uint64
 	const DataSlot data = DataSlot::decode(word);
 	if (!data.belongs_to(record.seq())) {
 		ND_WARN(FI_LOG_CQ, "remote CQ data slot %zu holds 0x%llx, not written for receive %u: ignored\n",
-			static_cast<size_t>(&record - records), static_cast<unsigned long long>(word), record.seq());
+			static_cast<size_t>(&record - records_), static_cast<unsigned long long>(word), record.seq());
 		return;
 	}
 	wc.wc_flags |= IBV_WC_WITH_IMM;
@@ -295,7 +313,7 @@ Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placeme
 	/* Read before the slot is retired, when it may be reused. */
 	Retired done{record.context, record.flags & ~kPlacedByNd, record.report()};
 	bool ok = wc.status == IBV_WC_SUCCESS;
-	if (ok && kind == QueueKind::recv && data_slots)
+	if (ok && kind_ == QueueKind::recv && data_slots_)
 		take_remote_data(record, wc); /* counted: before the slot retires */
 	const bool placed_by_nd = record.flags & kPlacedByNd;
 	bool release = true;
@@ -319,9 +337,9 @@ Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placeme
 	const bool framed_buffer = placed_by_nd && framing;
 	if (!release) {
 		/* counted below, as every message is */
-	} else if (kind == QueueKind::shared_recv) {
+	} else if (kind_ == QueueKind::shared_recv) {
 		std::lock_guard<OptionalLock> guard(*extras_->pool_lock);
-		extras_->free_slots.push_back(static_cast<uint32_t>(&record - records));
+		extras_->free_slots.push_back(static_cast<uint32_t>(&record - records_));
 	} else {
 		const uint64_t retired = retire_through(&record);
 		if (SendBudget *b = budget())
@@ -331,23 +349,23 @@ Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placeme
 	if (framed_buffer) {
 		done.report = false;
 		if (placement)
-			placement->own = true;
+			placement->nd_buffer = true;
 		CompletionSink *sink = placement ? placement->sink : nullptr;
 		if (ok && sink && !framing->on_message(wc, static_cast<uint8_t *>(done.context), *sink))
 			ok = false; /* a message that cannot be trusted ends the link */
 		if (!ok && sink)
 			framing->on_end(*sink);
-	} else if (kind != QueueKind::shared_recv) {
+	} else if (kind_ != QueueKind::shared_recv) {
 		/* Unsignaled requests before it never have a counter: binding one
 		 * makes every request of its kind signaled. */
 		const CounterKind which = counter_kind(done.flags);
-		if (counted && which != CounterKind::none)
+		if (counted_ && which != CounterKind::none)
 			if (const CounterCells cells = counter(which))
 				cells.count(ok);
 	}
 	/* The one place a link breaks on a wc. */
-	if (!ok && wc.status == IBV_WC_WR_FLUSH_ERR && flush_breaks_link && link) {
-		if (link->on(Link::Event::stream_ended))
+	if (!ok && wc.status == IBV_WC_WR_FLUSH_ERR && flush_breaks_link_ && link_) {
+		if (link_->on(Link::Event::stream_ended))
 			ND_INFO(FI_LOG_CQ, "work request %p flushed while connected: the peer ended the stream\n",
 				done.context);
 	} else if (!ok) {
@@ -355,8 +373,8 @@ Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placeme
 			ND_INFO(FI_LOG_CQ, "work request %p: %s (vendor error 0x%x)\n", done.context,
 				ibv_wc_status_str(wc.status), wc.vendor_err);
 		if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-			if (link)
-				link->on(Link::Event::failed);
+			if (link_)
+				link_->on(Link::Event::failed);
 			if (wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR)
 				tell_peer_lost();
 		}

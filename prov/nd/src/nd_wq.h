@@ -59,7 +59,7 @@ constexpr size_t kMaxSge = 32;
 
 enum class QueueKind : uint8_t { send, recv, shared_recv };
 
-struct WorkQueue;
+class WorkQueue;
 struct MultiRecv;
 class CompletionQueue;
 
@@ -102,7 +102,7 @@ struct OpRecord {
 	uint32_t read_mark;	/* the queue's reads_posted once this was posted:
 				 * its completion retires reads up to here */
 	/* Bit 0: the application asked for a CQ entry. Bit 1 (send queue):
-	 * the request was posted signaled, which is what WorkQueue::unclaim
+	 * the request was posted signaled, which is what SendQueue::unclaim
 	 * looks back for. Bits 8-31: the low bits of the request's place in
 	 * its queue's posting order (WorkQueue::head when posted), from which
 	 * retiring counts the slots up to it, whichever of the queue's rings
@@ -122,7 +122,7 @@ struct OpRecord {
 	uint32_t seq() const noexcept { return seq_and_report >> 8; }
 	void set_report(bool report) noexcept { seq_and_report = (seq_and_report & ~1u) | (report ? 1u : 0u); }
 	void set_seq(uint64_t seq) noexcept { seq_and_report = static_cast<uint32_t>(seq) << 8 | (seq_and_report & 1u); }
-	/* A receive's record (WorkQueue::claim_recv, a shared pool's slot):
+	/* A receive's record (ReceiveQueue::claim_recv, a shared pool's slot):
 	 * the buffer's context, its CQ flags and size. */
 	void fill_recv(void *for_context, uint32_t cq_flags, uint32_t size, bool reported) noexcept
 	{
@@ -216,7 +216,7 @@ struct Placement {
 	void *buf = nullptr;			/* out: the message's address */
 	/* out: nd's own buffer, which has no entry of its own whatever its
 	 * status (what it delivered went to the sink) */
-	bool own = false;
+	bool nd_buffer = false;
 };
 
 /* Frees a ring of `slots` records that is not a queue's inline one: rings
@@ -268,14 +268,14 @@ struct QueueExtras {
 };
 static_assert(sizeof(QueueExtras) <= 128, "made only by queues that need it, but kept small");
 
-/* What kind of send-queue request WorkQueue::claim takes: the
+/* What kind of send-queue request SendQueue::claim takes: the
  * application's sends and writes (which a fence may hold behind reads),
  * its reads (counted against the negotiated limit), or the provider's own
  * (receive-credit writes, the drain marker), which neither fence nor
  * count. */
-enum class SendKind : uint8_t { data, read, internal };
+enum class SendKind : uint8_t { send_or_write, read, internal };
 
-/* One send-queue request as its poster describes it to WorkQueue::claim. */
+/* One send-queue request as its poster describes it to SendQueue::claim. */
 struct SendClaim {
 	void *context;		/* the application's, or null */
 	uint32_t flags;		/* the CQ entry's (OpRecord::flags) */
@@ -284,7 +284,7 @@ struct SendClaim {
 	bool signal;		/* must complete by itself (a CQ entry, a counter) */
 };
 
-/* What WorkQueue::claim took: the record (the work request's wr_id) and
+/* What SendQueue::claim took: the record (the work request's wr_id) and
  * the flags the work request needs (IBV_SEND_SIGNALED, IBV_SEND_FENCE). */
 struct Claimed {
 	OpRecord *record;
@@ -300,80 +300,35 @@ constexpr uint32_t kInlineRingSlots = 2;
  * CQ read every 63 posts instead of growing the ring further. */
 constexpr uint32_t kWorkingRingSlots = 128;
 
-struct WorkQueue {
-	/* Two per endpoint, each one malloc block (its size is asserted
-	 * below): the small words packed together, where the ring starts once
-	 * it grew with requests outstanding among the extras, and the first
-	 * ring inline. */
-	QueueKind kind;
-	bool counted = false;		/* a counter is bound to some of its requests */
-	/* retire()'s inline path may take the queue's successes: a ring with
-	 * no counter, no shared budget, no multi-receive buffer and no room
-	 * hook (the rest is retire_other's). Kept by update_plain. */
-	bool plain = true;
-	bool flush_breaks_link = false;	/* RetireTargets' */
-	/* Set by the CQ's StallWatch: the connection ends because nothing
-	 * moved; the first flushed request reports FI_ETIMEDOUT. */
-	std::atomic<bool> stalled{false};
-	/* A receive queue that is plain but for its remote CQ data slots:
-	 * its successes take retire_with_slot. Kept by update_plain. */
-	bool plain_with_slots = false;
-	uint16_t internal_slots = 0;	/* beyond depth, for the provider's own */
-	uint32_t depth;			/* most requests outstanding at once */
-	uint32_t limit;			/* most the ring holds now (<= depth) */
-	/* The ring requests take slots in: request number s (head when it
-	 * was posted) in records[s & mask], from the extras' ring_first on (0
-	 * without extras). A queue
-	 * whose CQ can grow starts small and grows when it fills (grow):
-	 * memory follows the requests an endpoint has in flight at once,
-	 * not the depth it may have, which for thousands of endpoints of
-	 * one process is most of their memory. inline_ring while it fits
-	 * there, else owned (new[]). */
-	OpRecord *records;
-	uint32_t mask;			/* ring size - 1 (a power of two > depth +
-					 * internal_slots: one slot always free for the
-					 * close marker) */
-	/* RDMA reads (and atomics) retired, wrapping (the reaper's; the
-	 * poster counts those posted). Here, where it fills a hole. */
-	std::atomic<uint32_t> reads_retired{0};
-	/* RetireTargets' link, hooks and their owner (its counters are in
-	 * the extras, made for a counted queue only). */
-	Link *link = nullptr;
-	const QueueHooks *hooks = nullptr;
-	union {
-		void *owner = nullptr;		/* a send queue's: the hooks' argument */
-		uint64_t *data_slots;		/* a receive queue's: RetireTargets' */
-	};
-	std::atomic<uint64_t> head{0};	/* posted: written by the poster */
-	std::atomic<uint64_t> tail{0};	/* retired: written by the reaper */
-
-private:
-	/*
-	 * The poster's counters, which claim moves and unclaim gives back,
-	 * nothing else: what a request posted signaled, counted as a read or
-	 * fenced is decided from them alone.
-	 */
-	/* head just after the last signaled request: a request that will
-	 * complete is outstanding while this is above tail (the stall watch
-	 * reads it), and the requests claimed since are head minus this. */
-	std::atomic<uint64_t> signaled_head{0};
-	/* RDMA reads (and atomics) posted, wrapping: in flight is this minus
-	 * reads_retired. */
-	uint32_t reads_posted = 0;
-	/* reads_posted when the last signaled request was claimed: the reads
-	 * unsignaled since are reads_posted minus this. */
-	uint32_t reads_at_signal = 0;
-	/* reads_posted when a send or write was last fenced after reads, and
-	 * what it was before (for unclaim). */
-	uint32_t reads_fenced = 0;
-	uint32_t reads_fenced_before = 0;
-
+/*
+ * The ring every kind of queue keeps its records in, and their retirement:
+ * what the CQ's reaper needs of any queue. Its three kinds are the types
+ * below it, each with its own posting protocol: SendQueue (claim, unclaim,
+ * the signaling and fencing counters), ReceiveQueue (claim_recv) and
+ * SharedReceivePool (a free list instead of a ring's order). A record's
+ * owner is this base; retire() tells the kinds apart by `kind_` where a
+ * kind's rule differs, so the CQ's fast path stays one inline branch.
+ */
+class WorkQueue {
 public:
+	WorkQueue(const WorkQueue &) = delete; /* its records point at it */
+	WorkQueue &operator=(const WorkQueue &) = delete;
 
-	/* Null until a queue needs one of its parts. */
-	std::unique_ptr<QueueExtras> extras_;
-	/* The first ring, where it fits (see kInlineRingSlots). */
-	OpRecord inline_ring[kInlineRingSlots];
+	QueueKind kind() const noexcept { return kind_; }
+	uint32_t depth() const noexcept { return depth_; }
+	/* Most requests the ring holds now (<= depth; grow raises it). */
+	uint32_t limit() const noexcept { return limit_; }
+	/* Ring slots now (a power of two): request s is in slot s & (size-1). */
+	uint32_t ring_size() const noexcept { return mask_ + 1; }
+	/* Whether the ring is still the queue's first, inline one. */
+	bool ring_is_inline() const noexcept { return records_ == inline_ring_; }
+	/* A slot's index in the ring (a record of the ring now). */
+	uint32_t slot_of(const OpRecord &record) const noexcept { return static_cast<uint32_t>(&record - records_); }
+	/* Posted, and retired: the poster writes head, the reaper tail. */
+	uint64_t posted() const noexcept { return head_.load(std::memory_order_relaxed); }
+	/* head for a reader that is not the poster (the stall watch). */
+	uint64_t posted_acquire() const noexcept { return head_.load(std::memory_order_acquire); }
+	uint64_t retired() const noexcept { return tail_.load(std::memory_order_acquire); }
 
 	/* The rarely used parts, made on first need; throws std::bad_alloc. */
 	QueueExtras &extras(); /* nd_wq.cpp */
@@ -389,59 +344,53 @@ public:
 	/* The hooks', each a no-op where none is set. */
 	void tell_peer_lost() const
 	{
-		if (hooks && hooks->peer_lost)
-			hooks->peer_lost(owner);
+		if (hooks_ && hooks_->peer_lost)
+			hooks_->peer_lost(owner_);
 	}
 	void tell_room() const noexcept
 	{
-		if (hooks && hooks->room)
-			hooks->room(owner);
+		if (hooks_ && hooks_->room)
+			hooks_->room(owner_);
 	}
 	void tell_stall() const noexcept
 	{
-		if (hooks && hooks->stall)
-			hooks->stall(owner);
+		if (hooks_ && hooks_->stall)
+			hooks_->stall(owner_);
 	}
-	/* shared_recv's pool of free slots (made with the queue). */
-	std::vector<uint32_t> &free_slots() noexcept
+	/* The hooks' argument (for the log). */
+	const void *owner() const noexcept { return kind_ == QueueKind::send ? owner_ : nullptr; }
+	/* The CQ's StallWatch found that nothing moved for too long: the link
+	 * fails, the queue pair is flushed (the stall hook) and the EQ ends
+	 * the connection (peer_lost). Under the CQ's lock. */
+	void end_stalled()
 	{
-		assert(extras_ && kind == QueueKind::shared_recv);
-		return extras_->free_slots;
+		stalled_.store(true, std::memory_order_relaxed);
+		if (link_)
+			link_->on(Link::Event::failed);
+		tell_stall();
+		tell_peer_lost();
 	}
-	void set_pool_lock(OptionalLock *lock) noexcept
-	{
-		assert(extras_ && kind == QueueKind::shared_recv);
-		extras_->pool_lock = lock;
-	}
-
-	/* Allocates the ring (or pool); throws std::bad_alloc. `internal`
-	 * slots beyond the depth are the provider's own (receive-credit
-	 * writes, nd_credits.h): the application's requests never take them.
-	 * A ring holds `initial` requests at first (at least; the depth when
-	 * 0): grow() makes more room. A pool holds the depth. */
-	WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal = 0, uint32_t initial = 0);
-	/* Requests still counted go back to the budget with the queue. */
-	~WorkQueue();
-	WorkQueue(const WorkQueue &) = delete; /* its records point at it */
-	WorkQueue &operator=(const WorkQueue &) = delete;
+	/* Once after end_stalled: the first request flushed then reports
+	 * FI_ETIMEDOUT, as exhausted transport retries would. */
+	bool take_stalled() noexcept { return stalled_.exchange(false, std::memory_order_relaxed); }
 
 	/* Where completions leave their marks (fi_enable), before any post;
 	 * throws std::bad_alloc where a counter is bound (extras). */
 	void set_targets(const RetireTargets &t)
 	{
-		counted = false;
+		counted_ = false;
 		for (const CounterCells &cells : t.counters)
-			counted = counted || static_cast<bool>(cells);
-		if (counted || extras_)
+			counted_ = counted_ || static_cast<bool>(cells);
+		if (counted_ || extras_)
 			std::copy(std::begin(t.counters), std::end(t.counters), extras().counters);
-		link = t.link;
-		hooks = t.hooks;
-		if (kind == QueueKind::send)
-			owner = t.owner;
+		link_ = t.link;
+		hooks_ = t.hooks;
+		if (kind_ == QueueKind::send)
+			owner_ = t.owner;
 		else
-			data_slots = kind == QueueKind::recv ? t.data_slots : nullptr;
-		flush_breaks_link = t.flush_breaks_link;
-		update_plain();
+			data_slots_ = kind_ == QueueKind::recv ? t.data_slots : nullptr;
+		flush_breaks_link_ = t.flush_breaks_link;
+		choose_retire_path();
 	}
 	/* An orphaned queue's (CompletionQueue::adopt_orphan): its endpoint
 	 * and counters go; a late completion only retires its record. */
@@ -449,37 +398,27 @@ public:
 	{
 		if (extras_)
 			std::fill(std::begin(extras_->counters), std::end(extras_->counters), CounterCells{});
-		counted = false;
-		link = nullptr;
-		hooks = nullptr;
-		owner = nullptr; /* and data_slots */
-		flush_breaks_link = false;
-		update_plain();
+		counted_ = false;
+		link_ = nullptr;
+		hooks_ = nullptr;
+		owner_ = nullptr; /* and data_slots_ */
+		flush_breaks_link_ = false;
+		choose_retire_path();
 	}
-	/* A shared transmit context's budget (fi_enable, before any post).
-	 * These three throw std::bad_alloc (extras). */
-	void set_budget(std::shared_ptr<SendBudget> b)
-	{
-		extras().budget = std::move(b);
-		update_plain();
-	}
-	/* The first multi-receive buffer's state, made before its record is
-	 * posted (so that its completion cannot take the inline path). */
+	/* The first multi-receive buffer's state (a receive queue's or a
+	 * shared pool's), made before its record is posted, so that its
+	 * completion cannot take the inline path; throws std::bad_alloc. */
 	void set_multi(std::unique_ptr<MultiRecv> m); /* nd_wq.cpp */
-	/* A framed endpoint's receive state, before any buffer is posted. */
-	void set_framing(std::unique_ptr<PlacedReceiver> f)
-	{
-		extras().framing = std::move(f);
-		update_plain();
-	}
-	void update_plain() noexcept
-	{
-		const bool simple = kind != QueueKind::shared_recv && !counted && !budget() && !multi() &&
-				    !framing() && !(hooks && hooks->room);
-		const bool slots = kind == QueueKind::recv && data_slots;
-		plain = simple && !slots;
-		plain_with_slots = simple && slots;
-	}
+	/* Whether retire()'s inline path takes this queue's successes: a
+	 * ring with no counter, no shared budget, no multi-receive buffer, no
+	 * framing and no room hook (the rest is retire_other's); and the
+	 * same but for remote CQ data slots (retire_with_slot). */
+	bool retires_inline() const noexcept { return retires_inline_; }
+	/* A counter is bound to some of its requests. */
+	bool counted() const noexcept { return counted_; }
+	/* Whether its rarely used parts were made (extras). */
+	bool has_extras() const noexcept { return static_cast<bool>(extras_); }
+	bool retires_with_slot() const noexcept { return retires_with_slot_; }
 
 	/*
 	 * The one place a work completion is given its meaning: retires the
@@ -499,27 +438,14 @@ public:
 	{
 		OpRecord *record = record_of(wc.wr_id);
 		WorkQueue *queue = record->owner;
-		if (__builtin_expect(wc.status == IBV_WC_SUCCESS && queue->plain, 1)) {
+		if (__builtin_expect(wc.status == IBV_WC_SUCCESS && queue->retires_inline_, 1)) {
 			const Retired done{record->context, record->flags, record->report()};
 			queue->retire_through(record); /* the slot may be reused now */
 			return done;
 		}
-		if (wc.status == IBV_WC_SUCCESS && queue->plain_with_slots)
+		if (wc.status == IBV_WC_SUCCESS && queue->retires_with_slot_)
 			return queue->retire_with_slot(*record, wc);
 		return queue->retire_other(*record, wc, placement);
-	}
-
-	/* iWARP's remote CQ data (nd_credits.h): a receive's slot, written by
-	 * the peer's adapter before the message arrived, goes into its work
-	 * completion, which then reads as one that carried immediate data.
-	 * Before the ring slot retires: a receive posted in it again lets the
-	 * peer write the data slot again. Most messages carry none: one load. */
-	void take_remote_data(const OpRecord &record, ibv_wc &wc) noexcept
-	{
-		uint64_t *slot = data_slots + static_cast<size_t>(&record - records) * kDataSlotWords;
-		const uint64_t word = __atomic_load_n(slot, __ATOMIC_RELAXED); /* the adapter's write */
-		if (__builtin_expect(word != 0, 0))
-			apply_remote_data(record, slot, word, wc);
 	}
 
 	/* Whether the completion is a message in a buffer nd places messages
@@ -531,23 +457,17 @@ public:
 
 	uint64_t outstanding() const noexcept
 	{
-		return head.load(std::memory_order_relaxed) - tail.load(std::memory_order_acquire);
+		return head_.load(std::memory_order_relaxed) - tail_.load(std::memory_order_acquire);
 	}
 	/* The ring is full (the fast path's check); it may still grow. */
-	bool full() const noexcept { return outstanding() >= limit; }
-	/* The same, with head as the poster loaded it. */
-	bool full_at(uint64_t h) const noexcept { return tail.load(std::memory_order_acquire) + limit <= h; }
+	bool full() const noexcept { return outstanding() >= limit_; }
+	/* The same, with head as the poster loaded it (posted()). */
+	bool full_at(uint64_t h) const noexcept { return tail_.load(std::memory_order_acquire) + limit_ <= h; }
 	/* How many more requests grow() would let the ring hold: 0 at the
 	 * depth. */
 	uint32_t growth() const noexcept;
 	/* The ring size grow() makes. */
 	uint32_t grown_size() const noexcept;
-	/* A signaled request is outstanding: reading the CQ will retire
-	 * every request up to it once it completes. */
-	bool signaled_outstanding() const noexcept
-	{
-		return signaled_head.load(std::memory_order_relaxed) > tail.load(std::memory_order_acquire);
-	}
 	/* A ring twice the size for the requests posted from now on; the
 	 * old one stays until its requests retire. false when out of memory.
 	 * The poster's, under the CQ's lock (the stall watch reads records). */
@@ -555,85 +475,181 @@ public:
 	/* The record of request `seq`, outstanding (held by the poster, or
 	 * under the CQ's lock). */
 	OpRecord &record_at(uint64_t seq) noexcept;
+
+	/* Retires every slot up to and including `last` (earlier ones were
+	 * unsignaled, see above), and the reads posted up to it; how many. A
+	 * `last` that is not outstanding (it cannot be, short of a device bug)
+	 * retires all. */
+	uint64_t retire_through(const OpRecord *last) noexcept
+	{
+		const uint64_t t = tail_.load(std::memory_order_relaxed);
+		const uint64_t h = head_.load(std::memory_order_acquire);
+		const uint64_t count = ((last->seq() - t) & kSeqMask) + 1;
+		const uint64_t retired = count <= h - t ? count : h - t;
+		/* Read before the slot is given back: the poster may reuse it,
+		 * or free the old ring it is in, once tail passes it. */
+		const uint32_t read_mark = last->read_mark;
+		/* The reads first: whoever sees tail pass `last` (acquire) sees
+		 * the reads it retired (SendQueue::unclaim reads both). */
+		reads_retired_.store(read_mark, std::memory_order_release);
+		tail_.store(t + retired, std::memory_order_release);
+		return retired;
+	}
+
+protected:
+	/* Allocates the ring (or pool); throws std::bad_alloc. `internal`
+	 * slots beyond the depth are the provider's own (receive-credit
+	 * writes, nd_credits.h): the application's requests never take them.
+	 * A ring holds `initial` requests at first (at least; the depth when
+	 * 0): grow() makes more room. A pool holds the depth. */
+	WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal = 0, uint32_t initial = 0);
+	/* Requests still counted go back to the budget with the queue. Not
+	 * virtual: a queue is deleted as its kind (QueueDelete). */
+	~WorkQueue();
+
+	void choose_retire_path() noexcept
+	{
+		const bool simple = kind_ != QueueKind::shared_recv && !counted_ && !budget() && !multi() &&
+				    !framing() && !(hooks_ && hooks_->room);
+		const bool slots = kind_ == QueueKind::recv && data_slots_;
+		retires_inline_ = simple && !slots;
+		retires_with_slot_ = simple && slots;
+	}
+	/* Publishes the slot claimed at h. */
+	[[gnu::always_inline]] void publish(uint64_t h) noexcept { head_.store(h + 1, std::memory_order_release); }
+	/* Gives back the last n slots claimed, when posting them failed. */
+	void give_back(uint64_t n) noexcept
+	{
+		const uint64_t h = head_.load(std::memory_order_relaxed) - n;
+		if (__builtin_expect(extras_ && h < extras_->ring_first, 0))
+			extras_->ring_first = h; /* those slots are taken again from the new ring */
+		head_.store(h, std::memory_order_release);
+		if (SendBudget *b = budget())
+			b->used.fetch_sub(n, std::memory_order_acq_rel);
+	}
+
+	/*
+	 * Two per endpoint, each one malloc block (the kinds' sizes are
+	 * asserted below): the small words packed together, where the ring
+	 * starts once it grew with requests outstanding among the extras, and
+	 * the first ring inline.
+	 */
+	QueueKind kind_;
+	bool counted_ = false;		/* a counter is bound to some of its requests */
+	bool retires_inline_ = true;	/* choose_retire_path's */
+	bool flush_breaks_link_ = false; /* RetireTargets' */
+	std::atomic<bool> stalled_{false};
+	bool retires_with_slot_ = false; /* choose_retire_path's */
+	uint16_t internal_slots_ = 0;	/* beyond depth, for the provider's own */
+	uint32_t depth_;		/* most requests outstanding at once */
+	uint32_t limit_;		/* most the ring holds now (<= depth) */
+	/* The ring requests take slots in: request number s (head when it
+	 * was posted) in records_[s & mask_], from the extras' ring_first on
+	 * (0 without extras). A queue whose CQ can grow starts small and
+	 * grows when it fills (grow): memory follows the requests an endpoint
+	 * has in flight at once, not the depth it may have, which for
+	 * thousands of endpoints of one process is most of their memory.
+	 * inline_ring_ while it fits there, else owned. */
+	OpRecord *records_;
+	uint32_t mask_;			/* ring size - 1 (a power of two > depth +
+					 * internal slots: one slot always free for the
+					 * close marker) */
+	/* RDMA reads (and atomics) retired, wrapping (the reaper's; a send
+	 * queue's poster counts those posted). Here, where it fills a hole. */
+	std::atomic<uint32_t> reads_retired_{0};
+	/* RetireTargets' link, hooks and their owner (its counters are in
+	 * the extras, made for a counted queue only). */
+	Link *link_ = nullptr;
+	const QueueHooks *hooks_ = nullptr;
+	union {
+		void *owner_ = nullptr;		/* a send queue's: the hooks' argument */
+		uint64_t *data_slots_;		/* a receive queue's: RetireTargets' */
+	};
+	std::atomic<uint64_t> head_{0};	/* posted: written by the poster */
+	std::atomic<uint64_t> tail_{0};	/* retired: written by the reaper */
+	/* Null until a queue needs one of its parts. */
+	std::unique_ptr<QueueExtras> extras_;
+	/* The first ring, where it fits (see kInlineRingSlots). */
+	OpRecord inline_ring_[kInlineRingSlots];
+
+private:
+	friend void free_ring(const WorkQueue &queue, OpRecord *ring) noexcept; /* nd_wq.cpp */
+	/* iWARP's remote CQ data (nd_credits.h): a receive's slot, written by
+	 * the peer's adapter before the message arrived, goes into its work
+	 * completion, which then reads as one that carried immediate data.
+	 * Before the ring slot retires: a receive posted in it again lets the
+	 * peer write the data slot again. Most messages carry none: one load. */
+	void take_remote_data(const OpRecord &record, ibv_wc &wc) noexcept
+	{
+		uint64_t *slot = data_slots_ + static_cast<size_t>(&record - records_) * kDataSlotWords;
+		const uint64_t word = __atomic_load_n(slot, __ATOMIC_RELAXED); /* the adapter's write */
+		if (__builtin_expect(word != 0, 0))
+			apply_remote_data(record, slot, word, wc);
+	}
+	/* retire() for a failure, a counted queue, a pool, or a buffer nd
+	 * places messages in (nd_wq.cpp). */
+	Retired retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept;
+	/* retire() for a success on a receive queue that is plain but for its
+	 * remote CQ data slots (iWARP): small, out of line (nd_wq.cpp). */
+	[[gnu::noinline]] Retired retire_with_slot(OpRecord &record, ibv_wc &wc) noexcept;
+	/* take_remote_data's rare part: a slot that holds data (nd_wq.cpp). */
+	void apply_remote_data(const OpRecord &record, uint64_t *slot, uint64_t word, ibv_wc &wc) noexcept;
+};
+
+/* Deletes a queue as its kind (WorkQueue's destructor is not virtual: a
+ * vtable pointer would be a word more in each of thousands of queues). */
+struct QueueDelete {
+	void operator()(WorkQueue *queue) const noexcept; /* nd_wq.cpp */
+};
+using AnyQueue = std::unique_ptr<WorkQueue, QueueDelete>;
+
+/*
+ * An endpoint's send queue: the ring, and the poster's counters that
+ * decide what each request posted is (signaled, counted as a read,
+ * fenced), which claim moves and unclaim gives back, nothing else.
+ */
+class SendQueue final : public WorkQueue {
+public:
+	SendQueue(uint32_t wanted_depth, uint32_t internal = 0, uint32_t initial = 0)
+		: WorkQueue(QueueKind::send, wanted_depth, internal, initial)
+	{
+	}
+
+	/* A signaled request is outstanding: reading the CQ will retire
+	 * every request up to it once it completes. */
+	bool signaled_outstanding() const noexcept
+	{
+		return signaled_head_.load(std::memory_order_relaxed) > tail_.load(std::memory_order_acquire);
+	}
+	/* The stall watch's: head just after the last signaled request. */
+	uint64_t last_signaled_end() const noexcept { return signaled_head_.load(std::memory_order_relaxed); }
 	/* The ring or the shared budget is full (the slow paths' check). */
 	bool no_room() const noexcept
 	{
 		const SendBudget *b = budget();
 		return full() || (b && b->exhausted());
 	}
-	/* Counts the request about to be committed against the budget. */
+	/* Counts a request about to be claimed unbudgeted (claim<Kind,
+	 * false>) against the shared budget; unclaim gives it back. */
 	void count_budget() noexcept
 	{
 		if (SendBudget *b = budget())
 			b->used.fetch_add(1, std::memory_order_acq_rel);
 	}
-
-	/*
-	 * A receive queue's posting protocol: the next slot's record filled
-	 * (OpRecord::fill_recv) and published, before the receive is posted
-	 * (or kept for the queue pair's INIT); unclaim_recv gives it back when
-	 * that fails. The ring has room. claim_recv_at takes head as the
-	 * poster loaded it (the receive fast path): an atomic load is never
-	 * merged with another.
-	 */
-	[[gnu::always_inline]] OpRecord &claim_recv_at(uint64_t h, void *context, uint32_t flags, uint32_t len,
-						       bool report) noexcept
-	{
-		OpRecord &record = records[h & mask];
-		record.set_seq(h);
-		record.fill_recv(context, flags, len, report);
-		commit_at(h);
-		return record;
-	}
-	OpRecord &claim_recv(void *context, uint32_t flags, uint32_t len, bool report) noexcept
-	{
-		return claim_recv_at(head.load(std::memory_order_relaxed), context, flags, len, report);
-	}
-
-private:
-	/* Publishes the slot claimed at h; a signaled request (one that
-	 * completes by itself) also moves signaled_head. */
-	[[gnu::always_inline]] void commit_at(uint64_t h, bool signaled = false) noexcept
-	{
-		if (signaled)
-			signaled_head.store(h + 1, std::memory_order_relaxed);
-		head.store(h + 1, std::memory_order_release);
-	}
-
-public:
-private:
-	/* Gives back the last n slots claimed, when posting them failed. */
-	void give_back(uint64_t n) noexcept
-	{
-		const uint64_t h = head.load(std::memory_order_relaxed) - n;
-		if (__builtin_expect(extras_ && h < extras_->ring_first, 0))
-			extras_->ring_first = h; /* those slots are taken again from the new ring */
-		head.store(h, std::memory_order_release);
-		if (SendBudget *b = budget())
-			b->used.fetch_sub(n, std::memory_order_acq_rel);
-	}
-
-public:
-
-	/* The flag a send or RDMA write needs (`fence`: IBV_SEND_FENCE where
-	 * the application asked for FI_ORDER_WAR or FI_ORDER_SAR, else 0):
-	 * `fence` when reads were posted since the last fenced request, which
-	 * then waits at the adapter until they have their data; requests
-	 * behind it are ordered behind it. Nothing when no read came between. */
-	uint32_t fence_after_reads(uint32_t fence, OpRecord &record) noexcept
-	{
-		/* An endpoint without FI_ORDER_WAR or FI_ORDER_SAR fences
-		 * nothing, ever (fence is fixed at fi_enable): no mark to keep. */
-		if (__builtin_expect(fence == 0 || reads_posted == reads_fenced, 1))
-			return 0;
-		reads_fenced_before = reads_fenced;
-		reads_fenced = reads_posted;
-		record.seq_and_report |= OpRecord::kMovedFenceBit;
-		return fence;
-	}
+	/* Slots beyond the depth for the provider's own requests. */
+	uint32_t internal_slots() const noexcept { return internal_slots_; }
+	/* Not even the provider's own slots beyond the depth are free. */
+	bool internal_full() const noexcept { return outstanding() >= limit_ + internal_slots_; }
 	uint32_t reads_in_flight() const noexcept
 	{
-		return reads_posted - reads_retired.load(std::memory_order_acquire);
+		return reads_posted_ - reads_retired_.load(std::memory_order_acquire);
+	}
+	/* A shared transmit context's budget (fi_enable, before any post);
+	 * throws std::bad_alloc (extras). */
+	void set_budget(std::shared_ptr<SendBudget> b)
+	{
+		extras().budget = std::move(b);
+		choose_retire_path();
 	}
 
 	/*
@@ -643,7 +659,7 @@ public:
 	 * signaled, its record, the fence it needs after reads, and its slot
 	 * committed. The ring has room; the caller builds the work request
 	 * with the flags returned (IBV_SEND_SIGNALED, IBV_SEND_FENCE) and
-	 * posts it, or gives the slot back (uncommit) when that fails.
+	 * posts it (Endpoint::submit), which unclaims it when that fails.
 	 *
 	 * A signaled request restarts both unsignaled counts: its completion
 	 * retires every request before it, reads included, which is what lets
@@ -657,8 +673,7 @@ public:
 	[[gnu::always_inline]] Claimed claim(const SendClaim &request, uint32_t interval, uint32_t read_every = 1,
 					      uint32_t fence = 0) noexcept
 	{
-		return claim_at<Kind, Budgeted>(head.load(std::memory_order_relaxed), request, interval, read_every,
-						fence);
+		return claim_at<Kind, Budgeted>(posted(), request, interval, read_every, fence);
 	}
 	/* claim() with head as the poster just loaded it (full_at): an
 	 * atomic load is never merged with another. */
@@ -673,44 +688,16 @@ public:
 		 * spare; a send's or write's is shorter without the copy). */
 		if constexpr (is_read)
 			if (request.signal)
-				return claim_as<Kind, Budgeted, true>(h, request, fence, reads_posted + 1);
+				return claim_as<Kind, Budgeted, true>(h, request, fence, reads_posted_ + 1);
 		/* `interval` requests since the last signaled one, this one
 		 * included (head and signaled_head never wrap). */
-		bool signaled = request.signal || signaled_head.load(std::memory_order_relaxed) + interval <= h + 1;
-		const uint32_t reads = reads_posted + (is_read ? 1 : 0);
+		bool signaled = request.signal || signaled_head_.load(std::memory_order_relaxed) + interval <= h + 1;
+		const uint32_t reads = reads_posted_ + (is_read ? 1 : 0);
 		if constexpr (is_read)
-			signaled = signaled || reads - reads_at_signal >= read_every;
+			signaled = signaled || reads - reads_at_signal_ >= read_every;
 		if (signaled)
 			return claim_as<Kind, Budgeted, true>(h, request, fence, reads);
 		return claim_as<Kind, Budgeted, false>(h, request, fence, reads);
-	}
-	/* claim_at's two copies; `reads` counts this request if a read. */
-	template <SendKind Kind, bool Budgeted, bool Signaled>
-	[[gnu::always_inline]] Claimed claim_as(uint64_t h, const SendClaim &request, uint32_t fence,
-						 uint32_t reads) noexcept
-	{
-		constexpr bool is_read = Kind == SendKind::read;
-		constexpr uint32_t signal_flag = Signaled ? IBV_SEND_SIGNALED : 0;
-		OpRecord &record = records[h & mask];
-		record.seq_and_report = static_cast<uint32_t>(h) << 8 | signal_flag | (request.report ? 1u : 0u);
-		record.context = request.context;
-		record.flags = request.flags;
-		record.len = request.len;
-		record.read_mark = reads;
-		uint32_t send_flags = signal_flag;
-		/* Only the application's sends and writes wait for reads: an
-		 * internal write must not mark the reads fenced for them. */
-		if constexpr (Kind == SendKind::data)
-			send_flags |= fence_after_reads(fence, record);
-		if constexpr (is_read)
-			reads_posted = reads;
-		if constexpr (Signaled)
-			reads_at_signal = reads;
-		/* Published before posting: the completion may be reaped at once. */
-		if constexpr (Budgeted)
-			count_budget();
-		commit_at(h, Signaled);
-		return {&record, send_flags};
 	}
 
 	/*
@@ -727,8 +714,6 @@ public:
 	 * too many costs time, never order). The poster's, under its lock.
 	 */
 	void unclaim(const ibv_send_wr *unposted) noexcept; /* nd_wq.cpp */
-	/* The same, for `n` receives claimed last (claim_recv). */
-	void unclaim_recv(uint64_t n) noexcept { give_back(n); }
 
 	/* What the poster's counters decide, for the tests: the undo test
 	 * compares a queue that unclaimed with one that never claimed. */
@@ -740,47 +725,148 @@ public:
 	};
 	PosterView poster_view() const noexcept
 	{
-		const uint64_t h = head.load(std::memory_order_relaxed);
-		const uint64_t sh = signaled_head.load(std::memory_order_relaxed);
-		return {h, sh, static_cast<uint32_t>(h - sh), reads_posted, reads_posted - reads_at_signal,
-			reads_posted != reads_fenced};
-	}
-	/* The stall watch's: head just after the last signaled request. */
-	uint64_t last_signaled_end() const noexcept { return signaled_head.load(std::memory_order_relaxed); }
-
-	/* Retires every slot up to and including `last` (earlier ones were
-	 * unsignaled, see above), and the reads posted up to it; how many. A
-	 * `last` that is not outstanding (it cannot be, short of a device bug)
-	 * retires all. */
-	uint64_t retire_through(const OpRecord *last) noexcept
-	{
-		const uint64_t t = tail.load(std::memory_order_relaxed);
-		const uint64_t h = head.load(std::memory_order_acquire);
-		const uint64_t count = ((last->seq() - t) & kSeqMask) + 1;
-		const uint64_t retired = count <= h - t ? count : h - t;
-		/* Read before the slot is given back: the poster may reuse it,
-		 * or free the old ring it is in, once tail passes it. */
-		const uint32_t read_mark = last->read_mark;
-		/* The reads first: whoever sees tail pass `last` (acquire) sees
-		 * the reads it retired (unclaim reads both). */
-		reads_retired.store(read_mark, std::memory_order_release);
-		tail.store(t + retired, std::memory_order_release);
-		return retired;
+		const uint64_t h = posted();
+		const uint64_t sh = signaled_head_.load(std::memory_order_relaxed);
+		return {h, sh, static_cast<uint32_t>(h - sh), reads_posted_, reads_posted_ - reads_at_signal_,
+			reads_posted_ != reads_fenced_};
 	}
 
 private:
-	/* retire() for a failure, a counted queue, a pool, or a buffer nd
-	 * places messages in (nd_wq.cpp). */
-	Retired retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept;
-	/* retire() for a success on a receive queue that is plain but for its
-	 * remote CQ data slots (iWARP): small, out of line (nd_wq.cpp). */
-	[[gnu::noinline]] Retired retire_with_slot(OpRecord &record, ibv_wc &wc) noexcept;
-	/* take_remote_data's rare part: a slot that holds data (nd_wq.cpp). */
-	void apply_remote_data(const OpRecord &record, uint64_t *slot, uint64_t word, ibv_wc &wc) noexcept;
+	/* claim_at's two copies; `reads` counts this request if a read. */
+	template <SendKind Kind, bool Budgeted, bool Signaled>
+	[[gnu::always_inline]] Claimed claim_as(uint64_t h, const SendClaim &request, uint32_t fence,
+						 uint32_t reads) noexcept
+	{
+		constexpr bool is_read = Kind == SendKind::read;
+		constexpr uint32_t signal_flag = Signaled ? IBV_SEND_SIGNALED : 0;
+		OpRecord &record = records_[h & mask_];
+		record.seq_and_report = static_cast<uint32_t>(h) << 8 | signal_flag | (request.report ? 1u : 0u);
+		record.context = request.context;
+		record.flags = request.flags;
+		record.len = request.len;
+		record.read_mark = reads;
+		uint32_t send_flags = signal_flag;
+		/* Only the application's sends and writes wait for reads: an
+		 * internal write must not mark the reads fenced for them. */
+		if constexpr (Kind == SendKind::send_or_write)
+			send_flags |= fence_after_reads(fence, record);
+		if constexpr (is_read)
+			reads_posted_ = reads;
+		if constexpr (Signaled)
+			reads_at_signal_ = reads;
+		/* Published before posting: the completion may be reaped at once. */
+		if constexpr (Budgeted)
+			count_budget();
+		if constexpr (Signaled)
+			signaled_head_.store(h + 1, std::memory_order_relaxed);
+		publish(h);
+		return {&record, send_flags};
+	}
+	/* The flag a send or RDMA write needs (`fence`: IBV_SEND_FENCE where
+	 * the application asked for FI_ORDER_WAR or FI_ORDER_SAR, else 0):
+	 * `fence` when reads were posted since the last fenced request, which
+	 * then waits at the adapter until they have their data; requests
+	 * behind it are ordered behind it. Nothing when no read came between. */
+	uint32_t fence_after_reads(uint32_t fence, OpRecord &record) noexcept
+	{
+		/* An endpoint without FI_ORDER_WAR or FI_ORDER_SAR fences
+		 * nothing, ever (fence is fixed at fi_enable): no mark to keep. */
+		if (__builtin_expect(fence == 0 || reads_posted_ == reads_fenced_, 1))
+			return 0;
+		reads_fenced_before_ = reads_fenced_;
+		reads_fenced_ = reads_posted_;
+		record.seq_and_report |= OpRecord::kMovedFenceBit;
+		return fence;
+	}
+
+	/* head just after the last signaled request: a request that will
+	 * complete is outstanding while this is above tail (the stall watch
+	 * reads it), and the requests claimed since are head minus this. */
+	std::atomic<uint64_t> signaled_head_{0};
+	/* RDMA reads (and atomics) posted, wrapping: in flight is this minus
+	 * reads_retired_. */
+	uint32_t reads_posted_ = 0;
+	/* reads_posted_ when the last signaled request was claimed: the reads
+	 * unsignaled since are reads_posted_ minus this. */
+	uint32_t reads_at_signal_ = 0;
+	/* reads_posted_ when a send or write was last fenced after reads, and
+	 * what it was before (for unclaim). */
+	uint32_t reads_fenced_ = 0;
+	uint32_t reads_fenced_before_ = 0;
 };
+
+/*
+ * An endpoint's receive queue: the ring, filled in posting order. Its
+ * posting protocol: the next slot's record filled (OpRecord::fill_recv)
+ * and published, before the receive is posted (or kept for the queue
+ * pair's INIT); unclaim_recv gives it back when that fails. The ring has
+ * room. claim_recv_at takes head as the poster loaded it (the receive
+ * fast path): an atomic load is never merged with another.
+ */
+class ReceiveQueue final : public WorkQueue {
+public:
+	explicit ReceiveQueue(uint32_t wanted_depth, uint32_t initial = 0)
+		: WorkQueue(QueueKind::recv, wanted_depth, 0, initial)
+	{
+	}
+
+	[[gnu::always_inline]] OpRecord &claim_recv_at(uint64_t h, void *context, uint32_t flags, uint32_t len,
+						       bool report) noexcept
+	{
+		OpRecord &record = records_[h & mask_];
+		record.set_seq(h);
+		record.fill_recv(context, flags, len, report);
+		publish(h);
+		return record;
+	}
+	OpRecord &claim_recv(void *context, uint32_t flags, uint32_t len, bool report) noexcept
+	{
+		return claim_recv_at(posted(), context, flags, len, report);
+	}
+	/* Gives back the `n` receives claimed last. */
+	void unclaim_recv(uint64_t n) noexcept { give_back(n); }
+	/* A framed endpoint's receive state, before any buffer is posted;
+	 * throws std::bad_alloc (extras). */
+	void set_framing(std::unique_ptr<PlacedReceiver> f)
+	{
+		extras().framing = std::move(f);
+		choose_retire_path();
+	}
+};
+
+/*
+ * A shared receive context's records: it completes out of order, so its
+ * slots are a pool of free ones instead of a ring's order, taken and given
+ * back under the context's lock (nd_srx.cpp; retire() gives a slot back).
+ */
+class SharedReceivePool final : public WorkQueue {
+public:
+	explicit SharedReceivePool(uint32_t wanted_depth); /* nd_wq.cpp */
+
+	/* Takes a free slot for a receive (fill_recv'd); null when none is
+	 * free. Under the pool's lock. */
+	OpRecord *claim_slot(void *context, uint32_t flags, uint32_t len, bool report) noexcept
+	{
+		std::vector<uint32_t> &free = extras_->free_slots;
+		if (free.empty())
+			return nullptr;
+		OpRecord &record = records_[free.back()];
+		free.pop_back();
+		record.fill_recv(context, flags, len, report);
+		return &record;
+	}
+	/* Gives back a slot claim_slot took whose receive was not posted. */
+	void unclaim_slot(const OpRecord &record) noexcept { extras_->free_slots.push_back(slot_of(record)); }
+	size_t free_slots() const noexcept { return extras_->free_slots.size(); }
+	/* The context's lock, which retire() takes to give a slot back (set
+	 * by the context before any receive is posted). */
+	void set_pool_lock(OptionalLock *lock) noexcept { extras_->pool_lock = lock; }
+};
+
 /* 168 + malloc's 8-byte header: one 176-byte block; a field more is a 192-byte
  * block, two per endpoint (docs/scale.md, memory per connection). */
-static_assert(sizeof(WorkQueue) <= 168, "a work queue stays one 176-byte malloc block");
+static_assert(sizeof(SendQueue) <= 168, "a send queue stays one 176-byte malloc block");
+static_assert(sizeof(ReceiveQueue) <= 168, "a receive queue stays one 176-byte malloc block");
 
 } // namespace nd
 

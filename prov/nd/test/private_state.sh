@@ -18,15 +18,16 @@ passed=0
 failed=0
 
 # compiles NAME BODY: 0 when a file including the two headers with BODY in a
-# function of a CompletionQueue `cq` and a WorkQueue `queue` compiles; the
+# function of a CompletionQueue `cq`, a SendQueue `queue` and a ReceiveQueue
+# `receives` compiles; the
 # compiler's words are in $work/NAME.log.
 compiles() {
 	cat >"$work/$1.cpp" <<EOF
 #include "nd_cq.h"
 #include "nd_wq.h"
-void reach(nd::CompletionQueue &cq, nd::WorkQueue &queue, ibv_send_wr *wr)
+void reach(nd::CompletionQueue &cq, nd::SendQueue &queue, nd::ReceiveQueue &receives, ibv_send_wr *wr)
 {
-	(void)cq; (void)queue; (void)wr;
+	(void)cq; (void)queue; (void)receives; (void)wr;
 	$2
 }
 EOF
@@ -45,18 +46,18 @@ verdict() { # OK TEXT
 }
 
 # The public operations compile: the command and headers work.
-compiles public '(void)cq.progress(); (void)cq.is_internal(); queue.unclaim(wr); (void)queue.poster_view(); (void)queue.outstanding();'
+compiles public '(void)cq.progress(); (void)cq.is_internal(); queue.unclaim(wr); (void)queue.poster_view(); (void)queue.outstanding(); receives.unclaim_recv(0); (void)receives.posted();'
 status=$?
 [ $status -eq 0 ] || sed 's/^/  /' "$work/public.log" | head -20
 verdict $status "code using the CQ's and the work queue's public operations compiles"
 
 # refused NAME TEXT BODY: BODY does not compile, and the compiler says
-# that what it names is private.
+# that what it names is private (or protected: a queue's kinds' own).
 refused() {
 	local status=1
 	if compiles "$1" "$3"; then
 		echo "  compiled: $3"
-	elif grep -qE "is private within this context|is a private member of" "$work/$1.log"; then
+	elif grep -qE "is (private|protected) within this context|is a (private|protected) member of" "$work/$1.log"; then
 		status=0
 	else
 		echo "  failed, but not for privacy:"
@@ -70,10 +71,13 @@ refused cq_errors "another object cannot take from the CQ's error ring" 'cq.erro
 refused cq_lock "another object cannot take the CQ's lock" 'cq.lock.lock();'
 refused cq_complete "another object cannot complete a work completion past the CQ's lock" 'ibv_wc wc{}; nd::CqEntry e; (void)cq.complete(wc, &e);'
 refused cq_slots "another object cannot touch the CQ's verbs CQs" '(void)cq.slots.size();'
-refused wq_reads "another object cannot move a work queue's count of reads posted" 'queue.reads_posted = 0;'
-refused wq_signaled "another object cannot move a work queue's last signaled request" 'queue.signaled_head.store(0);'
+refused wq_reads "another object cannot move a send queue's count of reads posted" 'queue.reads_posted_ = 0;'
+refused wq_signaled "another object cannot move a send queue's last signaled request" 'queue.signaled_head_.store(0);'
 refused wq_give_back "another object cannot give slots back without unclaiming them" 'queue.give_back(1);'
-refused wq_commit "another object cannot publish a slot it did not claim" 'queue.commit_at(0);'
+refused wq_commit "another object cannot publish a slot it did not claim" 'receives.publish(0);'
+refused wq_head "another object cannot move a ring's head" 'receives.head_.store(0);'
+refused wq_records "another object cannot write a ring's records" 'receives.records_[0].context = nullptr;'
+refused wq_delete "a queue is not deleted as the ring alone (its kind's destructor runs)" 'nd::WorkQueue &ring = queue; delete &ring;'
 
 echo "private_state: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -188,7 +188,7 @@ struct HostQp {
 
 /* A framed receive queue with `count` buffers in the "adapter". */
 struct FramedQueue {
-	WorkQueue queue{QueueKind::recv, 8};
+	ReceiveQueue queue{8};
 	Framing *framing = nullptr;
 	HostQp qp;
 	std::vector<OpRecord *> in_adapter;
@@ -260,7 +260,7 @@ Test(completion_path, the_allocation_count_sees_an_allocation)
 Test(completion_path, successes_failures_flushes_and_counters_allocate_nothing)
 {
 	auto cq = make_cq(16);
-	WorkQueue sends(QueueKind::send, 8);
+	SendQueue sends(8);
 	CounterWords counted;
 	Link link;
 	link.on(Link::Event::ready);
@@ -303,7 +303,7 @@ Test(completion_path, successes_failures_flushes_and_counters_allocate_nothing)
 Test(completion_path, a_failure_of_nd_s_own_request_reaches_no_entry)
 {
 	auto cq = make_cq(16);
-	WorkQueue sends(QueueKind::send, 8);
+	SendQueue sends(8);
 	Link link;
 	link.on(Link::Event::ready);
 	RetireTargets targets;
@@ -325,7 +325,7 @@ Test(completion_path, a_failure_of_nd_s_own_request_reaches_no_entry)
 Test(completion_path, a_multi_receive_buffer_allocates_nothing)
 {
 	auto cq = make_cq(16);
-	WorkQueue receives(QueueKind::recv, 8);
+	ReceiveQueue receives(8);
 	receives.set_multi(std::make_unique<MultiRecv>(16));
 	receives.multi()->post_wr = [](MultiRecv &, ibv_recv_wr &) noexcept { return 0; };
 	receives.multi()->ready = true;
@@ -417,7 +417,7 @@ Test(completion_path, each_enable_keeps_room_for_every_error_still_to_come)
 {
 	auto cq = make_cq(4);
 	cr_assert_geq(Probe::errors(*cq).room(), 8u, "twice the CQ's capacity");
-	WorkQueue sends(QueueKind::send, 8);
+	SendQueue sends(8);
 	CqEntry entry;
 	for (int i = 0; i < 6; i++) {
 		OpRecord &r = post(sends, ctx(i), FI_SEND | FI_MSG);

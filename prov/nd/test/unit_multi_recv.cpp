@@ -45,7 +45,7 @@ int record_post(MultiRecv &, ibv_recv_wr &wr) noexcept
 }
 
 /* Posts a receive as the endpoint does when the queue has a MultiRecv. */
-OpRecord &post_recv(WorkQueue &queue, void *context, uint8_t *buf, uint32_t len, bool multi)
+OpRecord &post_recv(ReceiveQueue &queue, void *context, uint8_t *buf, uint32_t len, bool multi)
 {
 	OpRecord &record = queue.claim_recv(context, kRecvFlags | (multi ? kPlacedByNd : 0), len, true);
 	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), len, 7};
@@ -65,7 +65,7 @@ ibv_wc received(const OpRecord &record, uint32_t bytes, ibv_wc_status status = I
 Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 {
 	posted.clear();
-	WorkQueue queue(QueueKind::recv, 8);
+	ReceiveQueue queue(8);
 	queue.set_multi(std::make_unique<MultiRecv>(16));
 	queue.multi()->post_wr = record_post;
 	queue.multi()->ready = true;
@@ -103,7 +103,7 @@ Test(multi_recv, messages_pack_into_one_buffer_until_it_is_released)
 Test(multi_recv, a_flush_releases_the_buffer_and_what_waited_behind_it_follows)
 {
 	posted.clear();
-	WorkQueue queue(QueueKind::recv, 8);
+	ReceiveQueue queue(8);
 	queue.set_multi(std::make_unique<MultiRecv>(0));
 	queue.multi()->post_wr = record_post;
 	queue.multi()->ready = false; /* before the connection: everything waits */

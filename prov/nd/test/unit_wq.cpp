@@ -38,7 +38,7 @@ struct Cells : CounterWords {
 
 Test(work_queue, a_signaled_completion_retires_the_unsignaled_run_before_it)
 {
-	WorkQueue queue(QueueKind::send, 8);
+	SendQueue queue(8);
 	post(queue, ctx(1), kSendFlags, false);
 	post(queue, ctx(2), kWriteFlags, false);
 	post(queue, ctx(3), kSendFlags, false);
@@ -53,7 +53,7 @@ Test(work_queue, a_signaled_completion_retires_the_unsignaled_run_before_it)
 
 Test(work_queue, a_request_without_a_cq_entry_retires_silently)
 {
-	WorkQueue queue(QueueKind::send, 4);
+	SendQueue queue(4);
 	const OpRecord &r = post(queue, ctx(7), kWriteFlags, false);
 	const Retired done = retire_copy(completion_of(r));
 	cr_assert_not(done.report);
@@ -62,7 +62,7 @@ Test(work_queue, a_request_without_a_cq_entry_retires_silently)
 
 Test(work_queue, reads_in_flight_are_retired_by_marks)
 {
-	WorkQueue queue(QueueKind::send, 16);
+	SendQueue queue(16);
 	post(queue, ctx(1), kReadFlags, false);
 	post(queue, ctx(2), kReadFlags, false);
 	const OpRecord &third = post(queue, ctx(3), kReadFlags);
@@ -79,17 +79,17 @@ Test(work_queue, reads_in_flight_are_retired_by_marks)
 
 Test(work_queue, the_ring_wraps)
 {
-	WorkQueue queue(QueueKind::send, 3); /* a ring of 4 slots */
-	cr_assert_eq(queue.mask, 3u);
+	SendQueue queue(3); /* a ring of 4 slots */
+	cr_assert_eq(queue.ring_size(), 4u);
 	for (uintptr_t i = 1; i <= 50; i++) {
 		post(queue, ctx(i), kSendFlags, false);
 		const OpRecord &r = post(queue, ctx(i + 1000), kSendFlags);
-		cr_assert(queue.full() == false || queue.depth <= 2);
+		cr_assert(queue.full() == false || queue.depth() <= 2);
 		const Retired done = retire_copy(completion_of(r));
 		cr_assert_eq(done.context, ctx(i + 1000));
 		cr_assert_eq(queue.outstanding(), 0u);
 	}
-	cr_assert_eq(queue.head.load(), 100u);
+	cr_assert_eq(queue.posted(), 100u);
 }
 
 /* A ring that starts with room for one request grows when it fills; the
@@ -97,22 +97,22 @@ Test(work_queue, the_ring_wraps)
  * completion retires the unsignaled run across the rings. */
 Test(work_queue, a_small_ring_grows_and_keeps_its_records)
 {
-	WorkQueue queue(QueueKind::recv, 384, 0, 1);
-	cr_assert_eq(queue.limit, 1u);
-	cr_assert_eq(queue.mask, 1u);
+	ReceiveQueue queue(384, 1);
+	cr_assert_eq(queue.limit(), 1u);
+	cr_assert_eq(queue.ring_size(), 2u);
 	OpRecord *posted[100];
 	for (uintptr_t i = 0; i < 100; i++) {
 		if (queue.full()) {
 			const uint32_t more = queue.growth();
 			cr_assert_gt(more, 0u);
-			const uint32_t limit = queue.limit;
+			const uint32_t limit = queue.limit();
 			cr_assert(queue.grow());
-			cr_assert_eq(queue.limit, limit + more);
-			cr_assert_eq(queue.mask + 1, 2 * (limit + 1), "ring of %u for limit %u", queue.mask + 1, limit);
+			cr_assert_eq(queue.limit(), limit + more);
+			cr_assert_eq(queue.ring_size(), 2 * (limit + 1), "ring of %u for limit %u", queue.ring_size(), limit);
 		}
 		posted[i] = &post(queue, ctx(i + 1), kSendFlags, i == 99);
 	}
-	cr_assert_eq(queue.limit, 127u, "limit %u", queue.limit);
+	cr_assert_eq(queue.limit(), 127u, "limit %u", queue.limit());
 	cr_assert_eq(queue.old_ring_count(), 6u); /* of 2, 4, ..., 64 slots, each still holding requests */
 	for (uintptr_t i = 0; i < 100; i++) {
 		cr_assert_eq(posted[i]->context, ctx(i + 1), "request %lu moved", (unsigned long)i);
@@ -128,56 +128,56 @@ Test(work_queue, a_small_ring_grows_and_keeps_its_records)
 	cr_assert(queue.full());
 	cr_assert(queue.grow());
 	cr_assert_eq(queue.old_ring_count(), 1u, "%zu old rings", queue.old_ring_count());
-	cr_assert_eq(queue.limit, 255u);
+	cr_assert_eq(queue.limit(), 255u);
 }
 
 /* A send ring's unsignaled runs fill it whatever is in flight: leaving
  * its inline slots, it goes straight to its working size, then doubles. */
 Test(work_queue, a_send_ring_leaves_its_inline_slots_for_its_working_size)
 {
-	WorkQueue queue(QueueKind::send, 384, 0, 1);
-	cr_assert_eq(queue.records, queue.inline_ring);
+	SendQueue queue(384, 0, 1);
+	cr_assert(queue.ring_is_inline());
 	post(queue, ctx(1), kSendFlags, false);
 	cr_assert(queue.full());
 	cr_assert(queue.grow());
-	cr_assert_eq(queue.mask + 1, kWorkingRingSlots);
-	cr_assert_eq(queue.limit, kWorkingRingSlots - 1);
+	cr_assert_eq(queue.ring_size(), kWorkingRingSlots);
+	cr_assert_eq(queue.limit(), kWorkingRingSlots - 1);
 	cr_assert_eq(queue.record_at(0).context, ctx(1), "the first request stays where it was posted");
 	cr_assert(queue.grow());
-	cr_assert_eq(queue.mask + 1, 2 * kWorkingRingSlots);
+	cr_assert_eq(queue.ring_size(), 2 * kWorkingRingSlots);
 	/* A depth below the working size: the ring for the whole depth. */
-	WorkQueue shallow(QueueKind::send, 20, 0, 1);
+	SendQueue shallow(20, 0, 1);
 	cr_assert(shallow.grow());
-	cr_assert_eq(shallow.limit, 20u);
+	cr_assert_eq(shallow.limit(), 20u);
 	cr_assert_eq(shallow.growth(), 0u);
 }
 
 Test(work_queue, growth_stops_at_the_depth)
 {
-	WorkQueue queue(QueueKind::recv, 5, 0, 1);
+	ReceiveQueue queue(5, 1);
 	while (queue.growth())
 		cr_assert(queue.grow());
-	cr_assert_eq(queue.limit, 5u);
+	cr_assert_eq(queue.limit(), 5u);
 	cr_assert_not(queue.grow());
 	/* With slots of the provider's own, the application's stay within its depth. */
-	WorkQueue with_internal(QueueKind::send, 6, 2, 1);
-	cr_assert_eq(with_internal.limit, 1u); /* 4 slots: 2 internal, 1 for the close marker */
+	SendQueue with_internal(6, 2, 1);
+	cr_assert_eq(with_internal.limit(), 1u); /* 4 slots: 2 internal, 1 for the close marker */
 	while (with_internal.growth())
 		cr_assert(with_internal.grow());
-	cr_assert_eq(with_internal.limit, 6u);
-	cr_assert_gt(with_internal.mask + 1, 6u + 2u);
+	cr_assert_eq(with_internal.limit(), 6u);
+	cr_assert_gt(with_internal.ring_size(), 6u + 2u);
 }
 
 /* A request that failed to post gives its slot back across a growth. */
 Test(work_queue, uncommit_across_a_growth)
 {
-	WorkQueue queue(QueueKind::send, 64, 0, 1);
+	SendQueue queue(64, 0, 1);
 	post(queue, ctx(1), kSendFlags, false);
 	cr_assert(queue.grow());
 	OpRecord &second = post(queue, ctx(2), kSendFlags, false);
 	Chain both{&queue.record_at(0), &second};
 	queue.unclaim(both.at(0));
-	cr_assert_eq(queue.head.load(), 0u);
+	cr_assert_eq(queue.posted(), 0u);
 	OpRecord &again = post(queue, ctx(3), kSendFlags);
 	cr_assert_eq(&queue.record_at(0), &again);
 	(void)second;
@@ -188,7 +188,7 @@ Test(work_queue, uncommit_across_a_growth)
 
 Test(work_queue, a_full_queue_says_so)
 {
-	WorkQueue queue(QueueKind::send, 2);
+	SendQueue queue(2);
 	post(queue, ctx(1), kSendFlags);
 	cr_assert_not(queue.full());
 	post(queue, ctx(2), kSendFlags);
@@ -199,11 +199,11 @@ Test(work_queue, a_flush_is_not_a_broken_link)
 {
 	Link link;
 	link.on(Link::Event::flushed); /* down */
-	WorkQueue queue(QueueKind::recv, 4);
+	ReceiveQueue queue(4);
 	RetireTargets targets;
 	targets.link = &link;
 	queue.set_targets(targets);
-	cr_assert_not(queue.counted);
+	cr_assert_not(queue.counted());
 	const OpRecord &r = post(queue, ctx(9), kRecvFlags);
 	const Retired done = retire_copy(completion_of(r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
 	cr_assert_eq(done.context, ctx(9));
@@ -244,7 +244,7 @@ Test(work_queue, a_real_failure_breaks_the_link)
 {
 	Link link;
 	link.on(Link::Event::ready);
-	WorkQueue queue(QueueKind::send, 4);
+	SendQueue queue(4);
 	RetireTargets targets;
 	targets.link = &link;
 	queue.set_targets(targets);
@@ -260,12 +260,12 @@ Test(work_queue, a_real_failure_breaks_the_link)
 Test(work_queue, counters_count_their_own_kind_only)
 {
 	Cells sends, writes;
-	WorkQueue queue(QueueKind::send, 8);
+	SendQueue queue(8);
 	RetireTargets targets;
 	targets.counters[static_cast<size_t>(CounterKind::send)] = sends.cells();
 	targets.counters[static_cast<size_t>(CounterKind::write)] = writes.cells();
 	queue.set_targets(targets);
-	cr_assert(queue.counted);
+	cr_assert(queue.counted());
 	retire_copy(completion_of(post(queue, ctx(1), kSendFlags)));
 	retire_copy(completion_of(post(queue, ctx(2), kSendFlags)));
 	retire_copy(completion_of(post(queue, ctx(3), kWriteFlags), IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
@@ -282,7 +282,7 @@ Test(work_queue, counters_count_their_own_kind_only)
 Test(work_queue, a_receive_counter_counts_receives)
 {
 	Cells receives;
-	WorkQueue queue(QueueKind::recv, 4);
+	ReceiveQueue queue(4);
 	RetireTargets targets;
 	targets.counters[static_cast<size_t>(CounterKind::recv)] = receives.cells();
 	queue.set_targets(targets);
@@ -294,9 +294,9 @@ Test(work_queue, a_receive_counter_counts_receives)
 
 Test(work_queue, no_targets_means_no_counting)
 {
-	WorkQueue queue(QueueKind::send, 4);
+	SendQueue queue(4);
 	queue.set_targets(RetireTargets{});
-	cr_assert_not(queue.counted);
+	cr_assert_not(queue.counted());
 	const OpRecord &r = post(queue, ctx(1), kSendFlags);
 	retire_copy(completion_of(r, IBV_WC_RETRY_EXC_ERR)); /* no link to break: no crash */
 	cr_assert_eq(queue.outstanding(), 0u);
@@ -316,14 +316,14 @@ Test(work_queue, a_queue_without_counters_makes_no_extras_and_hooks_go_through_o
 	static constexpr QueueHooks hooks{count_peer_lost, nullptr, nullptr};
 	Link link;
 	link.on(Link::Event::ready);
-	WorkQueue queue(QueueKind::send, 4);
+	SendQueue queue(4);
 	RetireTargets targets;
 	targets.link = &link;
 	targets.hooks = &hooks;
 	targets.owner = ctx(77);
 	queue.set_targets(targets);
-	cr_assert_null(queue.extras_.get(), "no counter bound: nothing made on the side");
-	cr_assert(queue.plain, "a hook for lost peers keeps the inline path");
+	cr_assert_not(queue.has_extras(), "no counter bound: nothing made on the side");
+	cr_assert(queue.retires_inline(), "a hook for lost peers keeps the inline path");
 	hook_calls = 0;
 	retire_copy(completion_of(post(queue, ctx(1), kSendFlags), IBV_WC_RETRY_EXC_ERR));
 	cr_assert_eq(hook_calls, 1, "retries exhausted: the endpoint is told, once");
@@ -333,14 +333,14 @@ Test(work_queue, a_queue_without_counters_makes_no_extras_and_hooks_go_through_o
 Test(work_queue, an_orphan_stops_counting)
 {
 	Cells sends;
-	WorkQueue queue(QueueKind::send, 4);
+	SendQueue queue(4);
 	RetireTargets targets;
 	targets.counters[static_cast<size_t>(CounterKind::send)] = sends.cells();
 	queue.set_targets(targets);
-	cr_assert_not_null(queue.extras_.get());
+	cr_assert(queue.has_extras());
 	retire_copy(completion_of(post(queue, ctx(1), kSendFlags)));
 	queue.clear_targets();
-	cr_assert_not(queue.counted);
+	cr_assert_not(queue.counted());
 	cr_assert_not(static_cast<bool>(queue.counter(CounterKind::send)));
 	retire_copy(completion_of(post(queue, ctx(2), kSendFlags)));
 	cr_assert_eq(sends.success.load(), 1u, "the orphan's completion counts nothing");
@@ -349,7 +349,7 @@ Test(work_queue, an_orphan_stops_counting)
 Test(work_queue, a_shared_send_budget_spans_its_queues)
 {
 	auto budget = std::make_shared<SendBudget>(3);
-	WorkQueue a(QueueKind::send, 8), b(QueueKind::send, 8);
+	SendQueue a(8), b(8);
 	a.set_budget(budget);
 	b.set_budget(budget);
 	post(a, ctx(1), kSendFlags);
@@ -369,7 +369,7 @@ Test(work_queue, a_shared_send_budget_spans_its_queues)
 	retire_copy(completion_of(b1, IBV_WC_WR_FLUSH_ERR));
 	cr_assert_eq(budget->left(), 3u, "a flushed request gives its share back");
 	{
-		WorkQueue orphan(QueueKind::send, 4);
+		SendQueue orphan(4);
 		orphan.set_budget(budget);
 		post(orphan, ctx(5), kSendFlags);
 		post(orphan, ctx(6), kSendFlags);
@@ -381,26 +381,24 @@ Test(work_queue, a_shared_send_budget_spans_its_queues)
 Test(work_queue, a_shared_receive_pool_takes_slots_back_in_any_order)
 {
 	OptionalLock lock{LockRank::shared_rx};
-	WorkQueue queue(QueueKind::shared_recv, 3);
+	SharedReceivePool queue(3);
 	queue.set_pool_lock(&lock);
-	cr_assert_eq(queue.free_slots().size(), 3u);
+	cr_assert_eq(queue.free_slots(), 3u);
 	OpRecord *taken[3];
 	for (int i = 0; i < 3; i++) {
-		const uint32_t slot = queue.free_slots().back();
-		queue.free_slots().pop_back();
-		taken[i] = &queue.records[slot];
-		taken[i]->context = ctx(static_cast<uintptr_t>(i + 1));
-		taken[i]->flags = kRecvFlags;
-		taken[i]->set_report(true);
+		taken[i] = queue.claim_slot(ctx(static_cast<uintptr_t>(i + 1)), kRecvFlags, 8, true);
+		cr_assert_not_null(taken[i]);
 	}
-	cr_assert(queue.free_slots().empty());
+	cr_assert_eq(queue.free_slots(), 0u);
+	cr_assert_null(queue.claim_slot(ctx(9), kRecvFlags, 8, true), "an empty pool gives nothing");
 	const Retired second = retire_copy(completion_of(*taken[1], IBV_WC_SUCCESS, IBV_WC_RECV));
 	cr_assert_eq(second.context, ctx(2));
-	cr_assert_eq(queue.free_slots().size(), 1u);
-	cr_assert_eq(&queue.records[queue.free_slots().back()], taken[1]);
+	cr_assert_eq(queue.free_slots(), 1u);
+	cr_assert_eq(queue.claim_slot(ctx(4), kRecvFlags, 8, true), taken[1], "the slot given back is taken next");
+	queue.unclaim_slot(*taken[1]);
 	retire_copy(completion_of(*taken[2], IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
 	retire_copy(completion_of(*taken[0], IBV_WC_LOC_LEN_ERR, IBV_WC_RECV));
-	cr_assert_eq(queue.free_slots().size(), 3u, "every slot back, whatever the status");
+	cr_assert_eq(queue.free_slots(), 3u, "every slot back, whatever the status");
 }
 
 Test(work_queue, counter_kind_follows_the_cq_flags)
@@ -412,7 +410,7 @@ Test(work_queue, counter_kind_follows_the_cq_flags)
 	cr_assert_eq(counter_kind(FI_RMA | FI_REMOTE_WRITE), CounterKind::none);
 }
 
-/* The send queue's posting protocol (WorkQueue::claim), which every send,
+/* The send queue's posting protocol (SendQueue::claim), which every send,
  * inject, RMA request, credit write and the drain marker go through. */
 
 /* Whatever kind of request is signaled, its completion retires the reads
@@ -421,20 +419,20 @@ Test(work_queue, counter_kind_follows_the_cq_flags)
  * it to wait for. The inject path's own instantiation is among them. */
 Test(send_protocol, every_signaled_request_restarts_the_unsignaled_reads)
 {
-	WorkQueue queue(QueueKind::send, 64);
+	SendQueue queue(64);
 	const SendClaim read{ctx(1), FI_RMA | FI_READ, 8, false, false};
 	const SendClaim inject{nullptr, FI_SEND | FI_MSG, 8, false, false};
 	Claimed c = queue.claim<SendKind::read>(read, 100, 4);
 	cr_assert_eq(c.send_flags & IBV_SEND_SIGNALED, 0u);
 	cr_assert_eq(queue.poster_view().unsignaled_reads, 1u);
 	/* An inject that reaches its signal interval (1: a counter wants it). */
-	c = queue.claim<SendKind::data, false>(inject, 1, 1, 0);
+	c = queue.claim<SendKind::send_or_write, false>(inject, 1, 1, 0);
 	cr_assert_neq(c.send_flags & IBV_SEND_SIGNALED, 0u);
 	cr_assert_eq(queue.poster_view().unsignaled_reads, 0u, "a signaled inject retires the reads before it");
 	cr_assert_eq(queue.poster_view().unsignaled, 0u);
 	/* A send that wants its completion. */
 	queue.claim<SendKind::read>(read, 100, 4);
-	queue.claim<SendKind::data>(SendClaim{ctx(2), FI_SEND | FI_MSG, 8, true, true}, 100);
+	queue.claim<SendKind::send_or_write>(SendClaim{ctx(2), FI_SEND | FI_MSG, 8, true, true}, 100);
 	cr_assert_eq(queue.poster_view().unsignaled_reads, 0u);
 	/* A credit write at its interval. */
 	queue.claim<SendKind::read>(read, 100, 4);
@@ -451,21 +449,21 @@ Test(send_protocol, every_signaled_request_restarts_the_unsignaled_reads)
  * neither carry it nor use it up for the application's next one. */
 Test(send_protocol, the_fence_after_reads_is_the_applications_alone)
 {
-	WorkQueue queue(QueueKind::send, 64);
+	SendQueue queue(64);
 	const SendClaim write{nullptr, FI_RMA | FI_WRITE, 8, false, false};
-	cr_assert_eq(queue.claim<SendKind::data>(write, 100, 1, IBV_SEND_FENCE).send_flags, 0u, "no read before it");
+	cr_assert_eq(queue.claim<SendKind::send_or_write>(write, 100, 1, IBV_SEND_FENCE).send_flags, 0u, "no read before it");
 	queue.claim<SendKind::read>(SendClaim{ctx(1), FI_RMA | FI_READ, 8, false, false}, 100, 8);
 	cr_assert_eq(queue.claim<SendKind::internal>(SendClaim{nullptr, 0, 8, false, false}, 100).send_flags, 0u);
-	const Claimed inject = queue.claim<SendKind::data, false>(write, 100, 1, IBV_SEND_FENCE);
+	const Claimed inject = queue.claim<SendKind::send_or_write, false>(write, 100, 1, IBV_SEND_FENCE);
 	cr_assert_eq(inject.send_flags, IBV_SEND_FENCE);
-	cr_assert_eq(queue.claim<SendKind::data>(write, 100, 1, IBV_SEND_FENCE).send_flags, 0u, "fenced once");
+	cr_assert_eq(queue.claim<SendKind::send_or_write>(write, 100, 1, IBV_SEND_FENCE).send_flags, 0u, "fenced once");
 }
 
 /* The record says what the completion reports, and a read's mark covers
  * itself: its completion, or a later one's, gives its read budget back. */
 Test(send_protocol, a_claimed_record_reports_and_retires_what_it_was_given)
 {
-	WorkQueue queue(QueueKind::send, 64);
+	SendQueue queue(64);
 	const Claimed read = queue.claim<SendKind::read>(SendClaim{ctx(7), FI_RMA | FI_READ, 64, true, true}, 100, 8);
 	cr_assert_eq(read.record->context, ctx(7));
 	cr_assert_eq(read.record->flags, static_cast<uint32_t>(FI_RMA | FI_READ));
@@ -498,7 +496,7 @@ struct Step {
 	SendClaim request;
 };
 
-Claimed claim_step(WorkQueue &queue, const Step &step)
+Claimed claim_step(SendQueue &queue, const Step &step)
 {
 	constexpr uint32_t kInterval = 5, kReadEvery = 3;
 	switch (step.kind) {
@@ -506,10 +504,10 @@ Claimed claim_step(WorkQueue &queue, const Step &step)
 		return queue.claim<SendKind::read>(step.request, kInterval, kReadEvery);
 	case SendKind::internal:
 		return queue.claim<SendKind::internal>(step.request, kInterval);
-	case SendKind::data:
+	case SendKind::send_or_write:
 		break;
 	}
-	return queue.claim<SendKind::data>(step.request, kInterval, 1, IBV_SEND_FENCE);
+	return queue.claim<SendKind::send_or_write>(step.request, kInterval, 1, IBV_SEND_FENCE);
 }
 
 ibv_send_wr wr_of(const Step &step, const Claimed &claimed)
@@ -529,23 +527,23 @@ Test(send_protocol, a_chain_that_fails_at_its_third_request_is_undone_whole)
 	const SendClaim write{ctx(2), FI_RMA | FI_WRITE, 8, false, false};
 	const SendClaim reported{ctx(3), FI_SEND | FI_MSG, 8, true, true};
 	const SendClaim own{nullptr, 0, 8, false, false};
-	const std::vector<Step> before = {{SendKind::data, write}, {SendKind::read, read}, {SendKind::data, reported},
-					  {SendKind::read, read}, {SendKind::data, write}, {SendKind::read, read}};
+	const std::vector<Step> before = {{SendKind::send_or_write, write}, {SendKind::read, read}, {SendKind::send_or_write, reported},
+					  {SendKind::read, read}, {SendKind::send_or_write, write}, {SendKind::read, read}};
 	const std::vector<Step> chain = {{SendKind::read, read},	  {SendKind::internal, own},
-					 {SendKind::data, write},	  /* fails here: fenced after the reads */
-					 {SendKind::read, read},	  {SendKind::data, reported},
-					 {SendKind::read, read},	  {SendKind::data, write}};
-	const std::vector<Step> after = {{SendKind::data, write}, {SendKind::read, read}, {SendKind::read, read},
-					 {SendKind::data, write}, {SendKind::read, read}, {SendKind::internal, own},
-					 {SendKind::data, write}, {SendKind::data, write}, {SendKind::read, read}};
+					 {SendKind::send_or_write, write},	  /* fails here: fenced after the reads */
+					 {SendKind::read, read},	  {SendKind::send_or_write, reported},
+					 {SendKind::read, read},	  {SendKind::send_or_write, write}};
+	const std::vector<Step> after = {{SendKind::send_or_write, write}, {SendKind::read, read}, {SendKind::read, read},
+					 {SendKind::send_or_write, write}, {SendKind::read, read}, {SendKind::internal, own},
+					 {SendKind::send_or_write, write}, {SendKind::send_or_write, write}, {SendKind::read, read}};
 	/* Where the history starts: fresh, after requests retired, and after
 	 * the ring grew with requests outstanding. */
 	for (int start = 0; start < 3; start++) {
 		auto budget = std::make_shared<SendBudget>(64);
-		WorkQueue undone(QueueKind::send, 64, 0, 4), twin(QueueKind::send, 64, 0, 4);
+		SendQueue undone(64, 0, 4), twin(64, 0, 4);
 		undone.set_budget(budget);
 		twin.set_budget(std::make_shared<SendBudget>(64));
-		for (WorkQueue *queue : {&undone, &twin}) {
+		for (SendQueue *queue : {&undone, &twin}) {
 			for (const Step &step : before) {
 				if (queue->full())
 					cr_assert(queue->grow());
@@ -579,7 +577,7 @@ Test(send_protocol, a_chain_that_fails_at_its_third_request_is_undone_whole)
 
 		undone.unclaim(&wr[2]); /* ibv_post_send named the third */
 
-		const WorkQueue::PosterView u = undone.poster_view(), t = twin.poster_view();
+		const SendQueue::PosterView u = undone.poster_view(), t = twin.poster_view();
 		cr_assert(u == t,
 			  "start %d: head %lu/%lu, signaled head %lu/%lu, unsignaled %u/%u, reads %u/%u, "
 			  "unsignaled reads %u/%u, unfenced %d/%d",
@@ -589,7 +587,7 @@ Test(send_protocol, a_chain_that_fails_at_its_third_request_is_undone_whole)
 		cr_assert_eq(budget->left(), 64u - undone.outstanding(), "the budget gives back what was unclaimed");
 		cr_assert_eq(undone.reads_in_flight(), twin.reads_in_flight());
 		for (size_t i = 0; i < after.size(); i++) {
-			for (WorkQueue *queue : {&undone, &twin})
+			for (SendQueue *queue : {&undone, &twin})
 				if (queue->full())
 					cr_assert(queue->grow());
 			const Claimed a = claim_step(undone, after[i]), b = claim_step(twin, after[i]);
@@ -607,8 +605,8 @@ Test(send_protocol, a_chain_that_fails_at_its_third_request_is_undone_whole)
 Test(work_queue, a_receive_takes_the_remote_cq_data_in_its_slot)
 {
 	for (bool counted : {false, true}) {
-		WorkQueue queue(QueueKind::recv, 4);
-		const uint32_t slots = queue.mask + 1;
+		ReceiveQueue queue(4);
+		const uint32_t slots = queue.ring_size();
 		std::vector<uint64_t> data_slots(slots * kDataSlotWords, 0);
 		Cells received;
 		RetireTargets targets;
@@ -616,12 +614,11 @@ Test(work_queue, a_receive_takes_the_remote_cq_data_in_its_slot)
 		if (counted)
 			targets.counters[static_cast<size_t>(CounterKind::recv)] = received.cells();
 		queue.set_targets(targets);
-		cr_assert_eq(queue.data_slots, data_slots.data());
-		cr_assert_not(queue.plain, "RoCE's inline path never looks at slots");
-		cr_assert_eq(queue.plain_with_slots, !counted);
+		cr_assert_not(queue.retires_inline(), "RoCE's inline path never looks at slots");
+		cr_assert_eq(queue.retires_with_slot(), !counted);
 		for (uint64_t k = 0; k < 3 * slots; k++) {
 			OpRecord &r = post(queue, ctx(k + 1), kRecvFlags);
-			uint64_t *slot = &data_slots[(k & queue.mask) * kDataSlotWords];
+			uint64_t *slot = &data_slots[(k & (queue.ring_size() - 1)) * kDataSlotWords];
 			const int what = static_cast<int>(k % 4); /* none, message, write, someone else's */
 			if (what == 1)
 				slot[0] = DataSlot::encode(DataSlotKind::message, k, 0xc0de0000u + static_cast<uint32_t>(k));

@@ -17,16 +17,18 @@
 namespace nd::test {
 
 /* Posts one request as the endpoint does, through the queue's protocol
- * (claim, claim_recv), never signaled by the interval: a receive, a read
- * (counted) or a send or write. */
-inline OpRecord &post(WorkQueue &queue, void *context, uint32_t flags, bool report = true)
+ * (claim, claim_recv), never signaled by the interval: a read (counted) or
+ * a send or write; or a receive. */
+inline OpRecord &post(SendQueue &queue, void *context, uint32_t flags, bool report = true)
 {
-	if (flags & FI_RECV)
-		return queue.claim_recv(context, flags, 8, report);
 	const SendClaim request{context, flags, 8, report, false};
 	if (flags & FI_READ)
 		return *queue.claim<SendKind::read>(request, UINT32_MAX, UINT32_MAX).record;
-	return *queue.claim<SendKind::data>(request, UINT32_MAX).record;
+	return *queue.claim<SendKind::send_or_write>(request, UINT32_MAX).record;
+}
+inline OpRecord &post(ReceiveQueue &queue, void *context, uint32_t flags, bool report = true)
+{
+	return queue.claim_recv(context, flags, 8, report);
 }
 
 /* The work requests of claimed send-queue records, chained, as a poster
