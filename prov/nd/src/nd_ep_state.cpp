@@ -54,32 +54,41 @@ EpStep EpStateMachine::attempt_failed(int error) noexcept
 	return go(EpState::failed, EpAction::report_error, error);
 }
 
+/* Address and route resolution answer alike: expected only while that
+ * step runs (absorbed otherwise), on to the next step, or the attempt
+ * failed. */
+EpStep EpStateMachine::resolved(EpState during, EpState next, EpAction action) noexcept
+{
+	if (state_ != during)
+		return absorb();
+	return go(next, action);
+}
+
+EpStep EpStateMachine::resolution_failed(EpState during, rdma_cm_event_type event, int status) noexcept
+{
+	if (state_ != during)
+		return absorb();
+	return attempt_failed(cm::error_of(event, status, side_));
+}
+
 EpStep EpStateMachine::addr_resolved() noexcept
 {
-	if (state_ != EpState::resolving_addr)
-		return absorb();
-	return go(EpState::resolving_route, EpAction::resolve_route);
+	return resolved(EpState::resolving_addr, EpState::resolving_route, EpAction::resolve_route);
 }
 
 EpStep EpStateMachine::addr_error(int status) noexcept
 {
-	if (state_ != EpState::resolving_addr)
-		return absorb();
-	return attempt_failed(cm::error_of(RDMA_CM_EVENT_ADDR_ERROR, status, side_));
+	return resolution_failed(EpState::resolving_addr, RDMA_CM_EVENT_ADDR_ERROR, status);
 }
 
 EpStep EpStateMachine::route_resolved() noexcept
 {
-	if (state_ != EpState::resolving_route)
-		return absorb();
-	return go(EpState::connecting, EpAction::connect);
+	return resolved(EpState::resolving_route, EpState::connecting, EpAction::connect);
 }
 
 EpStep EpStateMachine::route_error(int status) noexcept
 {
-	if (state_ != EpState::resolving_route)
-		return absorb();
-	return attempt_failed(cm::error_of(RDMA_CM_EVENT_ROUTE_ERROR, status, side_));
+	return resolution_failed(EpState::resolving_route, RDMA_CM_EVENT_ROUTE_ERROR, status);
 }
 
 EpStep EpStateMachine::connect_response() noexcept
@@ -187,38 +196,33 @@ EpStep EpStateMachine::on_event(rdma_cm_event_type type, int status) noexcept
 	}
 }
 
+/* Why fi_connect or fi_accept cannot begin where the connector is not
+ * idle. ND: a connector is not reused after a failure it cannot retry,
+ * nor after a connection (a retryable one is idle again); otherwise it is
+ * already connecting or connected. */
+int EpStateMachine::not_idle() const noexcept
+{
+	return state_ == EpState::failed || state_ == EpState::disconnected ? -FI_EOPBADSTATE : -FI_EISCONN;
+}
+
 int EpStateMachine::begin_connect() noexcept
 {
-	switch (state_) {
-	case EpState::idle:
-		if (side_ != cm::Side::active)
-			return -FI_EINVAL; /* holds a request: accept or reject it */
-		state_ = EpState::resolving_addr;
-		return 0;
-	case EpState::failed:
-	case EpState::disconnected:
-		/* ND: a connector is not reused after a failure it cannot
-		 * retry, nor after a connection (a retryable one is idle). */
-		return -FI_EOPBADSTATE;
-	default:
-		return -FI_EISCONN;
-	}
+	if (state_ != EpState::idle)
+		return not_idle();
+	if (side_ != cm::Side::active)
+		return -FI_EINVAL; /* holds a request: accept or reject it */
+	state_ = EpState::resolving_addr;
+	return 0;
 }
 
 int EpStateMachine::begin_accept(bool has_request) noexcept
 {
-	switch (state_) {
-	case EpState::idle:
-		if (!has_request)
-			return -FI_EINVAL;
-		state_ = EpState::accepting;
-		return 0;
-	case EpState::failed:
-	case EpState::disconnected:
-		return -FI_EOPBADSTATE;
-	default:
-		return -FI_EISCONN;
-	}
+	if (state_ != EpState::idle)
+		return not_idle();
+	if (!has_request)
+		return -FI_EINVAL;
+	state_ = EpState::accepting;
+	return 0;
 }
 
 int EpStateMachine::begin_shutdown() noexcept

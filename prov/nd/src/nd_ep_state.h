@@ -99,6 +99,12 @@ public:
 	 * try again, where ND allows it (see retryable), else failed. The step
 	 * reports the error either way. */
 	EpStep attempt_failed(int error) noexcept;
+	/* Address or route resolution (`during`) answered: the next step, or
+	 * the attempt failed. */
+	EpStep resolved(EpState during, EpState next, EpAction action) noexcept;
+	EpStep resolution_failed(EpState during, rdma_cm_event_type event, int status) noexcept;
+	/* begin_connect's and begin_accept's error where not idle. */
+	int not_idle() const noexcept;
 	/* ND Connect: "the connection attempt may be retried" after
 	 * NETWORK_UNREACHABLE, HOST_UNREACHABLE, CONNECTION_REFUSED (no
 	 * listener, backlog, or the peer's Reject) and IO_TIMEOUT; every other

@@ -7,67 +7,83 @@
 
 namespace nd {
 
+namespace {
+
+/* Each FI_ND_* variable, as `fi_info -e` and fi_nd(7) show it. */
+struct ParamDefinition {
+	const char *name;
+	fi_param_type type;
+	const char *help;
+};
+
+constexpr ParamDefinition kParamDefinitions[] = {
+	{"tx_size", FI_PARAM_SIZE_T,
+	 "Transmit queue depth of an endpoint when the application gives none "
+	 "(default 384, capped by the device)."},
+	{"rx_size", FI_PARAM_SIZE_T,
+	 "Receive queue depth of an endpoint when the application gives none "
+	 "(default 384, capped by the device)."},
+	{"iov_limit", FI_PARAM_SIZE_T,
+	 "Scatter-gather entries per operation when the application gives no "
+	 "iov_limit (default 4, capped by the device's max_sge)."},
+	{"inline_probe", FI_PARAM_SIZE_T,
+	 "Largest inline send size to probe on each device; the probed value "
+	 "becomes inject_size (default 256)."},
+	{"iface", FI_PARAM_STRING,
+	 "Comma-separated network interface names or prefixes whose addresses "
+	 "the provider offers (default: all interfaces with an RDMA device)."},
+	{"ipv6", FI_PARAM_BOOL,
+	 "Offer IPv6 addresses as well as IPv4 (default yes)."},
+	{"resolve_timeout_ms", FI_PARAM_INT,
+	 "Time fi_connect allows address and route resolution each, in "
+	 "milliseconds, before the attempt fails with FI_ETIMEDOUT or "
+	 "FI_EHOSTUNREACH (default 2000)."},
+	{"min_rnr_timer", FI_PARAM_INT,
+	 "How long a sender waits before retrying a message that found no "
+	 "receive posted, in the IB encoding 1..31 (12: 0.64 ms, the default; "
+	 "0: 655 ms)."},
+	{"rnr_retry", FI_PARAM_INT,
+	 "How often a sender retries a message that found no receive posted, "
+	 "0..7 (default 7: forever, as ofi_rxm's flow control expects). With "
+	 "less, such a send completes with FI_ENORX and the connection breaks."},
+	{"retry_count", FI_PARAM_INT,
+	 "How often a sender retransmits a packet the peer did not acknowledge, "
+	 "0..7 (default 6; 7 on Soft-RoCE, which treats 7 as forever). Then the "
+	 "send completes with FI_ETIMEDOUT and the connection breaks."},
+	{"peer_timeout", FI_PARAM_INT,
+	 "Where the transport itself never gives up on a silent peer (Soft-RoCE "
+	 "with retry count 7, iWARP's TCP for minutes): seconds a connection's "
+	 "signaled requests may make no progress while its CQ is read empty "
+	 "before nd ends the connection (FI_ETIMEDOUT, FI_SHUTDOWN), plus 1 s "
+	 "per 10 MB outstanding; 1..3600, 0: wait for ever (default 20)."},
+	{"ack_timeout", FI_PARAM_INT,
+	 "Local ACK timeout exponent: a packet is retransmitted after "
+	 "4.096 us * 2^n without acknowledgement, 0..31 (default: rdma_cm's, "
+	 "from the path; on RoCE 2^(packet lifetime + 1); 14 on Soft-RoCE)."},
+	{"mr_cache_enable", FI_PARAM_BOOL,
+	 "Keep memory registrations for reuse, watching unmapped memory with "
+	 "UCX's libucm (default yes; off where libucm cannot be loaded)."},
+	{"mr_cache_max_size", FI_PARAM_SIZE_T,
+	 "Bytes of registered memory a domain's cache may keep (default: "
+	 "physical memory / cores / 2)."},
+	{"mr_cache_max_count", FI_PARAM_SIZE_T,
+	 "Registrations a domain's cache may keep (default 1024; 0 turns "
+	 "caching off)."},
+	{"tagged_msg_size", FI_PARAM_SIZE_T,
+	 "The largest message on an endpoint opened with FI_TAGGED, and the "
+	 "size of each of the (at most 64) receive buffers nd keeps posted "
+	 "there (default 16384)."},
+	{"topology", FI_PARAM_BOOL,
+	 "Order devices nearest-first to the calling thread's CPUs using hwloc "
+	 "(default yes)."},
+};
+
+} // namespace
+
 void define_params() noexcept
 {
-	fi_param_define(&nd_prov, "tx_size", FI_PARAM_SIZE_T,
-			"Transmit queue depth of an endpoint when the application gives none "
-			"(default 384, capped by the device).");
-	fi_param_define(&nd_prov, "rx_size", FI_PARAM_SIZE_T,
-			"Receive queue depth of an endpoint when the application gives none "
-			"(default 384, capped by the device).");
-	fi_param_define(&nd_prov, "iov_limit", FI_PARAM_SIZE_T,
-			"Scatter-gather entries per operation when the application gives no "
-			"iov_limit (default 4, capped by the device's max_sge).");
-	fi_param_define(&nd_prov, "inline_probe", FI_PARAM_SIZE_T,
-			"Largest inline send size to probe on each device; the probed value "
-			"becomes inject_size (default 256).");
-	fi_param_define(&nd_prov, "iface", FI_PARAM_STRING,
-			"Comma-separated network interface names or prefixes whose addresses "
-			"the provider offers (default: all interfaces with an RDMA device).");
-	fi_param_define(&nd_prov, "ipv6", FI_PARAM_BOOL,
-			"Offer IPv6 addresses as well as IPv4 (default yes).");
-	fi_param_define(&nd_prov, "resolve_timeout_ms", FI_PARAM_INT,
-			"Time fi_connect allows address and route resolution each, in "
-			"milliseconds, before the attempt fails with FI_ETIMEDOUT or "
-			"FI_EHOSTUNREACH (default 2000).");
-	fi_param_define(&nd_prov, "min_rnr_timer", FI_PARAM_INT,
-			"How long a sender waits before retrying a message that found no "
-			"receive posted, in the IB encoding 1..31 (12: 0.64 ms, the default; "
-			"0: 655 ms).");
-	fi_param_define(&nd_prov, "rnr_retry", FI_PARAM_INT,
-			"How often a sender retries a message that found no receive posted, "
-			"0..7 (default 7: forever, as ofi_rxm's flow control expects). With "
-			"less, such a send completes with FI_ENORX and the connection breaks.");
-	fi_param_define(&nd_prov, "retry_count", FI_PARAM_INT,
-			"How often a sender retransmits a packet the peer did not acknowledge, "
-			"0..7 (default 6; 7 on Soft-RoCE, which treats 7 as forever). Then the "
-			"send completes with FI_ETIMEDOUT and the connection breaks.");
-	fi_param_define(&nd_prov, "peer_timeout", FI_PARAM_INT,
-			"Where the transport itself never gives up on a silent peer (Soft-RoCE "
-			"with retry count 7, iWARP's TCP for minutes): seconds a connection's "
-			"signaled requests may make no progress while its CQ is read empty "
-			"before nd ends the connection (FI_ETIMEDOUT, FI_SHUTDOWN), plus 1 s "
-			"per 10 MB outstanding; 1..3600, 0: wait for ever (default 20).");
-	fi_param_define(&nd_prov, "ack_timeout", FI_PARAM_INT,
-			"Local ACK timeout exponent: a packet is retransmitted after "
-			"4.096 us * 2^n without acknowledgement, 0..31 (default: rdma_cm's, "
-			"from the path; on RoCE 2^(packet lifetime + 1); 14 on Soft-RoCE).");
-	fi_param_define(&nd_prov, "mr_cache_enable", FI_PARAM_BOOL,
-			"Keep memory registrations for reuse, watching unmapped memory with "
-			"UCX's libucm (default yes; off where libucm cannot be loaded).");
-	fi_param_define(&nd_prov, "mr_cache_max_size", FI_PARAM_SIZE_T,
-			"Bytes of registered memory a domain's cache may keep (default: "
-			"physical memory / cores / 2).");
-	fi_param_define(&nd_prov, "mr_cache_max_count", FI_PARAM_SIZE_T,
-			"Registrations a domain's cache may keep (default 1024; 0 turns "
-			"caching off).");
-	fi_param_define(&nd_prov, "tagged_msg_size", FI_PARAM_SIZE_T,
-			"The largest message on an endpoint opened with FI_TAGGED, and the "
-			"size of each of the (at most 64) receive buffers nd keeps posted "
-			"there (default 16384).");
-	fi_param_define(&nd_prov, "topology", FI_PARAM_BOOL,
-			"Order devices nearest-first to the calling thread's CPUs using hwloc "
-			"(default yes).");
+	for (const ParamDefinition &param : kParamDefinitions)
+		fi_param_define(&nd_prov, param.name, param.type, param.help);
 }
 
 Params read_params()
