@@ -120,86 +120,128 @@ struct DataSlot {
  * link is dying. */
 inline constexpr std::chrono::milliseconds kCreditWriteWait{1000};
 
-struct ReceiveCredits {
+class ReceiveCredits {
+public:
 	/* Send-ring slots kept for the credit writes. */
 	static constexpr uint32_t kWriteSlots = 4;
 
-	/* The credit words, this side's data slots after them, then the
-	 * sources of its slot writes: one block, registered once. */
-	std::unique_ptr<uint8_t[]> block;
-	CreditWords *words = nullptr;
-	/* Remote CQ data: one slot (kDataSlotWords) per receive-ring slot
-	 * (none where the endpoint has no receive ring of its own to index
-	 * them: framed). Written by the peer's adapter; read and cleared by
-	 * the receive queue (WorkQueue::take_remote_data) with atomic loads
-	 * and stores. */
-	uint64_t *data_slots = nullptr;
-	uint32_t data_slot_count = 0;		/* a power of two, or 0 */
-	/* The sources of this side's slot writes: one slot per send-ring
-	 * slot, stable until that request retires. */
-	uint64_t *slot_sources = nullptr;
-	VerbsHandle<ibv_mr, ibv_dereg_mr> mr;
-	/* The peer's word, from its offer. */
-	uint64_t peer_addr = 0;
-	uint32_t peer_rkey = 0;
-	/* The peer's data slots: their count - 1, or 0 where it offered none. */
-	uint32_t peer_slot_mask = 0;
-	/* What the peer's offer said it had posted (its word may not have
-	 * been written yet). */
-	uint64_t base = 0;
-	std::atomic<bool> peer_known{false};
-	/* The peer offered none (not an nd peer): sends are not held. */
-	bool unlimited = false;
-	/* Sender: messages that take a peer's receive, posted. */
-	uint64_t sent = 0;
-	/* Receiver: the count last written to the peer (or offered), under
-	 * the send lock; a poster of receives reads it without (a hint that
-	 * write_credits decides again under the lock). */
-	std::atomic<uint64_t> advertised{0};
-	/* A write that could not go out when the count rose (the send ring's
-	 * lock was held, or its internal slots busy); the next post sends it. */
-	std::atomic<bool> pending{false};
-
 	/* Registers the words, `data_slots` receive slots (a power of two,
 	 * or 0) and `send_slots` slot-write sources; nullptr (logged) when it
-	 * cannot. */
+	 * cannot (nd_ep_credits.cpp). */
 	static std::unique_ptr<ReceiveCredits> open(ibv_pd *pd, uint32_t data_slots, uint32_t send_slots) noexcept;
-
-	/* Where the peer writes, and the count now. */
-	void fill_offer(uint64_t posted, cm::CreditOffer *offer) const noexcept
+	/* Unregistered, over words the caller keeps: the host's unit tests. */
+	ReceiveCredits(CreditWords *words, uint32_t data_slot_count) noexcept
+		: words_(words), data_slot_count_(data_slot_count)
 	{
-		offer->addr = reinterpret_cast<uintptr_t>(&words->granted);
-		offer->rkey = mr ? mr->rkey : 0; /* unregistered: the host's unit tests */
-		offer->posted = static_cast<uint32_t>(posted);
-		offer->data_slots_log2 =
-			data_slot_count ? static_cast<uint8_t>(__builtin_ctz(data_slot_count)) : 0;
 	}
-	/* Written by the thread that makes the connection, before the link
-	 * goes up; read after the link is seen up (acquire), or under the
-	 * send lock. */
+
+	/* This side's offer (the count posted now, where the peer writes and
+	 * how many data slots follow), which counts as advertised. */
+	void offer(uint64_t posted, cm::CreditOffer *out) noexcept
+	{
+		advertised_.store(posted, std::memory_order_relaxed);
+		out->addr = reinterpret_cast<uintptr_t>(&words_->granted);
+		out->rkey = mr_ ? mr_->rkey : 0; /* unregistered: the host's unit tests */
+		out->posted = static_cast<uint32_t>(posted);
+		out->data_slots_log2 =
+			data_slot_count_ ? static_cast<uint8_t>(__builtin_ctz(data_slot_count_)) : 0;
+	}
+	/* The peer's offer. Written by the thread that makes the connection,
+	 * before the link goes up; read after the link is seen up (acquire),
+	 * or under the send lock. */
 	void take_offer(const cm::CreditOffer &peer) noexcept
 	{
-		peer_addr = peer.addr;
-		peer_rkey = peer.rkey;
-		base = peer.posted;
-		peer_slot_mask = peer.data_slots_log2 && peer.data_slots_log2 < 32 ? (1u << peer.data_slots_log2) - 1 : 0;
-		peer_known.store(true, std::memory_order_release);
+		peer_addr_ = peer.addr;
+		peer_rkey_ = peer.rkey;
+		base_ = peer.posted;
+		peer_slot_mask_ = peer.data_slots_log2 && peer.data_slots_log2 < 32 ? (1u << peer.data_slots_log2) - 1 : 0;
+		peer_known_.store(true, std::memory_order_release);
 	}
+	/* The peer offered none (not an nd peer): sends are not held. */
+	void take_no_offer() noexcept { unlimited_ = true; }
+	bool peer_known() const noexcept { return peer_known_.load(std::memory_order_acquire); }
+
+	/* Sender: what the peer granted, and whether a message may go. */
 	uint64_t granted() const noexcept
 	{
-		const uint64_t written = words->granted; /* by the peer's adapter */
-		return std::max(written, base);
+		const uint64_t written = words_->granted; /* by the peer's adapter */
+		return std::max(written, base_);
 	}
-	bool can_send() const noexcept { return unlimited || sent < granted(); }
+	bool can_send() const noexcept { return unlimited_ || sent_ < granted(); }
+	uint64_t sent() const noexcept { return sent_; }
+	/* Messages that took a peer's receive, posted (under the send lock). */
+	void count_sent(uint64_t messages) noexcept { sent_ += messages; }
 	/* The peer takes remote CQ data (it offered slots, and counts). */
-	bool carries_data() const noexcept { return !unlimited && peer_slot_mask; }
+	bool carries_data() const noexcept { return !unlimited_ && peer_slot_mask_; }
 	/* The address of the peer's slot for the next message sent. */
 	uint64_t next_slot_address() const noexcept
 	{
-		return peer_addr + kDataSlotsOffset + (sent & peer_slot_mask) * kDataSlotBytes;
+		return peer_addr_ + kDataSlotsOffset + (sent_ & peer_slot_mask_) * kDataSlotBytes;
 	}
+	/* The source of the slot write of send-ring slot `slot`, stable until
+	 * that request retires (kDataSlotWords). */
+	uint64_t *slot_source(uint32_t slot) const noexcept
+	{
+		return slot_sources_ + static_cast<size_t>(slot) * kDataSlotWords;
+	}
+	/* Where this side's writes go: the peer's credit word, or (at
+	 * kDataSlotsOffset past it) its data slots. */
+	uint64_t peer_addr() const noexcept { return peer_addr_; }
+	uint32_t peer_rkey() const noexcept { return peer_rkey_; }
+	/* The registration's, for the sources of this side's writes. */
+	uint32_t lkey() const noexcept { return mr_->lkey; }
+
+	/* Receiver: remote CQ data, one slot (kDataSlotWords) per receive-
+	 * ring slot (none where the endpoint has no receive ring of its own
+	 * to index them: framed). Written by the peer's adapter; read and
+	 * cleared by the receive queue (WorkQueue::take_remote_data) with
+	 * atomic loads and stores. */
+	uint64_t *data_slots() const noexcept { return data_slots_; }
 	/* Whether the receiver has receives the peer was not told of. */
-	bool worth_writing(uint64_t posted) const noexcept { return posted > advertised.load(std::memory_order_relaxed); }
+	bool worth_writing(uint64_t posted) const noexcept { return posted > advertised_.load(std::memory_order_relaxed); }
+	/* The count `posted` goes into the source word of the write that
+	 * tells the peer (under the send lock); its address. */
+	uintptr_t stage_count(uint64_t posted) noexcept
+	{
+		words_->outgoing = posted;
+		return reinterpret_cast<uintptr_t>(&words_->outgoing);
+	}
+	/* The write of `posted` was posted. */
+	void advertised(uint64_t posted) noexcept { advertised_.store(posted, std::memory_order_relaxed); }
+	/* A write that could not go out when the count rose (the send ring's
+	 * lock was held, or its internal slots busy): the next post sends it. */
+	bool write_pending() const noexcept { return pending_.load(std::memory_order_acquire); }
+	void hold_write() noexcept { pending_.store(true, std::memory_order_release); }
+	void write_done() noexcept { pending_.store(false, std::memory_order_relaxed); }
+
+private:
+	ReceiveCredits() = default; /* open's */
+
+	/* The credit words, this side's data slots after them, then the
+	 * sources of its slot writes: one block, registered once. */
+	std::unique_ptr<uint8_t[]> block_;
+	CreditWords *words_ = nullptr;
+	uint64_t *data_slots_ = nullptr;
+	uint32_t data_slot_count_ = 0;		/* a power of two, or 0 */
+	uint64_t *slot_sources_ = nullptr;
+	VerbsHandle<ibv_mr, ibv_dereg_mr> mr_;
+	/* The peer's word, from its offer. */
+	uint64_t peer_addr_ = 0;
+	uint32_t peer_rkey_ = 0;
+	/* The peer's data slots: their count - 1, or 0 where it offered none. */
+	uint32_t peer_slot_mask_ = 0;
+	/* What the peer's offer said it had posted (its word may not have
+	 * been written yet). */
+	uint64_t base_ = 0;
+	std::atomic<bool> peer_known_{false};
+	bool unlimited_ = false;
+	/* Sender: messages that take a peer's receive, posted. */
+	uint64_t sent_ = 0;
+	/* Receiver: the count last written to the peer (or offered), under
+	 * the send lock; a poster of receives reads it without (a hint that
+	 * write_credits decides again under the lock). */
+	std::atomic<uint64_t> advertised_{0};
+	std::atomic<bool> pending_{false};
 };
 
 } // namespace nd

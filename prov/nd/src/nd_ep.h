@@ -552,7 +552,7 @@ struct CreditsAfterUnlock {
 	Endpoint *ep;
 	~CreditsAfterUnlock()
 	{
-		if (ep->data.credits && ep->data.credits->pending.load(std::memory_order_acquire))
+		if (ep->data.credits && ep->data.credits->write_pending())
 			ep->flush_pending_credits();
 	}
 };

@@ -25,20 +25,20 @@ std::unique_ptr<ReceiveCredits> ReceiveCredits::open(ibv_pd *pd, uint32_t data_s
 	/* The words, the slots the peer writes (at kDataSlotsOffset, as the
 	 * peer computes it), then this side's slot-write sources. */
 	const size_t bytes = sizeof(CreditWords) + (static_cast<size_t>(data_slots) + send_slots) * kDataSlotBytes;
-	credits->block.reset(new (std::nothrow) uint8_t[bytes + alignof(CreditWords)]);
-	if (!credits->block)
+	credits->block_.reset(new (std::nothrow) uint8_t[bytes + alignof(CreditWords)]);
+	if (!credits->block_)
 		return nullptr;
-	void *start = credits->block.get();
+	void *start = credits->block_.get();
 	size_t room = bytes + alignof(CreditWords);
 	start = std::align(alignof(CreditWords), bytes, start, room);
 	std::memset(start, 0, bytes);
-	credits->words = new (start) CreditWords{};
+	credits->words_ = new (start) CreditWords{};
 	auto *after = reinterpret_cast<uint64_t *>(static_cast<uint8_t *>(start) + kDataSlotsOffset);
-	credits->data_slots = data_slots ? after : nullptr;
-	credits->data_slot_count = data_slots;
-	credits->slot_sources = send_slots ? after + static_cast<size_t>(data_slots) * kDataSlotWords : nullptr;
-	credits->mr.reset(ibv_reg_mr(pd, start, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
-	if (!credits->mr) {
+	credits->data_slots_ = data_slots ? after : nullptr;
+	credits->data_slot_count_ = data_slots;
+	credits->slot_sources_ = send_slots ? after + static_cast<size_t>(data_slots) * kDataSlotWords : nullptr;
+	credits->mr_.reset(ibv_reg_mr(pd, start, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+	if (!credits->mr_) {
 		warn_registration_failed(FI_LOG_EP_CTRL, "receive credits", bytes, errno);
 		return nullptr;
 	}
@@ -65,8 +65,7 @@ void Endpoint::add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limit
 	offer.outbound = static_cast<uint8_t>(limits.outbound);
 	if (data.credits) {
 		const uint64_t posted = data.rx.queue->posted_acquire();
-		data.credits->advertised.store(posted, std::memory_order_relaxed);
-		data.credits->fill_offer(posted, &offer);
+		data.credits->offer(posted, &offer);
 	}
 	cm::append_credit_offer(offer, wire);
 }
@@ -81,7 +80,7 @@ void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
 		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: the peer offered no receive credits; sending without them (FI_RM_ENABLED is not kept on this connection)\n",
 			static_cast<void *>(this));
 		/* Kept (other threads may be posting): it counts nothing now. */
-		data.credits->unlimited = true;
+		data.credits->take_no_offer();
 		return;
 	}
 	data.credits->take_offer(*peer);
@@ -106,25 +105,25 @@ void Endpoint::advertise_credits(bool from_progress) noexcept
 	/* The link first: it goes up after the peer's offer was taken (by the
 	 * thread reading the EQ, while this one may be posting receives). */
 	if (!c || data.link.state(std::memory_order_acquire) != LinkState::up ||
-	    !c->peer_known.load(std::memory_order_acquire))
+	    !c->peer_known())
 		return;
-	if (!c->pending.load(std::memory_order_relaxed) &&
+	if (!c->write_pending() &&
 	    !c->worth_writing(data.rx.queue->posted_acquire()))
 		return;
 	if (from_progress) {
-		c->pending.store(true, std::memory_order_release);
+		c->hold_write();
 		flush_pending_credits();
 		return;
 	}
 	std::lock_guard<OptionalLock> guard(data.tx.lock);
 	write_credits();
-	if (!c->pending.load(std::memory_order_acquire))
+	if (!c->write_pending())
 		return;
 	const auto give_up = std::chrono::steady_clock::now() + kCreditWriteWait;
 	do {
 		free_send_slots("receive credits");
 		write_credits();
-		if (!c->pending.load(std::memory_order_acquire))
+		if (!c->write_pending())
 			return;
 		std::this_thread::yield(); /* the adapter's thread, on a software device */
 	} while (data.link.state(std::memory_order_acquire) == LinkState::up &&
@@ -141,7 +140,7 @@ void Endpoint::advertise_credits(bool from_progress) noexcept
 void Endpoint::flush_pending_credits() noexcept
 {
 	ReceiveCredits *c = data.credits.get();
-	while (c->pending.load(std::memory_order_acquire) &&
+	while (c->write_pending() &&
 	       data.link.state(std::memory_order_acquire) == LinkState::up) {
 		if (!data.tx.lock.try_lock())
 			return;
@@ -149,7 +148,7 @@ void Endpoint::flush_pending_credits() noexcept
 			std::lock_guard<OptionalLock> guard(data.tx.lock, std::adopt_lock);
 			write_credits();
 		}
-		if (c->pending.load(std::memory_order_acquire))
+		if (c->write_pending())
 			return;
 	}
 }
@@ -163,37 +162,37 @@ void Endpoint::write_credits() noexcept
 	assert_held(data.tx.lock, "Endpoint::write_credits");
 	ReceiveCredits *c = data.credits.get();
 	const uint64_t posted = data.rx.queue->posted_acquire();
-	if (posted <= c->advertised.load(std::memory_order_relaxed)) {
-		c->pending.store(false, std::memory_order_relaxed);
+	if (!c->worth_writing(posted)) {
+		c->write_done();
 		return;
 	}
 	if (data.tx.queue->internal_full()) {
-		c->pending.store(true, std::memory_order_release);
+		c->hold_write();
 		return;
 	}
-	c->pending.store(false, std::memory_order_relaxed);
-	c->words->outgoing = posted;
+	c->write_done();
+	const uintptr_t count = c->stage_count(posted);
 	/* Unsignaled like the application's requests, and signaled as often;
 	 * it reports nothing (no context, no flags, no counter). */
 	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(
 		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, false}, data.signal_interval);
 	ibv_sge sge;
-	sge.addr = reinterpret_cast<uintptr_t>(&c->words->outgoing);
+	sge.addr = count;
 	sge.length = sizeof(uint64_t);
-	sge.lkey = c->mr->lkey;
+	sge.lkey = c->lkey();
 	ibv_send_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
 	wr.opcode = IBV_WR_RDMA_WRITE;
 	wr.send_flags = claimed.send_flags;
-	wr.wr.rdma.remote_addr = c->peer_addr;
-	wr.wr.rdma.rkey = c->peer_rkey;
+	wr.wr.rdma.remote_addr = c->peer_addr();
+	wr.wr.rdma.rkey = c->peer_rkey();
 	if (submit(wr, "receive credits", true)) {
-		c->pending.store(true, std::memory_order_release);
+		c->hold_write();
 		return;
 	}
-	c->advertised.store(posted, std::memory_order_relaxed);
+	c->advertised(posted);
 }
 
 /* A message that would take a receive the peer has not posted waits
@@ -201,7 +200,7 @@ void Endpoint::write_credits() noexcept
 ssize_t Endpoint::no_credit(const char *call) const noexcept
 {
 	ND_INFO(FI_LOG_EP_DATA, "%s: the peer has no receive posted for it yet (%llu sent, %llu granted)\n",
-		call, static_cast<unsigned long long>(data.credits->sent),
+		call, static_cast<unsigned long long>(data.credits->sent()),
 		static_cast<unsigned long long>(data.credits->granted()));
 	return -FI_EAGAIN;
 }

@@ -40,7 +40,7 @@ void stall_queue_pair(void *owner) noexcept
 void send_waiting_credits(void *owner) noexcept
 {
 	auto *ep = static_cast<Endpoint *>(owner);
-	if (ep->data.credits->pending.load(std::memory_order_acquire))
+	if (ep->data.credits->write_pending())
 		ep->advertise_credits(true);
 }
 
@@ -170,7 +170,7 @@ int Endpoint::setup_data_path()
 		recv_targets.link = &data.link;
 		recv_targets.flush_breaks_link = domain->iwarp;
 		if (data.credits)
-			recv_targets.data_slots = data.credits->data_slots;
+			recv_targets.data_slots = data.credits->data_slots();
 		recv_targets.counters[static_cast<size_t>(CounterKind::recv)] = cells(bindings.counter(CounterKind::recv));
 		data.rx.queue->set_targets(recv_targets);
 	}
@@ -388,8 +388,8 @@ void Endpoint::linger() noexcept
 		std::lock_guard<OptionalLock> guard(data.tx.lock);
 		ibv_send_wr wr = claim_close_marker(IBV_WR_RDMA_WRITE);
 		if (data.credits) {
-			wr.wr.rdma.remote_addr = data.credits->peer_addr;
-			wr.wr.rdma.rkey = data.credits->peer_rkey;
+			wr.wr.rdma.remote_addr = data.credits->peer_addr();
+			wr.wr.rdma.rkey = data.credits->peer_rkey();
 		}
 		if (submit(wr, "fi_close(ep): linger marker", true))
 			return;

@@ -202,13 +202,13 @@ ssize_t Endpoint::post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_
 		SendClaim{nullptr, 0, static_cast<uint32_t>(kDataSlotBytes), false, false}, data.signal_interval);
 	/* Its source stays as written until this request retires: one per
 	 * send-ring slot. */
-	uint64_t *source = c.slot_sources + static_cast<size_t>(queue.slot_of(*slot_claimed.record)) * kDataSlotWords;
-	source[0] = DataSlot::encode(write ? DataSlotKind::write : DataSlotKind::message, c.sent, ntohl(r.imm_data));
+	uint64_t *source = c.slot_source(queue.slot_of(*slot_claimed.record));
+	source[0] = DataSlot::encode(write ? DataSlotKind::write : DataSlotKind::message, c.sent(), ntohl(r.imm_data));
 	source[1] = write ? total : 0;
 	ibv_sge slot_sge;
 	slot_sge.addr = reinterpret_cast<uintptr_t>(source);
 	slot_sge.length = static_cast<uint32_t>(kDataSlotBytes);
-	slot_sge.lkey = c.mr->lkey;
+	slot_sge.lkey = c.lkey();
 	{
 		ibv_send_wr &w = wr[n++];
 		w.wr_id = reinterpret_cast<uintptr_t>(slot_claimed.record);
@@ -217,7 +217,7 @@ ssize_t Endpoint::post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_
 		w.opcode = IBV_WR_RDMA_WRITE;
 		w.send_flags = slot_claimed.send_flags;
 		w.wr.rdma.remote_addr = c.next_slot_address();
-		w.wr.rdma.rkey = c.peer_rkey;
+		w.wr.rdma.rkey = c.peer_rkey();
 	}
 	const SendClaim request{r.context, static_cast<uint32_t>(r.cq_flags), total, r.report, r.report || counted};
 	const Claimed claimed = queue.claim<SendKind::send_or_write>(request, data.signal_interval, 1, data.read_fence);
@@ -262,8 +262,8 @@ ssize_t Endpoint::inject_with_data_slot(ibv_wr_opcode opcode, const void *buf, s
  * receives, and a count that could not be written before goes now. */
 void Endpoint::credits_after_post(bool took_receive) noexcept
 {
-	data.credits->sent += took_receive;
-	if (data.credits->pending.load(std::memory_order_acquire))
+	data.credits->count_sent(took_receive);
+	if (data.credits->write_pending())
 		write_credits();
 }
 

@@ -25,17 +25,23 @@ namespace nd {
  * each; no device queue overflows by it, since each is as deep as the
  * context and the CQs reserve per endpoint.
  */
-struct SendBudget {
-	std::atomic<uint64_t> used{0};
-	uint64_t limit;
-
-	explicit SendBudget(uint64_t l) noexcept : limit(l) {}
-	bool exhausted() const noexcept { return used.load(std::memory_order_acquire) >= limit; }
+class SendBudget {
+public:
+	explicit SendBudget(uint64_t limit) noexcept : limit_(limit) {}
+	bool exhausted() const noexcept { return used_.load(std::memory_order_acquire) >= limit_; }
 	uint64_t left() const noexcept
 	{
-		const uint64_t u = used.load(std::memory_order_acquire);
-		return u < limit ? limit - u : 0;
+		const uint64_t u = used_.load(std::memory_order_acquire);
+		return u < limit_ ? limit_ - u : 0;
 	}
+	/* A request about to be committed counts; `n` retired or given
+	 * back no longer do. */
+	void take() noexcept { used_.fetch_add(1, std::memory_order_acq_rel); }
+	void give_back(uint64_t n) noexcept { used_.fetch_sub(n, std::memory_order_acq_rel); }
+
+private:
+	std::atomic<uint64_t> used_{0};
+	uint64_t limit_;
 };
 
 } // namespace nd

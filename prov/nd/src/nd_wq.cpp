@@ -267,7 +267,7 @@ WorkQueue::~WorkQueue()
 {
 	free_ring(*this, records_);
 	if (SendBudget *b = budget())
-		b->used.fetch_sub(outstanding(), std::memory_order_acq_rel);
+		b->give_back(outstanding());
 }
 
 void WorkQueue::set_multi(std::unique_ptr<MultiRecv> m)
@@ -343,7 +343,7 @@ Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placeme
 	} else {
 		const uint64_t retired = retire_through(&record);
 		if (SendBudget *b = budget())
-			b->used.fetch_sub(retired, std::memory_order_acq_rel);
+			b->give_back(retired);
 		tell_room();
 	}
 	if (framed_buffer) {

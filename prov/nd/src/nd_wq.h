@@ -525,7 +525,7 @@ protected:
 			extras_->ring_first = h; /* those slots are taken again from the new ring */
 		head_.store(h, std::memory_order_release);
 		if (SendBudget *b = budget())
-			b->used.fetch_sub(n, std::memory_order_acq_rel);
+			b->give_back(n);
 	}
 
 	/*
@@ -634,7 +634,7 @@ public:
 	void count_budget() noexcept
 	{
 		if (SendBudget *b = budget())
-			b->used.fetch_add(1, std::memory_order_acq_rel);
+			b->take();
 	}
 	/* Slots beyond the depth for the provider's own requests. */
 	uint32_t internal_slots() const noexcept { return internal_slots_; }

@@ -18,16 +18,18 @@ passed=0
 failed=0
 
 # compiles NAME BODY: 0 when a file including the two headers with BODY in a
-# function of a CompletionQueue `cq`, a SendQueue `queue` and a ReceiveQueue
-# `receives` compiles; the
+# function of a CompletionQueue `cq`, a SendQueue `queue`, a ReceiveQueue
+# `receives`, an endpoint's ReceiveCredits `credits` and a shared transmit
+# context's SendBudget `budget` compiles; the
 # compiler's words are in $work/NAME.log.
 compiles() {
 	cat >"$work/$1.cpp" <<EOF
 #include "nd_cq.h"
 #include "nd_wq.h"
-void reach(nd::CompletionQueue &cq, nd::SendQueue &queue, nd::ReceiveQueue &receives, ibv_send_wr *wr)
+void reach(nd::CompletionQueue &cq, nd::SendQueue &queue, nd::ReceiveQueue &receives, nd::ReceiveCredits &credits,
+	   nd::SendBudget &budget, ibv_send_wr *wr)
 {
-	(void)cq; (void)queue; (void)receives; (void)wr;
+	(void)cq; (void)queue; (void)receives; (void)credits; (void)budget; (void)wr;
 	$2
 }
 EOF
@@ -46,7 +48,7 @@ verdict() { # OK TEXT
 }
 
 # The public operations compile: the command and headers work.
-compiles public '(void)cq.progress(); (void)cq.is_internal(); queue.unclaim(wr); (void)queue.poster_view(); (void)queue.outstanding(); receives.unclaim_recv(0); (void)receives.posted();'
+compiles public '(void)cq.progress(); (void)cq.is_internal(); queue.unclaim(wr); (void)queue.poster_view(); (void)queue.outstanding(); receives.unclaim_recv(0); (void)receives.posted(); (void)credits.can_send(); (void)budget.left();'
 status=$?
 [ $status -eq 0 ] || sed 's/^/  /' "$work/public.log" | head -20
 verdict $status "code using the CQ's and the work queue's public operations compiles"
@@ -77,6 +79,9 @@ refused wq_give_back "another object cannot give slots back without unclaiming t
 refused wq_commit "another object cannot publish a slot it did not claim" 'receives.publish(0);'
 refused wq_head "another object cannot move a ring's head" 'receives.head_.store(0);'
 refused wq_records "another object cannot write a ring's records" 'receives.records_[0].context = nullptr;'
+refused credits_sent "another object cannot move the messages counted against the peer's receives" 'credits.sent_ = 0;'
+refused credits_told "another object cannot move the count the peer was told of" 'credits.advertised_.store(0);'
+refused budget_used "another object cannot move a shared context's count without taking or giving back" 'budget.used_.store(0);'
 refused wq_delete "a queue is not deleted as the ring alone (its kind's destructor runs)" 'nd::WorkQueue &ring = queue; delete &ring;'
 
 echo "private_state: $passed passed, $failed failed"

@@ -107,18 +107,33 @@ Test(framing, credit_offer_follows_the_application_bytes)
  * waiting for the one receive not told of yet. */
 Test(credits, the_count_is_written_whenever_it_rose)
 {
-	nd::ReceiveCredits c;
 	nd::CreditWords words{};
-	c.words = &words;
-	c.advertised = 100;
-	cr_assert_not(c.worth_writing(100), "nothing new");
+	nd::ReceiveCredits c(&words, 0);
+	CreditOffer mine;
+	c.offer(100, &mine);
+	cr_assert_not(c.worth_writing(100), "offered: nothing new");
 	cr_assert(c.worth_writing(101), "one receive the peer was not told of");
-	c.base = 5;
+	c.advertised(101);
+	cr_assert_not(c.worth_writing(101), "written");
+	CreditOffer peer{};
+	peer.posted = 5;
+	c.take_offer(peer);
+	cr_assert(c.peer_known());
 	cr_assert_eq(c.granted(), 5u, "the offer counts before the peer writes");
-	c.sent = 5;
+	c.count_sent(5);
 	cr_assert_not(c.can_send());
-	c.words->granted = 6; /* the peer's write */
+	words.granted = 6; /* the peer's write */
 	cr_assert(c.can_send());
+	c.take_no_offer();
+	words.granted = 0;
+	cr_assert(c.can_send(), "a peer that offered nothing is not counted");
+	cr_assert_not(c.write_pending());
+	c.hold_write();
+	cr_assert(c.write_pending());
+	c.write_done();
+	cr_assert_not(c.write_pending());
+	cr_assert_eq(c.stage_count(102), reinterpret_cast<uintptr_t>(&words.outgoing));
+	cr_assert_eq(words.outgoing, 102u, "the count goes out from the registered word");
 }
 
 /* Remote CQ data on iWARP: a slot names the receive it was written for,
@@ -139,21 +154,20 @@ Test(credits, a_data_slot_names_its_receive)
 	cr_assert_not(DataSlot::decode(uint64_t{7} << 32).belongs_to(0), "a kind nd never writes");
 	cr_assert_eq(DataSlot::decode(DataSlot::encode(DataSlotKind::message, 5, 0)).kind, DataSlotKind::message);
 
-	nd::ReceiveCredits receiver;
 	nd::CreditWords words{};
-	receiver.words = &words;
-	receiver.data_slot_count = 256;
+	nd::ReceiveCredits receiver(&words, 256);
 	CreditOffer offer;
-	receiver.fill_offer(0, &offer);
+	receiver.offer(0, &offer);
 	offer.rkey = 1; /* as a registered word's */
 	cr_assert_eq(offer.data_slots_log2, 8);
-	nd::ReceiveCredits sender;
+	nd::CreditWords sender_words{};
+	nd::ReceiveCredits sender(&sender_words, 0);
 	sender.take_offer(offer);
 	cr_assert(sender.carries_data());
-	sender.sent = 257;
+	sender.count_sent(257);
 	cr_assert_eq(sender.next_slot_address(), offer.addr + nd::kDataSlotsOffset + nd::kDataSlotBytes, "message 257 takes slot 1");
 	offer.data_slots_log2 = 0;
-	nd::ReceiveCredits without;
+	nd::ReceiveCredits without(&sender_words, 0);
 	without.take_offer(offer);
 	cr_assert_not(without.carries_data(), "a peer that offered no slots takes no data");
 }
