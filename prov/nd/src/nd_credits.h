@@ -154,7 +154,8 @@ public:
 		peer_addr_ = peer.addr;
 		peer_rkey_ = peer.rkey;
 		base_ = peer.posted;
-		peer_slot_mask_ = peer.data_slots_log2 && peer.data_slots_log2 < 32 ? (1u << peer.data_slots_log2) - 1 : 0;
+		peer_slot_mask_ =
+			peer.data_slots_log2 && peer.data_slots_log2 < 32 ? (1u << peer.data_slots_log2) - 1 : 0;
 		peer_known_.store(true, std::memory_order_release);
 	}
 	/* The peer offered none (not an nd peer): sends are not held. */
@@ -198,7 +199,10 @@ public:
 	 * atomic loads and stores. */
 	uint64_t *data_slots() const noexcept { return data_slots_; }
 	/* Whether the receiver has receives the peer was not told of. */
-	bool worth_writing(uint64_t posted) const noexcept { return posted > advertised_.load(std::memory_order_relaxed); }
+	bool worth_writing(uint64_t posted) const noexcept
+	{
+		return posted > advertised_.load(std::memory_order_relaxed);
+	}
 	/* The count `posted` goes into the source word of the write that
 	 * tells the peer (under the send lock); its address. */
 	uintptr_t stage_count(uint64_t posted) noexcept

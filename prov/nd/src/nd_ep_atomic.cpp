@@ -175,15 +175,23 @@ ssize_t remote_of(const fi_msg_atomic *msg, const char *call, uint64_t *addr, ui
 
 void *first_desc(void **desc) { return desc ? desc[0] : nullptr; }
 
+/* The calls without a flags argument: the endpoint's op_flags, and a CQ
+ * entry unless the endpoint's completions are selective. */
+ssize_t post_with_op_flags(fid_ep *fep, AtomicRequest a)
+{
+	Endpoint *ep = ep_of(fep);
+	a.flags = ep->data.tx.op_flags;
+	a.report = wants_completion(ep, a.flags);
+	return post_atomic(ep, a);
+}
+
 /* fi_atomic and its forms. */
 
 ssize_t ep_atomic(fid_ep *fep, const void *buf, size_t count, void *, fi_addr_t, uint64_t addr,
 		  uint64_t key, fi_datatype datatype, fi_op op, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx.op_flags;
-	return post_atomic(ep, {Call::atomic, datatype, op, buf, count, nullptr, nullptr, nullptr, addr, key,
-				context, flags, wants_completion(ep, flags), "fi_atomic"});
+	return post_with_op_flags(fep, {Call::atomic, datatype, op, buf, count, nullptr, nullptr, nullptr, addr, key,
+				       context, 0, false, "fi_atomic"});
 }
 
 ssize_t ep_atomicv(fid_ep *fep, const fi_ioc *iov, void **, size_t count, fi_addr_t, uint64_t addr,
@@ -193,10 +201,8 @@ ssize_t ep_atomicv(fid_ep *fep, const fi_ioc *iov, void **, size_t count, fi_add
 	size_t elements;
 	if (ssize_t ret = single(iov, count, "fi_atomicv", "operand", &buf, &elements))
 		return ret;
-	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx.op_flags;
-	return post_atomic(ep, {Call::atomic, datatype, op, buf, elements, nullptr, nullptr, nullptr, addr, key,
-				context, flags, wants_completion(ep, flags), "fi_atomicv"});
+	return post_with_op_flags(fep, {Call::atomic, datatype, op, buf, elements, nullptr, nullptr, nullptr, addr,
+				       key, context, 0, false, "fi_atomicv"});
 }
 
 ssize_t ep_atomicmsg(fid_ep *fep, const fi_msg_atomic *msg, uint64_t flags) noexcept
@@ -227,10 +233,8 @@ ssize_t ep_fetch_atomic(fid_ep *fep, const void *buf, size_t count, void *, void
 			fi_addr_t, uint64_t addr, uint64_t key, fi_datatype datatype, fi_op op,
 			void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx.op_flags;
-	return post_atomic(ep, {Call::fetch, datatype, op, buf, count, nullptr, result, result_desc, addr, key,
-				context, flags, wants_completion(ep, flags), "fi_fetch_atomic"});
+	return post_with_op_flags(fep, {Call::fetch, datatype, op, buf, count, nullptr, result, result_desc, addr,
+				       key, context, 0, false, "fi_fetch_atomic"});
 }
 
 ssize_t ep_fetch_atomicv(fid_ep *fep, const fi_ioc *iov, void **, size_t count, fi_ioc *resultv,
@@ -243,11 +247,9 @@ ssize_t ep_fetch_atomicv(fid_ep *fep, const fi_ioc *iov, void **, size_t count, 
 		return ret;
 	if (ssize_t ret = single(resultv, result_count, "fi_fetch_atomicv", "result", &result, &result_elements))
 		return ret;
-	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx.op_flags;
-	return post_atomic(ep, {Call::fetch, datatype, op, buf, elements, nullptr, const_cast<void *>(result),
-				first_desc(result_desc), addr, key, context, flags, wants_completion(ep, flags),
-				"fi_fetch_atomicv"});
+	return post_with_op_flags(fep, {Call::fetch, datatype, op, buf, elements, nullptr,
+				       const_cast<void *>(result), first_desc(result_desc), addr, key, context, 0,
+				       false, "fi_fetch_atomicv"});
 }
 
 ssize_t ep_fetch_atomicmsg(fid_ep *fep, const fi_msg_atomic *msg, fi_ioc *resultv, void **result_desc,
@@ -274,10 +276,8 @@ ssize_t ep_compare_atomic(fid_ep *fep, const void *buf, size_t count, void *, co
 			  void *result, void *result_desc, fi_addr_t, uint64_t addr, uint64_t key,
 			  fi_datatype datatype, fi_op op, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx.op_flags;
-	return post_atomic(ep, {Call::compare, datatype, op, buf, count, compare, result, result_desc, addr, key,
-				context, flags, wants_completion(ep, flags), "fi_compare_atomic"});
+	return post_with_op_flags(fep, {Call::compare, datatype, op, buf, count, compare, result, result_desc, addr,
+				       key, context, 0, false, "fi_compare_atomic"});
 }
 
 ssize_t ep_compare_atomicv(fid_ep *fep, const fi_ioc *iov, void **, size_t count, const fi_ioc *comparev,
@@ -294,11 +294,9 @@ ssize_t ep_compare_atomicv(fid_ep *fep, const fi_ioc *iov, void **, size_t count
 		return ret;
 	if (ssize_t ret = single(resultv, result_count, "fi_compare_atomicv", "result", &result, &result_elements))
 		return ret;
-	Endpoint *ep = ep_of(fep);
-	const uint64_t flags = ep->data.tx.op_flags;
-	return post_atomic(ep, {Call::compare, datatype, op, buf, elements, compare, const_cast<void *>(result),
-				first_desc(result_desc), addr, key, context, flags, wants_completion(ep, flags),
-				"fi_compare_atomicv"});
+	return post_with_op_flags(fep, {Call::compare, datatype, op, buf, elements, compare,
+				       const_cast<void *>(result), first_desc(result_desc), addr, key, context, 0,
+				       false, "fi_compare_atomicv"});
 }
 
 ssize_t ep_compare_atomicmsg(fid_ep *fep, const fi_msg_atomic *msg, const fi_ioc *comparev, void **,

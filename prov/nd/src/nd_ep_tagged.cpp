@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 namespace nd {
 
@@ -161,54 +162,86 @@ ssize_t inject_framed(Endpoint *ep, frame::Kind kind, const void *buf, size_t le
 			   tag, with_data, data, call);
 }
 
+/* The calls without a flags argument send with the endpoint's op_flags. */
+ssize_t send_with_op_flags(fid_ep *fep, frame::Kind kind, const iovec *iov, void **desc, size_t count,
+			   void *context, uint64_t tag, bool with_data, uint64_t data, const char *call)
+{
+	Endpoint *ep = ep_of(fep);
+	return send_framed(ep, kind, iov, desc, count, context, ep->data.tx.op_flags, tag, with_data, data, call);
+}
+
+ssize_t recv_with_op_flags(fid_ep *fep, const iovec *iov, size_t count, void *context, bool tagged, uint64_t tag,
+			   uint64_t ignore, const char *call)
+{
+	Endpoint *ep = ep_of(fep);
+	return ep->post_framed_rx(iov, count, context, ep->data.rx.op_flags, tagged, tag, ignore, call);
+}
+
+/* fi_sendmsg and fi_tsendmsg, fi_recvmsg and fi_trecvmsg: the message's
+ * own flags; a tagged message's tag (and what a receive ignores of it). */
+template <typename Msg>
+ssize_t send_message(fid_ep *fep, frame::Kind kind, const Msg *msg, uint64_t flags, const char *call)
+{
+	if (!msg) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: msg is NULL\n", call);
+		return -FI_EINVAL;
+	}
+	uint64_t tag = 0;
+	if constexpr (std::is_same_v<Msg, fi_msg_tagged>)
+		tag = msg->tag;
+	return send_framed(ep_of(fep), kind, msg->msg_iov, msg->desc, msg->iov_count, msg->context, flags, tag,
+			   flags & FI_REMOTE_CQ_DATA, msg->data, call);
+}
+
+template <typename Msg>
+ssize_t recv_message(fid_ep *fep, const Msg *msg, uint64_t flags, const char *call)
+{
+	if (!msg) {
+		ND_WARN(FI_LOG_EP_DATA, "%s: msg is NULL\n", call);
+		return -FI_EINVAL;
+	}
+	constexpr bool tagged = std::is_same_v<Msg, fi_msg_tagged>;
+	uint64_t tag = 0, ignore = 0;
+	if constexpr (tagged) {
+		tag = msg->tag;
+		ignore = msg->ignore;
+	}
+	return ep_of(fep)->post_framed_rx(msg->msg_iov, msg->iov_count, msg->context, flags, tagged, tag, ignore,
+					  call);
+}
+
 /* ---- fi_ops_msg ---- */
 
 ssize_t framed_recv(fid_ep *fep, void *buf, size_t len, void *, fi_addr_t, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
 	iovec iov{buf, len};
-	return ep->post_framed_rx(&iov, 1, context, ep->data.rx.op_flags, false, 0, 0, "fi_recv");
+	return recv_with_op_flags(fep, &iov, 1, context, false, 0, 0, "fi_recv");
 }
 
 ssize_t framed_recvv(fid_ep *fep, const iovec *iov, void **, size_t count, fi_addr_t, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	return ep->post_framed_rx(iov, count, context, ep->data.rx.op_flags, false, 0, 0, "fi_recvv");
+	return recv_with_op_flags(fep, iov, count, context, false, 0, 0, "fi_recvv");
 }
 
 ssize_t framed_recvmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
 {
-	if (!msg) {
-		ND_WARN(FI_LOG_EP_DATA, "fi_recvmsg: msg is NULL\n");
-		return -FI_EINVAL;
-	}
-	return ep_of(fep)->post_framed_rx(msg->msg_iov, msg->iov_count, msg->context, flags, false, 0, 0,
-					  "fi_recvmsg");
+	return recv_message(fep, msg, flags, "fi_recvmsg");
 }
 
 ssize_t framed_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::message, &iov, &desc, 1, context, ep->data.tx.op_flags, 0, false, 0,
-			   "fi_send");
+	return send_with_op_flags(fep, frame::Kind::message, &iov, &desc, 1, context, 0, false, 0, "fi_send");
 }
 
 ssize_t framed_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	return send_framed(ep, frame::Kind::message, iov, desc, count, context, ep->data.tx.op_flags, 0, false, 0,
-			   "fi_sendv");
+	return send_with_op_flags(fep, frame::Kind::message, iov, desc, count, context, 0, false, 0, "fi_sendv");
 }
 
 ssize_t framed_sendmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
 {
-	if (!msg) {
-		ND_WARN(FI_LOG_EP_DATA, "fi_sendmsg: msg is NULL\n");
-		return -FI_EINVAL;
-	}
-	return send_framed(ep_of(fep), frame::Kind::message, msg->msg_iov, msg->desc, msg->iov_count, msg->context,
-			   flags, 0, flags & FI_REMOTE_CQ_DATA, msg->data, "fi_sendmsg");
+	return send_message(fep, frame::Kind::message, msg, flags, "fi_sendmsg");
 }
 
 ssize_t framed_inject(fid_ep *fep, const void *buf, size_t len, fi_addr_t) noexcept
@@ -219,10 +252,8 @@ ssize_t framed_inject(fid_ep *fep, const void *buf, size_t len, fi_addr_t) noexc
 ssize_t framed_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64_t data, fi_addr_t,
 			void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::message, &iov, &desc, 1, context, ep->data.tx.op_flags, 0, true, data,
-			   "fi_senddata");
+	return send_with_op_flags(fep, frame::Kind::message, &iov, &desc, 1, context, 0, true, data, "fi_senddata");
 }
 
 ssize_t framed_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t data, fi_addr_t) noexcept
@@ -235,53 +266,37 @@ ssize_t framed_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t dat
 ssize_t tagged_recv(fid_ep *fep, void *buf, size_t len, void *, fi_addr_t, uint64_t tag, uint64_t ignore,
 		    void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
 	iovec iov{buf, len};
-	return ep->post_framed_rx(&iov, 1, context, ep->data.rx.op_flags, true, tag, ignore, "fi_trecv");
+	return recv_with_op_flags(fep, &iov, 1, context, true, tag, ignore, "fi_trecv");
 }
 
 ssize_t tagged_recvv(fid_ep *fep, const iovec *iov, void **, size_t count, fi_addr_t, uint64_t tag,
 		     uint64_t ignore, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	return ep->post_framed_rx(iov, count, context, ep->data.rx.op_flags, true, tag, ignore, "fi_trecvv");
+	return recv_with_op_flags(fep, iov, count, context, true, tag, ignore, "fi_trecvv");
 }
 
 ssize_t tagged_recvmsg(fid_ep *fep, const fi_msg_tagged *msg, uint64_t flags) noexcept
 {
-	if (!msg) {
-		ND_WARN(FI_LOG_EP_DATA, "fi_trecvmsg: msg is NULL\n");
-		return -FI_EINVAL;
-	}
-	return ep_of(fep)->post_framed_rx(msg->msg_iov, msg->iov_count, msg->context, flags, true, msg->tag,
-					  msg->ignore, "fi_trecvmsg");
+	return recv_message(fep, msg, flags, "fi_trecvmsg");
 }
 
 ssize_t tagged_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t, uint64_t tag,
 		    void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::tagged, &iov, &desc, 1, context, ep->data.tx.op_flags, tag, false, 0,
-			   "fi_tsend");
+	return send_with_op_flags(fep, frame::Kind::tagged, &iov, &desc, 1, context, tag, false, 0, "fi_tsend");
 }
 
 ssize_t tagged_sendv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t, uint64_t tag,
 		     void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
-	return send_framed(ep, frame::Kind::tagged, iov, desc, count, context, ep->data.tx.op_flags, tag, false, 0,
-			   "fi_tsendv");
+	return send_with_op_flags(fep, frame::Kind::tagged, iov, desc, count, context, tag, false, 0, "fi_tsendv");
 }
 
 ssize_t tagged_sendmsg(fid_ep *fep, const fi_msg_tagged *msg, uint64_t flags) noexcept
 {
-	if (!msg) {
-		ND_WARN(FI_LOG_EP_DATA, "fi_tsendmsg: msg is NULL\n");
-		return -FI_EINVAL;
-	}
-	return send_framed(ep_of(fep), frame::Kind::tagged, msg->msg_iov, msg->desc, msg->iov_count, msg->context,
-			   flags, msg->tag, flags & FI_REMOTE_CQ_DATA, msg->data, "fi_tsendmsg");
+	return send_message(fep, frame::Kind::tagged, msg, flags, "fi_tsendmsg");
 }
 
 ssize_t tagged_inject(fid_ep *fep, const void *buf, size_t len, fi_addr_t, uint64_t tag) noexcept
@@ -292,10 +307,8 @@ ssize_t tagged_inject(fid_ep *fep, const void *buf, size_t len, fi_addr_t, uint6
 ssize_t tagged_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64_t data, fi_addr_t,
 			uint64_t tag, void *context) noexcept
 {
-	Endpoint *ep = ep_of(fep);
 	iovec iov{const_cast<void *>(buf), len};
-	return send_framed(ep, frame::Kind::tagged, &iov, &desc, 1, context, ep->data.tx.op_flags, tag, true, data,
-			   "fi_tsenddata");
+	return send_with_op_flags(fep, frame::Kind::tagged, &iov, &desc, 1, context, tag, true, data, "fi_tsenddata");
 }
 
 ssize_t tagged_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t data, fi_addr_t,

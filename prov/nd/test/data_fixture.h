@@ -177,6 +177,16 @@ struct DataFixture : CmFixture {
 		return ep;
 	}
 
+	/* A shared receive context of `size` receives (the caller closes it). */
+	fid_ep *shared_rx(size_t size)
+	{
+		fi_rx_attr rx = *info->rx_attr;
+		rx.size = size;
+		fid_ep *srx = nullptr;
+		cr_assert_eq(fi_srx_context(domain, &rx, &srx, nullptr), 0);
+		return srx;
+	}
+
 	/* A connected pair with its CQs: {client, server}. */
 	std::pair<Side, Side> connect_data(const DataOptions &o = {})
 	{

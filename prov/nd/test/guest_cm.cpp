@@ -257,20 +257,38 @@ Test(cm, read_limit_matrix, .timeout = 300)
 	f.close();
 }
 
-Test(cm, manual_complete_connects_both_sides)
+namespace {
+
+/* A connector that completes by hand (FI_OPT_ND_MANUAL_COMPLETE),
+ * connecting, and the endpoint made from its request (not accepted yet). */
+std::pair<fid_ep *, fid_ep *> manual_request(CmFixture &f)
 {
-	CmFixture f;
-	f.open();
 	fid_ep *c = f.client();
 	set_int(c, FI_OPT_ND_MANUAL_COMPLETE, 1);
 	CmFixture::enable(c);
 	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
 	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
-	fid_ep *s = f.server(req);
+	return {c, f.server(req)};
+}
+
+/* The accepter accepts with `data`; the connector has the response and
+ * waits to complete or reject. */
+Event accept_manual(CmFixture &f, fid_ep *c, fid_ep *s, const std::vector<uint8_t> &data = {})
+{
+	cr_assert_eq(fi_accept(s, data.data(), data.size()), 0);
+	return expect_response(f.eq, &c->fid, &s->fid, f.iwarp());
+}
+
+} // namespace
+
+Test(cm, manual_complete_connects_both_sides)
+{
+	CmFixture f;
+	f.open();
+	auto [c, s] = manual_request(f);
 	set_u32(s, FI_OPT_ND_OUTBOUND_READ_LIMIT, 2);
 	std::vector<uint8_t> data = pattern(40, 9);
-	cr_assert_eq(fi_accept(s, data.data(), data.size()), 0);
-	Event resp = expect_response(f.eq, &c->fid, &s->fid, f.iwarp());
+	Event resp = accept_manual(f, c, s, data);
 	cr_assert(resp.data == data, "the accepter's data with the response");
 	fi_nd_read_limits peer{};
 	cr_assert_eq(fi_nd_peer_read_limits(&c->fid, &peer), 0);
@@ -294,14 +312,8 @@ Test(cm, manual_reject_after_accept_aborts_the_accepter)
 {
 	CmFixture f;
 	f.open();
-	fid_ep *c = f.client();
-	set_int(c, FI_OPT_ND_MANUAL_COMPLETE, 1);
-	CmFixture::enable(c);
-	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
-	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
-	fid_ep *s = f.server(req);
-	cr_assert_eq(fi_accept(s, nullptr, 0), 0);
-	expect_response(f.eq, &c->fid, &s->fid, f.iwarp());
+	auto [c, s] = manual_request(f);
+	accept_manual(f, c, s);
 	std::vector<uint8_t> why = pattern(30, 4);
 	cr_assert_eq(fi_nd_reject_connect(c, why.data(), f.reject_limit() + 1), -FI_EINVAL);
 	if (f.iwarp()) {
@@ -332,14 +344,8 @@ Test(cm, manual_complete_reports_an_accepter_that_gives_up)
 {
 	CmFixture f;
 	f.open();
-	fid_ep *c = f.client();
-	set_int(c, FI_OPT_ND_MANUAL_COMPLETE, 1);
-	CmFixture::enable(c);
-	cr_assert_eq(fi_connect(c, &f.listen_addr, nullptr, 0), 0);
-	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
-	fid_ep *s = f.server(req);
-	cr_assert_eq(fi_accept(s, nullptr, 0), 0);
-	expect_response(f.eq, &c->fid, &s->fid, f.iwarp());
+	auto [c, s] = manual_request(f);
+	accept_manual(f, c, s);
 	cr_assert_eq(fi_close(&s->fid), 0, "the accepter gives up");
 	Event err = expect_error(f.eq, &c->fid);
 	cr_assert_eq(err.err.err, FI_ECONNABORTED);

@@ -100,10 +100,7 @@ Test(multi_recv, multi_receive_buffer_on_a_shared_receive_context)
 {
 	DataFixture f;
 	f.open();
-	fi_rx_attr rx = *f.info->rx_attr;
-	rx.size = 64;
-	fid_ep *srx = nullptr;
-	cr_assert_eq(fi_srx_context(f.domain, &rx, &srx, nullptr), 0);
+	fid_ep *srx = f.shared_rx(64);
 	size_t min = 64;
 	cr_assert_eq(fi_setopt(&srx->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)), 0);
 	DataOptions o;

@@ -17,10 +17,7 @@ Test(srx, shared_receive_context_serves_several_connections)
 {
 	DataFixture f;
 	f.open();
-	fi_rx_attr rx = *f.info->rx_attr;
-	rx.size = 64;
-	fid_ep *srx = nullptr;
-	cr_assert_eq(fi_srx_context(f.domain, &rx, &srx, nullptr), 0);
+	fid_ep *srx = f.shared_rx(64);
 	DataOptions o;
 	o.srx = srx;
 	auto [c1, s1] = f.connect_data(o);
