@@ -59,7 +59,7 @@ refused() {
 	local status=1
 	if compiles "$1" "$3"; then
 		echo "  compiled: $3"
-	elif grep -qE "is (private|protected) within this context|is a (private|protected) member of" "$work/$1.log"; then
+	elif grep -qE "is (private|protected) within this context|is a (private|protected) member of|calling a (private|protected) (constructor|destructor)" "$work/$1.log"; then
 		status=0
 	else
 		echo "  failed, but not for privacy:"
