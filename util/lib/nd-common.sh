@@ -181,7 +181,10 @@ host_mirror() {
 ND_TEST_USER=nd-user
 # nd_as_user COMMAND...: COMMAND as ND_TEST_USER, without capabilities,
 # under Debian's default limits for a user: 8 MiB of locked memory, 1024
-# open files (524288 at most). In a guest run as root (ND_GUEST=1) the
+# open files (524288 at most). ND_USER_MEMLOCK (KiB, or "unlimited")
+# replaces the 8 MiB where a command runs as a site's RDMA users do, whose
+# memlock limit the site raises in /etc/security/limits.conf (ofi_rxm's
+# buffer pool alone is 16 MiB: docs/limits.md). In a guest run as root (ND_GUEST=1) the
 # user is made on first use (the guest's root is a throw-away overlay);
 # elsewhere COMMAND runs as whoever runs the script, under their limits.
 nd_as_user() {
@@ -194,7 +197,7 @@ nd_as_user() {
 		echo "nd_as_user: useradd $ND_TEST_USER failed" >&2
 		return 125
 	fi
-	(ulimit -Hn 524288 && ulimit -Sn 1024 && ulimit -l 8192 &&
+	(ulimit -Hn 524288 && ulimit -Sn 1024 && ulimit -l "${ND_USER_MEMLOCK:-8192}" &&
 		exec setpriv --reuid="$ND_TEST_USER" --regid="$ND_TEST_USER" --init-groups --inh-caps=-all \
 			env HOME=/tmp USER="$ND_TEST_USER" LOGNAME="$ND_TEST_USER" "$@")
 }
