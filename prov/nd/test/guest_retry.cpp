@@ -60,6 +60,26 @@ void check_both_shut_down(DataFixture &f, Side c, Side s)
 	expect_quiet(f.eq, 500);
 }
 
+/* A send with no receive posted fails with FI_ENORX, checked: after how
+ * long. */
+long long send_fails_with_enorx(DataFixture &f, Side c, const char *settings)
+{
+	int ctx;
+	long long took;
+	fi_cq_err_entry err = send_into_the_void(f, c, &ctx, &took);
+	cr_log_info("%s: FI_ENORX after %lld ms\n", settings, took);
+	check_enorx(f, c, err, &ctx);
+	return took;
+}
+
+/* Both endpoints, then the fixture: every close 0. */
+void close_connection(DataFixture &f, Side c, Side s)
+{
+	cr_assert_eq(fi_close(&c.ep->fid), 0);
+	cr_assert_eq(fi_close(&s.ep->fid), 0);
+	f.close_data();
+}
+
 } // namespace
 
 Test(retry, rnr_retry_0_fails_a_send_without_a_receive_at_once_with_enorx)
@@ -68,16 +88,10 @@ Test(retry, rnr_retry_0_fails_a_send_without_a_receive_at_once_with_enorx)
 	DataFixture f;
 	f.open();
 	auto [c, s] = f.connect_data();
-	int ctx;
-	long long took;
-	fi_cq_err_entry err = send_into_the_void(f, c, &ctx, &took);
-	cr_log_info("FI_ND_RNR_RETRY=0: FI_ENORX after %lld ms\n", took);
-	check_enorx(f, c, err, &ctx);
+	const long long took = send_fails_with_enorx(f, c, "FI_ND_RNR_RETRY=0");
 	cr_assert_lt(took, 10000, "no retries: the first receiver-not-ready answer ends it");
 	check_both_shut_down(f, c, s);
-	cr_assert_eq(fi_close(&c.ep->fid), 0);
-	cr_assert_eq(fi_close(&s.ep->fid), 0);
-	f.close_data();
+	close_connection(f, c, s);
 }
 
 /* One retry, and the responder asks for the longest RNR delay (IB encoding
@@ -90,16 +104,10 @@ Test(retry, rnr_retry_1_waits_one_rnr_delay_then_fails_with_enorx)
 	DataFixture f;
 	f.open();
 	auto [c, s] = f.connect_data();
-	int ctx;
-	long long took;
-	fi_cq_err_entry err = send_into_the_void(f, c, &ctx, &took);
-	cr_log_info("FI_ND_RNR_RETRY=1, FI_ND_MIN_RNR_TIMER=0: FI_ENORX after %lld ms\n", took);
-	check_enorx(f, c, err, &ctx);
+	const long long took = send_fails_with_enorx(f, c, "FI_ND_RNR_RETRY=1, FI_ND_MIN_RNR_TIMER=0");
 	cr_assert_geq(took, 600, "one retry after the 655 ms RNR delay, took %lld ms", took);
 	cr_assert_lt(took, 10000);
-	cr_assert_eq(fi_close(&c.ep->fid), 0);
-	cr_assert_eq(fi_close(&s.ep->fid), 0);
-	f.close_data();
+	close_connection(f, c, s);
 }
 
 /* The default (7: retry for ever) waits for a receiver that is late. */
@@ -126,9 +134,7 @@ Test(retry, by_default_a_send_waits_for_a_receive_posted_late)
 	cr_assert_eq(r.len, 64u);
 	cr_assert(dst.holds(want));
 	cr_assert_eq(done.op_context, &send_ctx);
-	cr_assert_eq(fi_close(&c.ep->fid), 0);
-	cr_assert_eq(fi_close(&s.ep->fid), 0);
-	f.close_data();
+	close_connection(f, c, s);
 }
 
 /* Out-of-range values are logged and replaced by the defaults: the
@@ -149,9 +155,7 @@ Test(retry, out_of_range_values_keep_the_defaults)
 	cr_assert_eq(fi_recv(s.ep, dst.data(), 16, dst.desc(), 0, nullptr), 0);
 	wait_cq(s.cq);
 	cr_assert_eq(wait_cq(c.cq).op_context, &send_ctx, "RNR retries stayed infinite");
-	cr_assert_eq(fi_close(&c.ep->fid), 0);
-	cr_assert_eq(fi_close(&s.ep->fid), 0);
-	f.close_data();
+	close_connection(f, c, s);
 }
 
 /* A peer whose queue pair is gone answers nothing: Soft-RoCE drops packets
@@ -315,7 +319,5 @@ Test(retry, a_refused_connector_connects_again_and_keeps_its_receives)
 	cr_assert_eq(r.len, 64u);
 	cr_assert(first.holds(want));
 	wait_cq(s.cq);
-	cr_assert_eq(fi_close(&c.ep->fid), 0);
-	cr_assert_eq(fi_close(&s.ep->fid), 0);
-	f.close_data();
+	close_connection(f, c, s);
 }
