@@ -20,7 +20,8 @@
 #   - nd_wait_for_listener: until a test program's server listens;
 #   - host_mirror: the Debian mirror the host's apt sources name;
 #   - nd_as_user: a command as the test bed's unprivileged user, under
-#     Debian's default limits;
+#     Debian's default limits (nd_as_site_user: with a site's raised
+#     memory-lock limit);
 #   - nd_ompi_env: Open MPI's settings for a job over a libfabric provider.
 # Works under `set -u` and without `set -e`; defines no traps.
 
@@ -179,6 +180,10 @@ host_mirror() {
 # of an RDMA cluster run, not as root (root has CAP_IPC_LOCK, which lifts
 # the memory-lock limit every user meets).
 ND_TEST_USER=nd-user
+# nd_as_site_user COMMAND...: nd_as_user with the memory-lock limit a site
+# sets for its RDMA users (unlimited): what ofi_rxm's defaults need.
+nd_as_site_user() { ND_USER_MEMLOCK=unlimited nd_as_user "$@"; }
+
 # nd_as_user COMMAND...: COMMAND as ND_TEST_USER, without capabilities,
 # under Debian's default limits for a user: 8 MiB of locked memory, 1024
 # open files (524288 at most). ND_USER_MEMLOCK (KiB, or "unlimited")
