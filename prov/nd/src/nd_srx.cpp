@@ -90,10 +90,10 @@ ssize_t SharedRx::post_behind_multi(const ibv_sge *sge, size_t count, uint64_t t
 	}
 	int rc;
 	{
-		MultiRecv *const buffers = pool->multi(); /* made above, kept until close */
-		std::lock_guard<Mutex> hold(buffers->lock);
+		MultiRecv *const multi_recv = pool->multi(); /* made above, kept until close */
+		std::lock_guard<Mutex> hold(multi_recv->lock);
 		try {
-			rc = buffers->submit(record, sge, count, multi);
+			rc = multi_recv->submit(record, sge, count, multi);
 		} catch (const std::bad_alloc &) {
 			rc = ENOMEM;
 		}

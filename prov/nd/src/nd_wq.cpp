@@ -74,10 +74,10 @@ static RingPtr make_ring(WorkQueue *owner, uint32_t size, bool nothrow)
 }
 
 /* Owned storage of a ring that is not the queue's inline one. */
-void free_ring(const WorkQueue &queue, OpRecord *ring) noexcept
+void WorkQueue::free_ring(OpRecord *ring) const noexcept
 {
-	if (ring != queue.inline_ring_)
-		RingDelete{queue.mask_ + 1}(ring);
+	if (ring != inline_ring_)
+		RingDelete{mask_ + 1}(ring);
 }
 
 /* The most requests a ring of `size` slots holds: one slot always stays
@@ -115,7 +115,6 @@ SharedReceivePool::SharedReceivePool(uint32_t wanted_depth) : WorkQueue(QueueKin
 	free.reserve(depth_);
 	for (uint32_t i = depth_; i > 0; i--)
 		free.push_back(i - 1);
-	choose_retire_path();
 }
 
 void QueueDelete::operator()(WorkQueue *queue) const noexcept
@@ -200,7 +199,7 @@ bool WorkQueue::grow() noexcept
 		return false;
 	}
 	if (records_)
-		free_ring(*this, records_);
+		free_ring(records_);
 	records_ = ring.release();
 	mask_ = size - 1;
 	if (extras_) /* without, nothing is outstanding in an older ring */
@@ -265,7 +264,7 @@ OpRecord &WorkQueue::record_at(uint64_t seq) noexcept
 
 WorkQueue::~WorkQueue()
 {
-	free_ring(*this, records_);
+	free_ring(records_);
 	if (SendBudget *b = budget())
 		b->give_back(outstanding());
 }

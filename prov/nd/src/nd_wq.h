@@ -414,11 +414,11 @@ public:
 	 * framing and no room hook (the rest is retire_other's); and the
 	 * same but for remote CQ data slots (retire_with_slot). */
 	bool retires_inline() const noexcept { return retires_inline_; }
+	bool retires_with_slot() const noexcept { return retires_with_slot_; }
 	/* A counter is bound to some of its requests. */
 	bool counted() const noexcept { return counted_; }
 	/* Whether its rarely used parts were made (extras). */
 	bool has_extras() const noexcept { return static_cast<bool>(extras_); }
-	bool retires_with_slot() const noexcept { return retires_with_slot_; }
 
 	/*
 	 * The one place a work completion is given its meaning: retires the
@@ -573,7 +573,8 @@ protected:
 	OpRecord inline_ring_[kInlineRingSlots];
 
 private:
-	friend void free_ring(const WorkQueue &queue, OpRecord *ring) noexcept; /* nd_wq.cpp */
+	/* Frees `ring` unless it is the inline one (nd_wq.cpp). */
+	void free_ring(OpRecord *ring) const noexcept;
 	/* iWARP's remote CQ data (nd_credits.h): a receive's slot, written by
 	 * the peer's adapter before the message arrived, goes into its work
 	 * completion, which then reads as one that carried immediate data.
