@@ -44,14 +44,16 @@ template <ibv_wr_opcode Op>
 	/* One compare for the link and everything the fast path defers (a
 	 * lock, credits, a shared context, requests held back). */
 	const bool open = data.link.open();
-	if (__builtin_expect(!open || len > data.max_inline || !buf || remote_key > UINT32_MAX, 0)) {
+	/* len - 1 wraps for a zero-byte inject, which takes the slow path:
+	 * the fast path's request always has one inline entry. */
+	if (__builtin_expect(!open || len - 1 >= data.max_inline || !buf || remote_key > UINT32_MAX, 0)) {
 		/* Only a null buffer with bytes is refused for being null: a
 		 * zero-byte inject may pass none. (Testing `!buf && len` up
 		 * front kept both results live through the whole call.) */
 		if (data.link.state(std::memory_order_relaxed) != LinkState::up || len > data.max_inline ||
 		    (!buf && len) || remote_key > UINT32_MAX)
 			return inject_refused(buf, len, remote_key, inject_call_name(Op));
-		if (!open) {
+		if (!open || len == 0) {
 			if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
 				if (domain->iwarp)
 					return inject_with_data_slot(Op, buf, len, imm_data, remote_addr, remote_key);
@@ -96,7 +98,10 @@ template <ibv_wr_opcode Op>
 /* The request itself: its ring record, its work request, and the post (or
  * a place behind requests held back by FI_MORE). The ring has room; queue
  * is *tx.queue, loaded once by the caller (the stores below may alias it), and
- * head its head as the caller loaded it. */
+ * head its head as the caller loaded it. MaybeHeld: the slow path's, which
+ * also takes the zero-byte injects (no entry, nothing inline); the fast
+ * path's requests carry one inline entry, whatever their length, which
+ * spares it computing both from the length. */
 template <ibv_wr_opcode Op, bool MaybeHeld>
 [[gnu::always_inline]] inline ssize_t Endpoint::post_inline_request(SendQueue &queue, uint64_t head,
 								    const void *buf, size_t len,
@@ -119,7 +124,8 @@ template <ibv_wr_opcode Op, bool MaybeHeld>
 	ibv_send_wr wr;
 	wr.next = nullptr;
 	wr.sg_list = &sge;
-	wr.num_sge = len ? 1 : 0;
+	const bool has_bytes = !MaybeHeld || len != 0;
+	wr.num_sge = has_bytes ? 1 : 0;
 	wr.opcode = Op;
 	if constexpr (Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE_WITH_IMM)
 		wr.imm_data = imm_data;
@@ -130,7 +136,7 @@ template <ibv_wr_opcode Op, bool MaybeHeld>
 	/* A shared budget's count is the slow path's (post_inline_slow). */
 	const Claimed claimed = queue.claim_at<SendKind::send_or_write, false>(head, request, interval, 1, data.read_fence);
 	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
-	wr.send_flags = claimed.send_flags | (len ? IBV_SEND_INLINE : 0);
+	wr.send_flags = claimed.send_flags | (has_bytes ? IBV_SEND_INLINE : 0);
 	/* Requests FI_MORE held back have earlier slots: they go first. The
 	 * fast path never finds any (a held batch makes it slow). */
 	return submit<!MaybeHeld>(wr, call);

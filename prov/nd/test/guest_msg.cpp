@@ -674,6 +674,16 @@ Test(msg, bad_input_is_refused_at_the_call)
 	cr_assert_eq(got.len, 0u);
 	cr_assert_eq(got.flags, FI_RECV | FI_MSG);
 	wait_cq(c.cq);
+	/* fi_inject alike: a null buffer with bytes is refused, a zero-byte
+	 * inject with none arrives (its own path: the fast one always
+	 * carries an inline entry). */
+	cr_assert_eq(fi_inject(c.ep, nullptr, 8, 0), -FI_EINVAL);
+	cr_assert_eq(fi_recv(s.ep, nullptr, 16, nullptr, 0, nullptr), 0);
+	cr_assert_eq(fi_inject(c.ep, nullptr, 0, 0), 0);
+	got = wait_cq(s.cq);
+	cr_assert_eq(got.len, 0u);
+	cr_assert_eq(got.flags, FI_RECV | FI_MSG);
+	expect_cq_empty(c.cq);
 	close_side(c);
 	close_side(s);
 	f.close_data();
