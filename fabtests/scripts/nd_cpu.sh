@@ -5,7 +5,9 @@
 # an RDMA device exists (util/nd-bench and util/nd-check's cpu stage run it
 # in the guest; on soft-iWARP, ND_GUEST_TRANSPORT=iwarp, it measures the
 # rows an iWARP endpoint with receive credits makes different: its CQ
-# reads).
+# reads, of fi_inject's traffic and of fi_send's, since the verbs provider
+# there injects no more than 2 bytes and its reads of the first are of
+# send completions too).
 #
 # With --budget FILE, nd's figures are held to FILE (fabtests/test_configs/nd/cpu-budget):
 # one line per row, "ROW PROVIDER OTHER", and the script prints a PASS:
@@ -18,7 +20,8 @@
 #   ND_BENCH_CPU_ITERS      iterations per row (default 200)
 #   ND_BENCH_CPU_PROVIDERS  providers measured (default "verbs nd")
 #   ND_BENCH_CPU_ROWS       only these rows (keys: inject inject_write cq_read
-#                           send write read recv; iwarp_cq_read on iWARP)
+#                           send write read recv; iwarp_cq_read and
+#                           iwarp_cq_read_send on iWARP)
 #   ND_BENCH_CPU_DIR        keep the callgrind files here (default: a
 #                           temporary folder, removed)
 #   ND_PERF                 the nd_perf binary (default BUILDDIR/fabtests/benchmarks/nd_perf)
@@ -142,6 +145,7 @@ row_line() { # PROV ROW LABEL CALLS PROVIDER DRIVER OTHER
 if [ "$transport" = iwarp ]; then
 	rows=(
 		"iwarp_cq_read|fi_cq_read, iWARP with credits|send_lat|perf_cq_read|cq_read|"
+		"iwarp_cq_read_send|fi_cq_read, iWARP with credits, fi_send|send_lat|perf_cq_read|cq_read|-I 0"
 	)
 else
 	rows=(

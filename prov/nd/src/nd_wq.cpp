@@ -307,6 +307,14 @@ Retired WorkQueue::retire_with_slot(OpRecord &record, ibv_wc &wc) noexcept
 	return done;
 }
 
+Retired WorkQueue::retire_with_room(OpRecord &record) noexcept
+{
+	const Retired done{record.context, record.flags, record.report()};
+	retire_through(&record);
+	hooks_->room(owner_); /* after: the credit write it sends takes a slot */
+	return done;
+}
+
 Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept
 {
 	/* Read before the slot is retired, when it may be reused. */
