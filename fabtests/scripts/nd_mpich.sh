@@ -31,8 +31,11 @@
 #
 # The ranks share one host and talk through OFI, not shared memory
 # (MPIR_CVAR_NOLOCAL=1); nd's runs set nothing else: MPICH picks the AV
-# type, thread level and completion semantics it wants. Runs as whoever
-# runs it.
+# type, thread level and completion semantics it wants. The ranks run as
+# whoever runs it; in a guest run as root (ND_GUEST=1, one host), as the
+# test bed's user with a site's memory-lock limit (nd_as_site_user), as a
+# cluster's users run them, and MPICH's runtests stays root's, for the
+# files it writes beside the programs.
 #
 # Environment:
 #   ND_MPICH_TIMEOUT           seconds a suite test may run before MPICH's
@@ -100,6 +103,29 @@ if [ "${ND_GUEST:-0}" = 1 ] && [ -z "${ND_MPICH_HOSTS:-}" ]; then
 	suite_root=$mpich/test/mpi
 else
 	suite_root=$work/mpi
+fi
+mpiexec=$prefix/bin/mpiexec
+if [[ ${ND_GUEST:-0} == 1 && $(id -u) == 0 && -z ${ND_MPICH_HOSTS:-} ]]; then
+	# The user reaches MPICH, its suite and the programs built here
+	# through their paths: the guest's root is a throw-away overlay, so
+	# the modes change there only. The ranks then start as the user
+	# through a mpiexec of that name (runtests finds its command lines by
+	# it).
+	for d in "$prefix" "$suite_root"; do
+		while [ "$d" != / ]; do
+			chmod o+x "$d" || die "chmod o+x $d"
+			d=$(dirname "$d")
+		done
+	done
+	chmod 755 "$work"
+	mkdir "$work/as-user"
+	cat >"$work/as-user/mpiexec" <<-EOF
+		#!/bin/bash
+		source "$srcdir/util/lib/nd-common.sh"
+		ND_USER_MEMLOCK=unlimited nd_exec_as_user "$prefix/bin/mpiexec" "\$@"
+	EOF
+	chmod 755 "$work/as-user/mpiexec"
+	mpiexec=$work/as-user/mpiexec
 fi
 
 # expected KEY: the RESULT mpich.expect gives this MPICH version and
@@ -172,7 +198,7 @@ run_dir() { # DIR RESULTS
 	sed 's/^/    left to the full tier (listed in mpich.expect): /' "$work/slow"
 	rm -f "$tap"
 	(cd "$suite_root/$dir" && MPITEST_TIMEOUT=${ND_MPICH_TIMEOUT:-60} "$suite_root/runtests" -srcdir=. \
-		-tests="$(basename "$list")" -mpiexec="$prefix/bin/mpiexec" -verbose \
+		-tests="$(basename "$list")" -mpiexec="$mpiexec" -verbose \
 		-tapfile="$tap") >"$out" 2>&1
 	if ! [ -s "$tap" ]; then
 		fail "$dir: runtests wrote no results"
@@ -262,7 +288,7 @@ finalize() {
 		{ fail "nd_mpi_finalize did not compile"; return; }
 	for ((run = 1; run <= runs; run++)); do
 		start=$SECONDS
-		timeout -k 5 "${ND_MPICH_FINALIZE_TIMEOUT:-30}" "$prefix/bin/mpiexec" -n 2 "$work/nd_mpi_finalize" -n 100 >"$out" 2>&1
+		timeout -k 5 "${ND_MPICH_FINALIZE_TIMEOUT:-30}" "$mpiexec" -n 2 "$work/nd_mpi_finalize" -n 100 >"$out" 2>&1
 		rc=$?
 		if [ "$rc" -eq 0 ] && grep -q "^nd_mpi_finalize: 100 passed, 0 failed" "$out"; then
 			pass "finalize run $run ($((SECONDS - start)) s)"
@@ -278,7 +304,7 @@ cpi() {
 	local out=$work/cpi.log
 	echo "== MPICH's cpi over $provider"
 	"$prefix/bin/mpicc" -O2 -o "$work/cpi" "$mpich/examples/cpi.c" -lm || { fail "cpi did not compile"; return; }
-	if timeout -k 5 120 "$prefix/bin/mpiexec" -n 2 "$work/cpi" >"$out" 2>&1 && grep -q "pi is approximately" "$out"; then
+	if timeout -k 5 120 "$mpiexec" -n 2 "$work/cpi" >"$out" 2>&1 && grep -q "pi is approximately" "$out"; then
 		pass "cpi over $provider"
 	else
 		fail "cpi over $provider"

@@ -21,7 +21,7 @@
 #   - host_mirror: the Debian mirror the host's apt sources name;
 #   - nd_as_user: a command as the test bed's unprivileged user, under
 #     Debian's default limits (nd_as_site_user: with a site's raised
-#     memory-lock limit);
+#     memory-lock limit; nd_exec_as_user: in place of a wrapper script);
 #   - nd_ompi_env: Open MPI's settings for a job over a libfabric provider.
 # Works under `set -u` and without `set -e`; defines no traps.
 
@@ -197,14 +197,22 @@ nd_as_user() {
 		"$@"
 		return
 	fi
+	(nd_exec_as_user "$@")
+}
+
+# nd_exec_as_user COMMAND...: nd_as_user in place of the calling shell
+# (exec), for a wrapper script: a signal to the wrapper (timeout's) then
+# reaches COMMAND itself. Status 125 when the user cannot be made.
+nd_exec_as_user() {
+	[[ ${ND_GUEST:-0} != 1 || $(id -u) != 0 ]] && exec "$@"
 	if ! id -u "$ND_TEST_USER" >/dev/null 2>&1 &&
 		! useradd --no-create-home --home-dir /tmp --shell /bin/bash "$ND_TEST_USER"; then
 		echo "nd_as_user: useradd $ND_TEST_USER failed" >&2
-		return 125
+		exit 125
 	fi
-	(ulimit -Hn 524288 && ulimit -Sn 1024 && ulimit -l "${ND_USER_MEMLOCK:-8192}" &&
-		exec setpriv --reuid="$ND_TEST_USER" --regid="$ND_TEST_USER" --init-groups --inh-caps=-all \
-			env HOME=/tmp USER="$ND_TEST_USER" LOGNAME="$ND_TEST_USER" "$@")
+	ulimit -Hn 524288 && ulimit -Sn 1024 && ulimit -l "${ND_USER_MEMLOCK:-8192}" || exit 125
+	exec setpriv --reuid="$ND_TEST_USER" --regid="$ND_TEST_USER" --init-groups --inh-caps=-all \
+		env HOME=/tmp USER="$ND_TEST_USER" LOGNAME="$ND_TEST_USER" "$@"
 }
 
 # nd_ompi_env PROVIDER: exports Open MPI's settings for a job over the
