@@ -122,7 +122,7 @@ if [[ ${ND_GUEST:-0} == 1 && $(id -u) == 0 && -z ${ND_MPICH_HOSTS:-} ]]; then
 	cat >"$work/as-user/mpiexec" <<-EOF
 		#!/bin/bash
 		source "$srcdir/util/lib/nd-common.sh"
-		ND_USER_MEMLOCK=unlimited nd_exec_as_user "$prefix/bin/mpiexec" "\$@"
+		nd_exec_as_site_user "$prefix/bin/mpiexec" "\$@"
 	EOF
 	chmod 755 "$work/as-user/mpiexec"
 	mpiexec=$work/as-user/mpiexec

@@ -183,6 +183,7 @@ ND_TEST_USER=nd-user
 # nd_as_site_user COMMAND...: nd_as_user with the memory-lock limit a site
 # sets for its RDMA users (unlimited): what ofi_rxm's defaults need.
 nd_as_site_user() { ND_USER_MEMLOCK=unlimited nd_as_user "$@"; }
+nd_exec_as_site_user() { ND_USER_MEMLOCK=unlimited nd_exec_as_user "$@"; }
 
 # nd_as_user COMMAND...: COMMAND as ND_TEST_USER, without capabilities,
 # under Debian's default limits for a user: 8 MiB of locked memory, 1024
