@@ -240,11 +240,15 @@ run_dir() { # DIR RESULTS
 		"$tap" | head -200 >>"$results.out"
 }
 
-# run_suite RESULTS DIR...: every DIR over FI_PROVIDER into RESULTS.
+# run_suite RESULTS JUDGE DIR...: every DIR over FI_PROVIDER into RESULTS.
 # Each step's time is printed: the runs are a part of the stage's time.
+# Each directory's runs are told as it ends, so that a long run stopped
+# part way still names what it ran: with JUDGE "judge", each judged against
+# mpich.expect (nd's runs); with "list", those that did not pass, as they
+# ended (a provider run beside nd's, not judged).
 run_suite() {
-	local results=$1 dir start=$SECONDS
-	shift
+	local results=$1 verdicts=$2 dir start=$SECONDS before result key seconds
+	shift 2
 	: >"$results"
 	: >"$results.out"
 	if ! [ -d "$suite_root" ]; then
@@ -253,21 +257,25 @@ run_suite() {
 	fi
 	for dir in "$@"; do
 		start=$SECONDS
+		before=$(wc -l <"$results")
 		run_dir "$dir" "$results"
 		echo "    $dir over $FI_PROVIDER: $(passed_of "$dir" "$results") passed, in $((SECONDS - start)) s"
+		while IFS=$'\t' read -r result key seconds; do
+			if [ "$verdicts" = judge ]; then
+				judge "$key" "$result" "$seconds"
+			elif [ "$result" != Pass ]; then
+				echo "    $FI_PROVIDER: $key ($seconds s): $result"
+			fi
+		done < <(tail -n +"$((before + 1))" "$results")
 	done
 }
 
 suite_dirs=(attr coll comm datatype errhan pt2pt rma threads/pt2pt)
 
-# judge_results RESULTS: each of nd's runs judged against mpich.expect.
-judge_results() {
-	local result key seconds
-	while IFS=$'\t' read -r result key seconds; do
-		judge "$key" "$result" "$seconds"
-	done <"$1"
+# failed_output RESULTS: what the runs that did not pass printed, for the log.
+failed_output() {
 	if grep -qv "^Pass" "$1"; then
-		echo "    what the failed runs printed:"
+		echo "    what the failed runs over $2 printed:"
 		cat "$1.out"
 	fi
 }
@@ -277,8 +285,8 @@ suite() {
 	local dirs=("$@")
 	((${#dirs[@]})) || dirs=("${suite_dirs[@]}")
 	echo "== MPICH $version's test suite over $provider on ${ND_TEST_DEVICE:-the device}, tier ${ND_MPICH_TIER:-check}: ${dirs[*]}"
-	run_suite "$work/nd.results" "${dirs[@]}"
-	judge_results "$work/nd.results"
+	run_suite "$work/nd.results" judge "${dirs[@]}"
+	failed_output "$work/nd.results" "$provider"
 }
 
 finalize() {
@@ -326,9 +334,10 @@ compare() {
 	local dirs=("$@") dir
 	((${#dirs[@]})) || dirs=("${suite_dirs[@]}")
 	echo "== MPICH $version's test suite, nd;ofi_rxm beside verbs;ofi_rxm (FI_UNIVERSE_SIZE=64), tier ${ND_MPICH_TIER:-check}"
-	run_suite "$work/nd.results" "${dirs[@]}"
-	judge_results "$work/nd.results"
-	FI_PROVIDER="verbs;ofi_rxm" FI_UNIVERSE_SIZE=64 run_suite "$work/verbs.results" "${dirs[@]}"
+	run_suite "$work/nd.results" judge "${dirs[@]}"
+	failed_output "$work/nd.results" "$provider"
+	FI_PROVIDER="verbs;ofi_rxm" FI_UNIVERSE_SIZE=64 run_suite "$work/verbs.results" list "${dirs[@]}"
+	failed_output "$work/verbs.results" "verbs;ofi_rxm"
 	printf '    %-16s %-14s %s\n' directory "nd pass/run" "verbs pass/run"
 	for dir in "${dirs[@]}"; do
 		printf '    %-16s %-14s %s\n' "$dir" "$(passed_of "$dir" "$work/nd.results")" \
