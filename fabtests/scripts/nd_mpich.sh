@@ -111,12 +111,7 @@ if [[ ${ND_GUEST:-0} == 1 && $(id -u) == 0 && -z ${ND_MPICH_HOSTS:-} ]]; then
 	# the modes change there only. The ranks then start as the user
 	# through a mpiexec of that name (runtests finds its command lines by
 	# it).
-	for d in "$prefix" "$suite_root"; do
-		while [ "$d" != / ]; do
-			chmod o+x "$d" || die "chmod o+x $d"
-			d=$(dirname "$d")
-		done
-	done
+	nd_open_to_user "$prefix" "$suite_root" || die "the user cannot reach MPICH"
 	chmod 755 "$work"
 	mkdir "$work/as-user"
 	cat >"$work/as-user/mpiexec" <<-EOF

@@ -43,9 +43,10 @@
 #                           sets changed (roce; util/nd-guest sets it)
 #   ND_GUEST_IP             this host's address (10.0.2.15; util/nd-guest
 #                           sets it)
-#   ND_UPSTREAM_SERVER_IP, ND_UPSTREAM_CLIENT_HOST  set here for
-#                           fabtests/scripts/nd_ssh_after_listen (internal);
-#                           its ND_UPSTREAM_LISTEN_WAIT (30) applies
+#   ND_UPSTREAM_SERVER_IP, ND_UPSTREAM_CLIENT_HOST, ND_UPSTREAM_AS_USER
+#                           set here for fabtests/scripts/nd_ssh_after_listen
+#                           (internal); its ND_UPSTREAM_LISTEN_WAIT (30)
+#                           applies
 set -uo pipefail
 # nd_guest_ip, nd_wait_for_listener
 # shellcheck source=../../util/lib/nd-common.sh
@@ -98,6 +99,18 @@ fi
 workdir=$(mktemp -d)
 trap 'rm -rf "$workdir"' EXIT
 cd "$workdir" || exit 1
+
+# On one host in a guest run as root, each test's programs run as the test
+# bed's user with a site's memory-lock limit (nd_exec_as_site_user in
+# nd_ssh_after_listen), as a cluster's users run them; runfabtests.sh and
+# what watches the programs stay root's. The user reaches the fabtests and
+# the provider through their paths, and the programs start in the working
+# directory. Across hosts the commands go to the nodes by ssh, as root.
+if [[ -z $remote && ${ND_GUEST:-0} == 1 && $(id -u) == 0 ]]; then
+	nd_open_to_user "$ftdir/bin" "$builddir/.libs" || exit 1
+	chmod 755 "$workdir"
+	export ND_UPSTREAM_AS_USER=1
+fi
 
 # runfabtests.sh's commands go through fabtests/scripts/nd_ssh_after_listen,
 # on one host (the two sides named nd-local-server and nd-local-client, run

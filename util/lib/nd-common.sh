@@ -21,7 +21,8 @@
 #   - host_mirror: the Debian mirror the host's apt sources name;
 #   - nd_as_user: a command as the test bed's unprivileged user, under
 #     Debian's default limits (nd_as_site_user: with a site's raised
-#     memory-lock limit; nd_exec_as_user: in place of a wrapper script);
+#     memory-lock limit; nd_exec_as_user: in place of a wrapper script;
+#     nd_open_to_user: the user reaches root's files through their path);
 #   - nd_ompi_env: Open MPI's settings for a job over a libfabric provider.
 # Works under `set -u` and without `set -e`; defines no traps.
 
@@ -214,6 +215,23 @@ nd_exec_as_user() {
 	ulimit -Hn 524288 && ulimit -Sn 1024 && ulimit -l "${ND_USER_MEMLOCK:-8192}" || exit 125
 	exec setpriv --reuid="$ND_TEST_USER" --regid="$ND_TEST_USER" --init-groups --inh-caps=-all \
 		env HOME=/tmp USER="$ND_TEST_USER" LOGNAME="$ND_TEST_USER" "$@"
+}
+
+# nd_open_to_user PATH...: in a guest run as root, opens each PATH's
+# directories, and those above it, to other users (o+x) so that
+# ND_TEST_USER reaches programs root built under /root/.cache. The guest's
+# root is a throw-away overlay of the host's, so the modes change there
+# only; elsewhere nothing changes (whoever runs the script already reaches
+# them). Non-zero with a message when a chmod fails.
+nd_open_to_user() {
+	[[ ${ND_GUEST:-0} != 1 || $(id -u) != 0 ]] && return 0
+	local d
+	for d in "$@"; do
+		while [ "$d" != / ] && [ "$d" != . ]; do
+			chmod o+x "$d" || { echo "nd_open_to_user: chmod o+x $d failed" >&2; return 1; }
+			d=$(dirname "$d")
+		done
+	done
 }
 
 # nd_ompi_env PROVIDER: exports Open MPI's settings for a job over the
