@@ -39,6 +39,9 @@
 #                           delivery-complete repeats (-U) (all; util/nd-check
 #                           runs none, and in its full tier Debian 13 with
 #                           dc, so that each test runs there at least once)
+#   ND_GUEST                1 in a guest (util/nd-guest sets it): run as
+#                           root there, one host's programs run as the test
+#                           bed's user (nd_exec_as_site_user)
 #   ND_GUEST_TRANSPORT      iwarp: judged against upstream.iwarp.expect, the
 #                           sets changed (roce; util/nd-guest sets it)
 #   ND_GUEST_IP             this host's address (10.0.2.15; util/nd-guest
