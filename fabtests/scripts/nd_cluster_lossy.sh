@@ -1,7 +1,7 @@
 #!/bin/bash
-# nd_cluster_lossy.sh BUILDDIR [LOSS...]: a link that loses frames, as RoCE
-# without PFC meets one, on util/nd-cluster 2. For each LOSS (per cent of
-# frames dropped, each way; default 0 0.1 1 5, and "1r": 1 % lost and 1 %
+# nd_cluster_lossy.sh BUILDDIR FTDIR [LOSS...]: a link that loses frames, as
+# RoCE without PFC meets one, on util/nd-cluster 2. For each LOSS (per cent
+# of frames dropped, each way; default 0 0.1 1 5, and "1r": 1 % lost and 1 %
 # of the rest reordered) both nodes' eth0 run tc netem, and node 1 runs
 # fabtests/functional/nd_pair_tests (connect and accept with private data,
 # messages of 1 B to 1 MiB both ways, RDMA writes and reads, a shutdown
@@ -10,27 +10,42 @@
 # not judged, nd_perf's write_bw (64 KiB, 200 writes) and send_lat (64 B,
 # 1,000 round trips) over nd and over the verbs provider on the same wire
 # (nd_pair_tests opens endpoints from the listener's fi_info, which verbs
-# refuses). Then a link that goes down for 5 s mid-transfer (ip link set
-# down/up on node 1, once nd_pair_tests' first subtest has passed, at 0 %
-# loss): the run must end
-# within its bound, each subtest passing or failing with an error: never a
-# hang. Prints a table of the times.
+# refuses). Then what users run over that wire, node 0 starting both sides
+# over ssh: libfabric's own fabtests (FTDIR, util/nd-fabtests) across the
+# nodes, the data-moving set nd_upstream.sh keeps across hosts (a
+# byte-verifying ping-pong and an RDMA read, MSG and RDM, and MSG's
+# multi-receive buffers), over nd judged against upstream.expect, over
+# verbs told (at 5 % and more over nd told too: they do not end in their
+# time there, below); and Open MPI with a rank on each node (nd_mpi_check:
+# ping-pong of 1 B to 256 KiB, windows, collectives, every byte checked)
+# over nd;ofi_rxm judged, over verbs;ofi_rxm (FI_UNIVERSE_SIZE=64, without
+# which it does not start on Soft-RoCE) told. Then a link that goes down
+# for 5 s mid-transfer (ip link set down/up on node 1, once nd_pair_tests'
+# first subtest has passed, at 0 % loss): the run must end within its
+# bound, each subtest passing or failing with an error: never a hang.
+# Prints a table of the times. The nodes need 4 GiB (fabtests' bandwidth
+# tests take a 1 GiB window): util/nd-check boots them with --mem 4096.
 #
 # Environment:
-#   ND_LOSSY_TIMEOUT  seconds one run may take (300)
+#   ND_LOSSY_TIMEOUT  seconds one nd_pair_tests or nd_perf run may take (300)
+#   ND_LOSSY_CLIENTS_TIMEOUT  seconds the fabtests, or the MPI job, of one
+#                     provider may take at one loss (600)
 #   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
 #                     directory, this node's number
 set -u
 # shellcheck source=../../util/lib/nd-common.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
-builddir=$(cd "${1:?usage: nd_cluster_lossy.sh BUILDDIR [LOSS...]}" && pwd)
-shift
+builddir=$(cd "${1:?usage: nd_cluster_lossy.sh BUILDDIR FTDIR [LOSS...]}" && pwd)
+ftdir=$(cd "${2:?usage: nd_cluster_lossy.sh BUILDDIR FTDIR [LOSS...]}" && pwd)
+shift 2
+srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 (($#)) || set -- 0 0.1 1 5 1r
 export FI_PROVIDER_PATH=$builddir/.libs
 meet=${ND_MEET:?run by util/nd-cluster}
 prog=$builddir/fabtests/functional/nd_pair_tests
 limit=${ND_LOSSY_TIMEOUT:-300}
+clients_limit=${ND_LOSSY_CLIENTS_TIMEOUT:-600}
 
 # wait_for, wait_for_line
 # shellcheck source=nd_cluster_wait.sh
@@ -87,6 +102,74 @@ run_pair() { # KEY flap|- SERVER-COMMAND... -- CLIENT-COMMAND...
 # perf_figure KEY: nd_perf's figure line (the last with a number).
 perf_figure() { grep -E '[0-9]' "$meet/$1.client" 2>/dev/null | tail -1 | tr -s ' '; }
 
+# clients LOSS: fabtests across the nodes and an MPI job with a rank on
+# each, over nd and over verbs (above). Node 0 starts both sides over ssh
+# and prints its verdicts and lines of the table; node 1 serves ssh and
+# waits until node 0 is done (bounded).
+clients() {
+	local loss=$1 key=lossy.$1.clients prov out rc start line
+	if ((ND_NODE != 0)); then
+		wait_for "$meet/$key.done" "$((4 * clients_limit + 60))" ||
+			fail "fabtests and MPI at $loss % loss: node 0 gave no end within $((4 * clients_limit + 60)) s"
+		return
+	fi
+	out=$(mktemp)
+	# At 5 % and more the fabtests are told, not judged: Soft-RoCE goes
+	# back N on each lost frame, and there fabtests' ping-pong (its sizes, up
+	# to 1 MiB) and RDMA read bandwidth test each ran past their 120 s
+	# over nd (nd_perf's write stream: 0.3 MiB/s), and failed over verbs.
+	local judged=1
+	awk -v l="${loss%r}" 'BEGIN { exit !(l >= 5) }' && judged=0
+	for prov in nd verbs; do
+		start=$SECONDS
+		ND_UPSTREAM_REMOTE=nd-node0,nd-node1 timeout "$clients_limit" \
+			"$srcdir/fabtests/scripts/nd_upstream.sh" "$ftdir" "$builddir" "$prov" >"$out" 2>&1
+		rc=$?
+		line=$(grep -a "^upstream(" "$out" | sed 's/^upstream(\([A-Z]*\), .*: /\1 /' | paste -sd ';')
+		echo "    $loss fabtests across nodes ($prov) $((SECONDS - start)) s, exit $rc: ${line:-no counts}"
+		# Each test's line ("SUITE RESULT TIME NAME", nd_upstream.sh's).
+		grep -aE '^  (MSG|RDM) ' "$out" | sed 's/^/    /'
+		[ "$prov" = nd ] && ((judged)) || continue
+		if ((rc == 0)); then
+			pass "fabtests across nodes over nd, $loss % loss: $line, as upstream.expect says ($((SECONDS - start)) s)"
+		else
+			fail "fabtests across nodes over nd, $loss % loss: exit $rc ($((SECONDS - start)) s)"
+			grep -a "FAIL:\| Fail \|unexpected" "$out" | head -10 | sed 's/^/    /'
+		fi
+	done
+	for prov in "nd;ofi_rxm" "verbs;ofi_rxm"; do
+		start=$SECONDS
+		(
+			nd_ompi_env "$prov"
+			pass_on=(-x FI_PROVIDER_PATH)
+			[[ $prov == nd* ]] || { export FI_UNIVERSE_SIZE=64; pass_on+=(-x FI_UNIVERSE_SIZE); }
+			timeout "$clients_limit" mpirun --allow-run-as-root -np 2 -H nd-node0,nd-node1 \
+				"${pass_on[@]}" "$meet/nd_mpi_check" -m 262144
+		) >"$out" 2>&1
+		rc=$?
+		echo "    $loss nd_mpi_check across nodes ($prov) $((SECONDS - start)) s, exit $rc"
+		[ "$prov" = "nd;ofi_rxm" ] || continue
+		if ((rc == 0)); then
+			pass "Open MPI over nd;ofi_rxm, a rank on each node, $loss % loss: nd_mpi_check, every byte checked ($((SECONDS - start)) s)"
+		else
+			fail "Open MPI over nd;ofi_rxm, a rank on each node, $loss % loss: exit $rc ($((SECONDS - start)) s)"
+			tail -15 "$out" | sed 's/^/    /'
+		fi
+	done
+	rm -f "$out"
+	: >"$meet/$key.done"
+}
+
+# Node 0 builds the MPI program once, where node 1 finds it too; a tool
+# that is missing fails the run, naming it.
+if ((ND_NODE == 0)); then
+	if ! need_tool mpicc libopenmpi-dev || ! need_tool mpirun openmpi-bin || ! need_tool /usr/sbin/sshd openssh-server; then
+		fail "a lossy link: fabtests and MPI across the nodes not run (a tool is missing, above)"
+	elif ! mpicc -O2 -o "$meet/nd_mpi_check" "$srcdir/fabtests/functional/nd_mpi_check.c"; then
+		fail "a lossy link: nd_mpi_check.c did not build"
+	fi
+fi
+
 results=()
 for loss in "$@"; do
 	shape "$loss" || { fail "tc netem on eth0 (loss $loss): sch_netem missing?"; exit 0; }
@@ -114,6 +197,7 @@ for loss in "$@"; do
 			results+=("$loss nd_perf $t $size ($prov) $seconds s, exit $rc: $(perf_figure "$key")")
 		done
 	done
+	clients "$loss"
 done
 shape 0
 
