@@ -30,6 +30,8 @@
 #   ND_LOSSY_TIMEOUT  seconds one nd_pair_tests or nd_perf run may take (300)
 #   ND_LOSSY_CLIENTS_TIMEOUT  seconds the fabtests, or the MPI job, of one
 #                     provider may take at one loss (600)
+#   ND_UPSTREAM_REMOTE  set here for nd_upstream.sh (internal):
+#                     nd-node0,nd-node1
 #   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
 #                     directory, this node's number
 set -u
