@@ -136,7 +136,10 @@ clients() {
 			pass "fabtests across nodes over nd, $loss % loss: $line, as upstream.expect says ($((SECONDS - start)) s)"
 		else
 			fail "fabtests across nodes over nd, $loss % loss: exit $rc ($((SECONDS - start)) s)"
-			grep -a "FAIL:\| Fail \|unexpected" "$out" | head -10 | sed 's/^/    /'
+			# nd_upstream.sh's verdict of each failed test, and what the
+			# test printed (its indented lines after it), for the log.
+			awk '/^FAIL: / { on = 1; print; next } on && /^    / { print; next } { on = 0 }' "$out" |
+				head -100 | sed 's/^/    /'
 		fi
 	done
 	for prov in "nd;ofi_rxm" "verbs;ofi_rxm"; do
