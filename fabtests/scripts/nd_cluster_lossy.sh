@@ -131,7 +131,7 @@ clients() {
 		echo "    $loss fabtests across nodes ($prov) $((SECONDS - start)) s, exit $rc: ${line:-no counts}"
 		# Each test's line ("SUITE RESULT TIME NAME", nd_upstream.sh's).
 		grep -aE '^  (MSG|RDM) ' "$out" | sed 's/^/    /'
-		[ "$prov" = nd ] && ((judged)) || continue
+		{ [ "$prov" = nd ] && ((judged)); } || continue
 		if ((rc == 0)); then
 			pass "fabtests across nodes over nd, $loss % loss: $line, as upstream.expect says ($((SECONDS - start)) s)"
 		else
