@@ -64,7 +64,7 @@ perf_pair 4 verbs write_bw 65536
 # Open MPI across the nodes, from node 0 (node 1 serves it through sshd).
 if ((ND_NODE == 0)); then
 	# A missing tool fails the check, naming it.
-	if ! need_tool mpicc libopenmpi-dev || ! need_tool mpirun openmpi-bin || ! need_tool /usr/sbin/sshd openssh-server; then
+	if ! need_mpi_over_ssh; then
 		fail "cross-node MPI over nd;ofi_rxm: not run (a tool is missing, above)"
 	elif ! mpicc -O2 -o "$meet/nd_mpi_bench" "$srcdir/fabtests/benchmarks/nd_mpi_bench.c"; then
 		fail "cross-node MPI: nd_mpi_bench.c did not build"

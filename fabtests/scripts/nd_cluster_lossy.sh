@@ -168,7 +168,7 @@ clients() {
 # Node 0 builds the MPI program once, where node 1 finds it too; a tool
 # that is missing fails the run, naming it.
 if ((ND_NODE == 0)); then
-	if ! need_tool mpicc libopenmpi-dev || ! need_tool mpirun openmpi-bin || ! need_tool /usr/sbin/sshd openssh-server; then
+	if ! need_mpi_over_ssh; then
 		fail "a lossy link: fabtests and MPI across the nodes not run (a tool is missing, above)"
 	elif ! mpicc -O2 -o "$meet/nd_mpi_check" "$srcdir/fabtests/functional/nd_mpi_check.c"; then
 		fail "a lossy link: nd_mpi_check.c did not build"

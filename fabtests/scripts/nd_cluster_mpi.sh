@@ -29,7 +29,7 @@ if ((ND_NODE != 0)); then
 fi
 trap ': >"$meet/mpi.done"' EXIT
 # A missing tool fails the check, naming it.
-if ! need_tool mpicc libopenmpi-dev || ! need_tool mpirun openmpi-bin || ! need_tool /usr/sbin/sshd openssh-server; then
+if ! need_mpi_over_ssh; then
 	fail "$ND_NODES-node MPI over nd;ofi_rxm: not run (a tool is missing, above)"
 	exit 0
 fi

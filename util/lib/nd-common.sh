@@ -23,7 +23,8 @@
 #     Debian's default limits (nd_as_site_user: with a site's raised
 #     memory-lock limit; nd_exec_as_user: in place of a wrapper script;
 #     nd_open_to_user: the user reaches root's files through their path);
-#   - nd_ompi_env: Open MPI's settings for a job over a libfabric provider.
+#   - nd_ompi_env: Open MPI's settings for a job over a libfabric provider
+#     (need_mpi_over_ssh: its tools, for a job started over ssh).
 # Works under `set -u` and without `set -e`; defines no traps.
 
 # Addresses of the test bed (util/nd-guest and util/nd-cluster set them up;
@@ -149,6 +150,13 @@ need_tool() {
 	if command -v "$1" >/dev/null 2>&1; then return 0; fi
 	fail "$1 not found (Debian package $2)"
 	return 1
+}
+
+# need_mpi_over_ssh: true when Open MPI's compiler and launcher and sshd are
+# there, for a job node 0 starts over ssh on every node; else need_tool's
+# FAIL line names the first one missing.
+need_mpi_over_ssh() {
+	need_tool mpicc libopenmpi-dev && need_tool mpirun openmpi-bin && need_tool /usr/sbin/sshd openssh-server
 }
 
 # apt_from_installed ARGS...: apt-get for a package file whose dependencies
