@@ -68,11 +68,14 @@ if ((ND_NODE == 0)); then
 		fail "cross-node MPI over nd;ofi_rxm: not run (a tool is missing, above)"
 	elif ! mpicc -O2 -o "$meet/nd_mpi_bench" "$srcdir/fabtests/benchmarks/nd_mpi_bench.c"; then
 		fail "cross-node MPI: nd_mpi_bench.c did not build"
+	elif ! nd_open_to_user "$meet/nd_mpi_bench"; then
+		fail "cross-node MPI: the user cannot reach nd_mpi_bench"
 	else
 		nd_ompi_env "nd;ofi_rxm"
 		for args in "-t lat -s 8" "-t bw -s 262144 -n 4" "-t allreduce -s 4096 -n 20"; do
 			# shellcheck disable=SC2086 # the arguments are words
-			if timeout 180 mpirun --allow-run-as-root -np 2 -H nd-node0,nd-node1 \
+			# As the test bed's user, as nd_cluster_mpi.sh runs it.
+			if nd_as_site_user timeout 180 mpirun -np 2 -H nd-node0,nd-node1 \
 				-x FI_PROVIDER_PATH "$meet/nd_mpi_bench" $args; then
 				pass "cross-node MPI over nd;ofi_rxm: nd_mpi_bench $args"
 			else

@@ -27,6 +27,9 @@
 # bound, each subtest passing or failing with an error: never a hang.
 # Prints a table of the times. The nodes need 4 GiB (fabtests' bandwidth
 # tests take a 1 GiB window): util/nd-check boots them with --mem 4096.
+# Every program runs as the test bed's user with a site's memory-lock
+# limit (nd_as_site_user; across the nodes by ssh as the user); netem and
+# the link are root's.
 #
 # Environment:
 #   ND_LOSSY_TIMEOUT  seconds one nd_pair_tests or nd_perf run may take (300)
@@ -70,8 +73,9 @@ shape() {
 
 perf=$builddir/fabtests/benchmarks/nd_perf
 
-# One run: node 0 serves, node 1 runs the client; KEY names the meeting
-# files. Node 1 writes "EXIT SECONDS" of the client to $meet/KEY.result.
+# One run: node 0 serves, node 1 runs the client, both as the test bed's
+# user (nd_as_site_user; the link and netem are root's); KEY names the
+# meeting files. Node 1 writes "EXIT SECONDS" of the client to $meet/KEY.result.
 run_pair() { # KEY flap|- SERVER-COMMAND... -- CLIENT-COMMAND...
 	local key=$1 flap=$2 start rc server_cmd=() client_cmd=()
 	shift 2
@@ -79,7 +83,7 @@ run_pair() { # KEY flap|- SERVER-COMMAND... -- CLIENT-COMMAND...
 	shift
 	client_cmd=("$@")
 	if ((ND_NODE == 0)); then
-		timeout "$((limit + 30))" "${server_cmd[@]}" >"$meet/$key.server" 2>&1
+		nd_as_site_user timeout "$((limit + 30))" "${server_cmd[@]}" >"$meet/$key.server" 2>&1
 		wait_for "$meet/$key.result" "$((limit + 60))"
 		return
 	fi
@@ -97,7 +101,7 @@ run_pair() { # KEY flap|- SERVER-COMMAND... -- CLIENT-COMMAND...
 			ip link set eth0 down && sleep 5 && ip link set eth0 up) &
 	fi
 	# Line-buffered: the flap above watches the verdicts as they come.
-	timeout "$limit" stdbuf -oL "${client_cmd[@]}" >"$meet/$key.client" 2>&1
+	nd_as_site_user timeout "$limit" stdbuf -oL "${client_cmd[@]}" >"$meet/$key.client" 2>&1
 	rc=$?
 	wait
 	echo "$rc $((SECONDS - start))" >"$meet/$key.result"
@@ -169,7 +173,8 @@ clients() {
 			nd_ompi_env "$prov"
 			pass_on=(-x FI_PROVIDER_PATH)
 			[[ $prov == nd* ]] || { export FI_UNIVERSE_SIZE=64; pass_on+=(-x FI_UNIVERSE_SIZE); }
-			timeout "$clients_limit" mpirun --allow-run-as-root -np 2 -H nd-node0,nd-node1 \
+			# As the test bed's user, as nd_cluster_mpi.sh runs it.
+			nd_as_site_user timeout "$clients_limit" mpirun -np 2 -H nd-node0,nd-node1 \
 				"${pass_on[@]}" "$meet/nd_mpi_check" -m 262144
 		) >"$out" 2>&1
 		rc=$?
@@ -193,6 +198,8 @@ if ((ND_NODE == 0)); then
 		fail "a lossy link: fabtests and MPI across the nodes not run (a tool is missing, above)"
 	elif ! mpicc -O2 -o "$meet/nd_mpi_check" "$srcdir/fabtests/functional/nd_mpi_check.c"; then
 		fail "a lossy link: nd_mpi_check.c did not build"
+	elif ! nd_open_to_user "$meet/nd_mpi_check"; then
+		fail "a lossy link: the user cannot reach nd_mpi_check"
 	fi
 fi
 

@@ -5,6 +5,9 @@
 # (1 B to 256 KiB), windows, allreduce, alltoall and a barrier loop, every
 # byte checked; with default settings (no FI_UNIVERSE_SIZE). Node 0
 # launches over ssh and prints PASS:/FAIL:; the other nodes serve and wait.
+# In the guests mpirun and every rank run as the test bed's user
+# (nd_as_site_user; util/guest/cluster-node lets the user log in to the
+# nodes), as a cluster's users run them.
 #
 # Environment:
 #   ND_MPI_TIMEOUT  seconds the MPI job may take (300)
@@ -37,10 +40,11 @@ if ! mpicc -O2 -o "$meet/nd_mpi_check" "$srcdir/fabtests/functional/nd_mpi_check
 	fail "$ND_NODES-node MPI: nd_mpi_check.c did not build"
 	exit 0
 fi
+nd_open_to_user "$meet/nd_mpi_check" || { fail "$ND_NODES-node MPI: the user cannot reach nd_mpi_check"; exit 0; }
 hosts=$(for ((i = 0; i < ND_NODES; i++)); do printf 'nd-node%d,' "$i"; done)
 nd_ompi_env "nd;ofi_rxm"
 start=$SECONDS
-if timeout "${ND_MPI_TIMEOUT:-300}" mpirun --allow-run-as-root -np "$ND_NODES" -H "${hosts%,}" \
+if nd_as_site_user timeout "${ND_MPI_TIMEOUT:-300}" mpirun -np "$ND_NODES" -H "${hosts%,}" \
 	-x FI_PROVIDER_PATH "$meet/nd_mpi_check" -m 262144; then
 	pass "$ND_NODES-node MPI over nd;ofi_rxm: nd_mpi_check, one rank per node ($((SECONDS - start)) s)"
 else

@@ -9,7 +9,9 @@
 # reads, and the flush at the peer's fi_shutdown, every byte checked.
 # The client's PASS:/FAIL: lines on node 1 are the subtests' verdicts; the
 # server's checks of its own half print FAIL: on node 0 when they fail.
-# Other nodes do nothing. Every wait is bounded.
+# Other nodes do nothing. Every wait is bounded. In the guests both sides
+# run as the test bed's user (nd_as_site_user), as nd_programs.sh runs them
+# on one host.
 #
 # Environment:
 #   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
@@ -32,7 +34,7 @@ case $ND_NODE in
 0)
 	# The server stops at the client's closing request, or after 120 s
 	# without one; the outer timeout bounds a server stuck elsewhere.
-	timeout 300 "$prog" -p nd -s -a "$server" >"$meet/pairs.server" 2>&1
+	nd_as_site_user timeout 300 "$prog" -p nd -s -a "$server" >"$meet/pairs.server" 2>&1
 	rc=$?
 	grep -v '^server ok' "$meet/pairs.server"
 	if [ "$rc" -ne 0 ] && ! grep -q '^FAIL: ' "$meet/pairs.server"; then
@@ -44,7 +46,7 @@ case $ND_NODE in
 		fail "cross-node nd_pair_tests: the server on node 0 did not start"
 		exit 0
 	fi
-	timeout 240 "$prog" -p nd -c "$server" | sed -u 's/^\(PASS\|FAIL\): /\1: cross-node nd_pair_tests: /'
+	nd_as_site_user timeout 240 "$prog" -p nd -c "$server" | sed -u 's/^\(PASS\|FAIL\): /\1: cross-node nd_pair_tests: /'
 	rc=${PIPESTATUS[0]}
 	if [ "$rc" -ne 0 ] && [ "$rc" -ne 1 ]; then
 		fail "cross-node nd_pair_tests: the client exited with status $rc"

@@ -32,10 +32,12 @@
 # The ranks share one host and talk through OFI, not shared memory
 # (MPIR_CVAR_NOLOCAL=1); nd's runs set nothing else: MPICH picks the AV
 # type, thread level and completion semantics it wants. The ranks run as
-# whoever runs it; in a guest run as root (ND_GUEST=1, one host), as the
-# test bed's user with a site's memory-lock limit (nd_as_site_user), as a
-# cluster's users run them, and MPICH's runtests stays root's, for the
-# files it writes beside the programs.
+# whoever runs it; in a guest run as root (ND_GUEST=1), as the test bed's
+# user with a site's memory-lock limit (nd_as_site_user), as a cluster's
+# users run them: mpiexec itself runs as the user, and across nodes logs
+# in to them as the user (util/guest/cluster-node gives the user the
+# nodes' key). MPICH's runtests stays root's, for the files it writes
+# beside the programs.
 #
 # Environment:
 #   ND_MPICH_TIMEOUT           seconds a suite test may run before MPICH's
@@ -105,13 +107,16 @@ else
 	suite_root=$work/mpi
 fi
 mpiexec=$prefix/bin/mpiexec
-if [[ ${ND_GUEST:-0} == 1 && $(id -u) == 0 && -z ${ND_MPICH_HOSTS:-} ]]; then
+if [[ ${ND_GUEST:-0} == 1 && $(id -u) == 0 ]]; then
 	# The user reaches MPICH, its suite and the programs built here
 	# through their paths: the guest's root is a throw-away overlay, so
 	# the modes change there only. The ranks then start as the user
 	# through a mpiexec of that name (runtests finds its command lines by
 	# it).
-	nd_open_to_user "$prefix" "$suite_root" || die "the user cannot reach MPICH"
+	# (Across nodes the suite is copied into $work below, keeping its
+	# modes: $work is what opens.)
+	nd_open_to_user "$prefix" "$work" || die "the user cannot reach MPICH"
+	[[ -n ${ND_MPICH_HOSTS:-} ]] || nd_open_to_user "$suite_root" || die "the user cannot reach MPICH's suite"
 	chmod 755 "$work"
 	mkdir "$work/as-user"
 	cat >"$work/as-user/mpiexec" <<-EOF

@@ -108,8 +108,11 @@ cd "$workdir" || exit 1
 # nd_ssh_after_listen), as a cluster's users run them; runfabtests.sh and
 # what watches the programs stay root's. The user reaches the fabtests and
 # the provider through their paths, and the programs start in the working
-# directory. Across hosts the commands go to the nodes by ssh, as root.
-if [[ -z $remote && ${ND_GUEST:-0} == 1 && $(id -u) == 0 ]]; then
+# directory. Across hosts (nodes of util/nd-cluster) the commands log in
+# to the nodes as the user (ssh -l), whom util/guest/cluster-node gives the
+# nodes' key and the test bed's cache; their memory-lock limit is sshd's,
+# a site's (unlimited) in the guests.
+if [[ ${ND_GUEST:-0} == 1 && $(id -u) == 0 ]]; then
 	nd_open_to_user "$ftdir/bin" "$builddir/.libs" || exit 1
 	chmod 755 "$workdir"
 	export ND_UPSTREAM_AS_USER=1
