@@ -14,6 +14,10 @@
 # "rdma" data plane over "CORE;ofi_rxm": SST would otherwise fall back to
 # another data plane (UCX's, or its own over TCP) and still carry the bytes.
 #
+# In a guest run as root both programs run as the test bed's user with a
+# site's memory-lock limit (nd_as_site_user), as a cluster's users run
+# them, in a directory they may write (the writer's contact file).
+#
 # Prints the reader's FIGURE line (MB/s, from the open to the last step).
 # Bounded: each program is killed after ND_ADIOS2_TIMEOUT seconds (120).
 #
@@ -40,13 +44,15 @@ gcc -O2 -Wall -Wextra -o "$work/nd_adios2_sst" "$srcdir/fabtests/functional/nd_a
 export FI_PROVIDER_PATH=$builddir/.libs FI_PROVIDER=$core,ofi_rxm
 export FABRIC_IFACE=${ND_TEST_DEVICE:-rxe0} SstVerbose=5
 limit=${ND_ADIOS2_TIMEOUT:-120}
+# The user writes here (a throw-away directory of this run).
+chmod 1777 "$work" || exit 1
 cd "$work" || exit 1
 # The writer publishes its contact file (nd-adios2-sst.sst) here and waits
 # for its one reader; the reader waits for the file.
-timeout -k 5 "$limit" ./nd_adios2_sst -r writer -n "$steps" >writer.log 2>&1 &
+nd_as_site_user timeout -k 5 "$limit" ./nd_adios2_sst -r writer -n "$steps" >writer.log 2>&1 &
 writer=$!
 declare -A rc
-timeout -k 5 "$limit" ./nd_adios2_sst -r reader -n "$steps" >reader.log 2>&1
+nd_as_site_user timeout -k 5 "$limit" ./nd_adios2_sst -r reader -n "$steps" >reader.log 2>&1
 rc[reader]=$?
 wait "$writer"
 rc[writer]=$?
