@@ -3,7 +3,8 @@
 # output of two benchmarks is read into imb.tsv lines; rounds made up so
 # that nd is better, within the spread and worse give those verdicts and
 # counts; the pictures are PNG files; a table of nd_perf.sh gives its two
-# pictures; input it cannot read fails with a message. Prints "PASS: ..." or
+# pictures; nd_cluster_lossy.sh's lines give its table and picture; input it
+# cannot read fails with a message. Prints "PASS: ..." or
 # "FAIL: ..." per check, closes with "plot: N passed, M failed" and exits
 # non-zero on any failure. Runs on the host in a few seconds; needs python3
 # and gnuplot (util/nd-setup installs both).
@@ -114,6 +115,39 @@ fi
 for png in perf-latency.png perf-bandwidth.png; do
 	expect "perf: $png is a PNG image" "PNG" "$(head -c 4 "$work/perf/$png" 2>/dev/null | tail -c 3)"
 done
+
+# nd_cluster_lossy.sh's lines, two runs: the second's 1 % replaces the
+# first's; a run that timed out has no figure.
+cat >"$work/lossy1.log" <<'EOF'
+[node 1]     1 nd_perf write_bw 65536 (nd) 9 s, exit 0: nd_perf test=write_bw prov=nd size=65536 bw_mib_s=1.00 mpps=0.1
+[node 0]     1 nd_mpi_check across nodes (nd;ofi_rxm) 40 s, exit 0
+EOF
+cat >"$work/lossy2.log" <<'EOF'
+[node 1]     0 nd_perf write_bw 65536 (verbs) 4 s, exit 0: nd_perf test=write_bw prov=verbs size=65536 bw_mib_s=8.67 mpps=0.1
+[node 1]     1 nd_perf write_bw 65536 (nd) 6 s, exit 0: nd_perf test=write_bw prov=nd size=65536 bw_mib_s=2.65 mpps=0.1
+[node 1]     5 nd_perf write_bw 65536 (verbs) 300 s, exit 124: 
+[node 1]     1r nd_perf send_lat 64 (nd) 4 s, exit 0: nd_perf test=send_lat prov=nd size=64 lat_mean_us=1097.27 lat_p99_us=2.0
+[node 0]     1 nd_mpi_check across nodes (verbs;ofi_rxm) 126 s, exit 0
+[node 0]     1 fabtests across nodes (nd) 404 s, exit 0: MSG 3 pass, 0 fail, 0 notrun;RDM 2 pass, 0 fail, 0 notrun
+EOF
+mkdir -p "$work/lossy"
+if "$plot" lossy --title "nd_plot_check" "$work/lossy" "$work/lossy1.log" "$work/lossy2.log" >"$work/lossy.md" 2>"$work/lossy.err"; then
+	pass "lossy: table and picture made"
+else
+	fail "lossy: exit status $? ($(head -3 "$work/lossy.err"))"
+fi
+expect "lossy: the losses in order, 1 % with reordering after 1 %" "0 %;1 %;1 % +r;5 %" \
+	"$(awk -F' [|] ' '/^[|] [0-9]/ { sub(/^[|] /, "", $1); print $1 }' "$work/lossy.md" | paste -sd';')"
+expect "lossy: the later run's figure, and both providers' MPI times" \
+	"| 1 % | 2.65 in 6 s | not run | not run | not run | passed, 40 s | passed, 126 s | 5 of 5, 404 s | not run |" \
+	"$(grep '^| 1 % |' "$work/lossy.md")"
+expect "lossy: a run that timed out says so" 1 "$(grep -c '^| 5 % | not run | exit 124 after 300 s |' "$work/lossy.md")"
+expect "lossy: lossy.png is a PNG image" "PNG" "$(head -c 4 "$work/lossy/lossy.png" 2>/dev/null | tail -c 3)"
+if "$plot" lossy "$work/lossy" "$work/perf.log" >/dev/null 2>"$work/nolossy.err"; then
+	fail "lossy: a log without its lines is refused (exit 0)"
+else
+	expect "lossy: a log without its lines is refused" 1 "$(grep -c 'no lines of nd_cluster_lossy.sh' "$work/nolossy.err")"
+fi
 
 # Input it cannot read.
 mkdir -p "$work/bad"
