@@ -8,7 +8,8 @@
 #     over ssh: latency, rendezvous-size bandwidth and allreduce, every
 #     transfer's bytes checked (fabtests/benchmarks/nd_mpi_bench.c).
 # Each check prints PASS: or FAIL: on node 1 (nd_perf) or node 0 (MPI), and
-# every wait is bounded.
+# every wait is bounded. In the guests the programs, mpirun and the ranks
+# run as the test bed's user (nd_as_site_user).
 #
 #   util/nd-cluster 2 -- fabtests/scripts/nd_cluster_check.sh build/release
 #
@@ -33,7 +34,7 @@ server=$(nd_node_ip 0)
 perf_pair() { # INDEX PROVIDER TEST SIZES
 	local k=$1 prov=$2 test=$3 sizes=$4
 	if ((ND_NODE == 0)); then
-		timeout 120 "$perf" -p "$prov" -s -t "$test" -S "$sizes" -n 100 -q >"$meet/perf.$k.server" 2>&1 &
+		nd_as_site_user timeout 120 "$perf" -p "$prov" -s -t "$test" -S "$sizes" -n 100 -q >"$meet/perf.$k.server" 2>&1 &
 		local pid=$!
 		# nd_perf says when it listens.
 		local deadline=$((SECONDS + 30))
@@ -47,7 +48,7 @@ perf_pair() { # INDEX PROVIDER TEST SIZES
 			fail "$name: the server on node 0 did not start"
 			return
 		fi
-		if timeout 120 "$perf" -p "$prov" -c "$server" -t "$test" -S "$sizes" -n 100 -q; then
+		if nd_as_site_user timeout 120 "$perf" -p "$prov" -c "$server" -t "$test" -S "$sizes" -n 100 -q; then
 			pass "$name"
 		else
 			fail "$name"

@@ -15,7 +15,8 @@
 # at once. Figures are printed, never judged: a run passes when every
 # connection was established, carried its bytes intact and came down, and
 # fails otherwise (PASS:/FAIL: on node 0, with the clients' failures).
-# Every wait is bounded.
+# Every wait is bounded. In the guests the programs run as the test bed's
+# user (nd_as_site_user), as a cluster's users run them.
 #
 # Environment:
 #   ND_CLUSTER_CM_ROUNDS  rounds of nd and of verbs, after a warm-up (3)
@@ -73,7 +74,7 @@ trial() {
 	local k=$1 prov=$2 n=$3 port=$((9300 + $1))
 	local name="cross-node connection setup, $prov, $clients client node(s) x $n connections"
 	if ((ND_NODE == 0)); then
-		timeout 300 "$bench" -p "$prov" -S -a "$server" -P "$port" -k "$clients" -n "$n" \
+		nd_as_site_user timeout 300 "$bench" -p "$prov" -S -a "$server" -P "$port" -k "$clients" -n "$n" \
 			-r "$rounds" -Q -x >"$meet/cm.$k.server" 2>&1 &
 		local pid=$! deadline=$((SECONDS + 60))
 		until grep -q listening "$meet/cm.$k.server" 2>/dev/null || ((SECONDS >= deadline)); do sleep 0.1; done
@@ -98,7 +99,7 @@ trial() {
 	else
 		local status=1
 		if wait_for "$meet/cm.$k.up" 180; then
-			timeout 240 "$bench" -p "$prov" -C "$server" -P "$port" -n "$n" -r "$rounds" -Q -x -q \
+			nd_as_site_user timeout 240 "$bench" -p "$prov" -C "$server" -P "$port" -n "$n" -r "$rounds" -Q -x -q \
 				>"$meet/cm.$k.client.$ND_NODE" 2>&1
 			status=$?
 		else
@@ -115,7 +116,7 @@ cmtime_trial() {
 	if ((ND_NODE == 0)); then
 		# cmtime's server never exits by itself: it is stopped once
 		# every client is done.
-		timeout 300 cmtime -b "$server" -p "$port" -c $((clients * n)) >"$meet/cmt.$k.server" 2>&1 &
+		nd_as_site_user timeout 300 cmtime -b "$server" -p "$port" -c $((clients * n)) >"$meet/cmt.$k.server" 2>&1 &
 		local pid=$!
 		sleep 1
 		: >"$meet/cmt.$k.up"
@@ -142,7 +143,7 @@ cmtime_trial() {
 		fi
 	else
 		wait_for "$meet/cmt.$k.up" 180
-		timeout 120 cmtime -s "$server" -p "$port" -c "$n" </dev/null >"$meet/cmt.$k.client.$ND_NODE" 2>&1
+		nd_as_site_user timeout 120 cmtime -s "$server" -p "$port" -c "$n" </dev/null >"$meet/cmt.$k.client.$ND_NODE" 2>&1
 		local status=$?
 		# As fabtests/scripts/nd_cm_bench.sh reads it: N over the sum of the
 		# resolve, QP creation and connect steps. Written before the

@@ -12,7 +12,8 @@
 # Runs with nothing set: Soft-RoCE's retry count 7 retransmits for ever,
 # and nd's own watch on requests that stand still (FI_ND_PEER_TIMEOUT,
 # default 20 s; fi_nd(7)) reports the dead peer within the 30 s asked:
-# FI_ND_RETRY_COUNT and FI_ND_PEER_TIMEOUT are unset.
+# FI_ND_RETRY_COUNT and FI_ND_PEER_TIMEOUT are unset. Both programs run as
+# the test bed's user (nd_as_site_user); the reset is root's.
 #
 # Environment:
 #   ND_MEET, ND_NODE  set by util/nd-cluster (internal): the nodes' shared
@@ -34,7 +35,7 @@ source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/nd_cluster_wait.sh"
 server=$(nd_node_ip 1)
 
 if ((ND_NODE == 1)); then
-	"$prog" -p "$prov" -s -a "$server" >"$meet/loss.server" 2>&1 &
+	nd_as_site_user "$prog" -p "$prov" -s -a "$server" >"$meet/loss.server" 2>&1 &
 	if ! wait_for_line "$meet/loss.server" serving 90; then
 		echo "node 1: the survivor never connected"
 		exit 1
@@ -57,7 +58,7 @@ fi
 # events are only reported.
 shutdown_wanted=()
 [[ $prov == nd ]] && shutdown_wanted=(-S)
-if timeout 120 "$prog" -p "$prov" -c "$server" -T 30 "${shutdown_wanted[@]}"; then
+if nd_as_site_user timeout 120 "$prog" -p "$prov" -c "$server" -T 30 "${shutdown_wanted[@]}"; then
 	pass "node loss ($prov, ${builddir##*/} build, nothing set): the survivor's requests all completed in error${shutdown_wanted:+, FI_SHUTDOWN once,} and every object closed"
 else
 	fail "node loss ($prov, ${builddir##*/} build, nothing set): see above"
