@@ -189,6 +189,9 @@ host_mirror() {
 # of an RDMA cluster run, not as root (root has CAP_IPC_LOCK, which lifts
 # the memory-lock limit every user meets).
 ND_TEST_USER=nd-user
+# Its home: nothing of the user's lives there but what a guest puts in it
+# (util/guest/cluster-node: its ssh key and settings).
+ND_TEST_USER_HOME=/tmp
 # nd_as_site_user COMMAND...: nd_as_user with the memory-lock limit a site
 # sets for its RDMA users (unlimited): what ofi_rxm's defaults need.
 nd_as_site_user() { ND_USER_MEMLOCK=unlimited nd_as_user "$@"; }
@@ -210,19 +213,24 @@ nd_as_user() {
 	(nd_exec_as_user "$@")
 }
 
+# nd_make_test_user: makes ND_TEST_USER where it does not exist yet (as
+# root, in a guest); non-zero with a message when useradd fails.
+nd_make_test_user() {
+	id -u "$ND_TEST_USER" >/dev/null 2>&1 && return 0
+	useradd --no-create-home --home-dir "$ND_TEST_USER_HOME" --shell /bin/bash "$ND_TEST_USER" && return 0
+	echo "nd_as_user: useradd $ND_TEST_USER failed" >&2
+	return 1
+}
+
 # nd_exec_as_user COMMAND...: nd_as_user in place of the calling shell
 # (exec), for a wrapper script: a signal to the wrapper (timeout's) then
 # reaches COMMAND itself. Status 125 when the user cannot be made.
 nd_exec_as_user() {
 	[[ ${ND_GUEST:-0} != 1 || $(id -u) != 0 ]] && exec "$@"
-	if ! id -u "$ND_TEST_USER" >/dev/null 2>&1 &&
-		! useradd --no-create-home --home-dir /tmp --shell /bin/bash "$ND_TEST_USER"; then
-		echo "nd_as_user: useradd $ND_TEST_USER failed" >&2
-		exit 125
-	fi
+	nd_make_test_user || exit 125
 	ulimit -Hn 524288 && ulimit -Sn 1024 && ulimit -l "${ND_USER_MEMLOCK:-8192}" || exit 125
 	exec setpriv --reuid="$ND_TEST_USER" --regid="$ND_TEST_USER" --init-groups --inh-caps=-all \
-		env HOME=/tmp USER="$ND_TEST_USER" LOGNAME="$ND_TEST_USER" "$@"
+		env HOME="$ND_TEST_USER_HOME" USER="$ND_TEST_USER" LOGNAME="$ND_TEST_USER" "$@"
 }
 
 # nd_open_to_user PATH...: in a guest run as root, opens each PATH's
