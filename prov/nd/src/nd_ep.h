@@ -231,6 +231,13 @@ constexpr uint8_t locked = 1;		/* the send lock (SAFE, ENDPOINT, FID) */
 constexpr uint8_t shared = 2;		/* a shared transmit context's budget */
 constexpr uint8_t credits = 4;		/* iWARP: receive credits first */
 constexpr uint8_t held = 8;		/* FI_MORE holds requests back (SendBatch) */
+/* The endpoint fences after reads (DataPath::read_fence) and reads were
+ * posted since the last fenced request: the next send or write carries the
+ * fence, which the fast paths never decide (Endpoint::sync_fence). */
+constexpr uint8_t fence = 16;
+/* A counter counts sends or writes: each of them is signaled, which the
+ * fi_inject family's fast path never is (post_inline_slow signals them). */
+constexpr uint8_t counted = 32;
 } // namespace SlowTx
 
 /* Why DataPath::slow_rx sends fi_recv to post_rx. */
@@ -325,11 +332,6 @@ struct DataPath {
 	/* Whether fi_recv's receives report a CQ entry: rx's op_flags and the
 	 * CQ binding decide it at fi_enable (post_recv_one). */
 	bool recv_reports = true;
-	uint32_t signal_interval = 1;
-	/* The fi_inject family's: signal_interval, or 1 where a counter
-	 * counts that kind of request and needs every completion. */
-	uint32_t send_signal_interval = 1;
-	uint32_t write_signal_interval = 1;
 	/* Every read_signal_every-th read is signaled: half the negotiated
 	 * outbound read limit (Endpoint::post_tx says why), fixed when the
 	 * queue pair goes to RTS. */
@@ -472,6 +474,17 @@ struct Endpoint {
 			return single_failed(rc, chain.opcode, call);
 		return submit_failed(rc, bad, &chain, call, own);
 	}
+	/* Where the endpoint fences after reads (read_fence), the link's
+	 * SlowTx::fence says whether the next send or write must fence: set
+	 * by a read, cleared by the fence, set again by an unclaim that took
+	 * the fence back. The poster's, after every claim that may change it;
+	 * nothing where the endpoint does not fence. */
+	void sync_fence() noexcept
+	{
+		if (__builtin_expect(data.read_fence != 0, 0))
+			sync_fence_bit();
+	}
+	void sync_fence_bit() noexcept;
 	/* submit's failure: `unposted` is what ibv_post_send named (null:
 	 * all of it, from `first`). */
 	ssize_t submit_failed(int rc, ibv_send_wr *unposted, ibv_send_wr *first, const char *call, bool own) noexcept;

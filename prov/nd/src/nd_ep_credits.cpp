@@ -175,7 +175,7 @@ void Endpoint::write_credits() noexcept
 	/* Unsignaled like the application's requests, and signaled as often;
 	 * it reports nothing (no context, no flags, no counter). */
 	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(
-		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, false}, data.signal_interval);
+		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, false});
 	ibv_sge sge;
 	sge.addr = count;
 	sge.length = sizeof(uint64_t);

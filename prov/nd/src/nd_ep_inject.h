@@ -15,6 +15,9 @@
 #include "nd_credits.h"
 #include "nd_ep.h"
 
+#include <bit>
+#include <cstddef>
+#include <cstring>
 #include <mutex>
 
 namespace nd {
@@ -42,7 +45,8 @@ template <ibv_wr_opcode Op>
 	static_assert(Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM || Op == IBV_WR_RDMA_WRITE ||
 		      Op == IBV_WR_RDMA_WRITE_WITH_IMM);
 	/* One compare for the link and everything the fast path defers (a
-	 * lock, credits, a shared context, requests held back). */
+	 * lock, credits, a shared context, requests held back, a counter, a
+	 * fence). */
 	const bool open = data.link.open();
 	/* len - 1 wraps for a zero-byte inject, which takes the slow path:
 	 * the fast path's request always has one inline entry. */
@@ -73,7 +77,7 @@ template <ibv_wr_opcode Op>
 /* Under the lock when the threading model asks for one, and after making
  * room in a full ring. */
 template <ibv_wr_opcode Op>
-[[gnu::noinline]] ssize_t Endpoint::post_inline_slow(const void *buf, size_t len, uint32_t imm_data,
+[[gnu::noinline, gnu::noipa]] ssize_t Endpoint::post_inline_slow(const void *buf, size_t len, uint32_t imm_data,
 						     uint64_t remote_addr, uint64_t remote_key)
 {
 	constexpr bool takes_receive = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
@@ -90,6 +94,7 @@ template <ibv_wr_opcode Op>
 	data.tx.queue->count_budget(); /* given back if posting fails (unclaim) */
 	const ssize_t ret = post_inline_request<Op, true>(*data.tx.queue, data.tx.queue->posted(), buf,
 							   len, imm_data, remote_addr, remote_key);
+	sync_fence();
 	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
 	return ret;
@@ -110,17 +115,27 @@ template <ibv_wr_opcode Op, bool MaybeHeld>
 {
 	constexpr bool is_send = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
 	constexpr const char *call = inject_call_name(Op);
-	/* 1 where a counter needs every completion (set at fi_enable). */
-	const uint32_t interval = is_send ? data.send_signal_interval : data.write_signal_interval;
+	/* A counter of this kind counts completions: each request is signaled.
+	 * The slow path's alone (SlowTx::counted). */
+	const bool counted = MaybeHeld && bindings.counter(is_send ? CounterKind::send : CounterKind::write);
 	const SendClaim request{nullptr, is_send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE, static_cast<uint32_t>(len),
-				false, false};
+				false, counted};
 	/* The work request first, from the arguments, so that none of them
 	 * has to live across the claim (the RMA ones cost two saved
 	 * registers when they did). */
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
-	sge.length = static_cast<uint32_t>(len);
-	sge.lkey = 0;
+	/* The length and a zero lkey (inline data needs none) in one store:
+	 * len fits 32 bits (at most max_inline), so its upper half is the
+	 * zero lkey that follows length in ibv_sge. */
+	static_assert(offsetof(ibv_sge, lkey) == offsetof(ibv_sge, length) + sizeof(uint32_t));
+	if constexpr (std::endian::native == std::endian::little) {
+		const uint64_t length_and_lkey = len;
+		std::memcpy(&sge.length, &length_and_lkey, sizeof(length_and_lkey));
+	} else {
+		sge.length = static_cast<uint32_t>(len);
+		sge.lkey = 0;
+	}
 	ibv_send_wr wr;
 	wr.next = nullptr;
 	wr.sg_list = &sge;
@@ -134,7 +149,9 @@ template <ibv_wr_opcode Op, bool MaybeHeld>
 		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
 	}
 	/* A shared budget's count is the slow path's (post_inline_slow). */
-	const Claimed claimed = queue.claim_at<SendKind::send_or_write, false>(head, request, interval, 1, data.read_fence);
+	/* The fast path's request needs no fence (SlowTx::fence). */
+	const Claimed claimed =
+		queue.claim_at<SendKind::send_or_write, false>(head, request, 1, MaybeHeld ? data.read_fence : 0);
 	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
 	wr.send_flags = claimed.send_flags | (has_bytes ? IBV_SEND_INLINE : 0);
 	/* Requests FI_MORE held back have earlier slots: they go first. The

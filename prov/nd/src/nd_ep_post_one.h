@@ -48,9 +48,8 @@ template <ibv_wr_opcode Op, typename General>
 	const SendClaim request{context, cq_flags, static_cast<uint32_t>(len), report, report};
 	/* A shared budget's count is post_tx's (SlowTx::shared). */
 	const Claimed claimed =
-		is_read ? queue.claim_at<SendKind::read, false>(head, request, data.signal_interval,
-								data.read_signal_every)
-			: queue.claim_at<SendKind::send_or_write, false>(head, request, data.signal_interval, 1, data.read_fence);
+		is_read ? queue.claim_at<SendKind::read, false>(head, request, data.read_signal_every)
+			: queue.claim_at<SendKind::send_or_write, false>(head, request, 1, 0); /* no fence: SlowTx::fence */
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
 	sge.length = static_cast<uint32_t>(len);

@@ -188,6 +188,15 @@ int Endpoint::setup_data_path()
 	update_signal_intervals();
 	data.max_inline = static_cast<uint32_t>(tx_attr.inject_size);
 	data.read_fence = ((tx_attr.msg_order | rx_attr.msg_order) & kFencedOrder) ? IBV_SEND_FENCE : 0;
+	/* Where it fences, fi_send, fi_write and fi_read go their general
+	 * way (post_one leaves an endpoint with extras to it), which decides
+	 * the fence; fi_inject's fast path is left only while a fence is due
+	 * (SlowTx::fence, sync_fence). */
+	if (data.read_fence) {
+		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: a send or write after reads carries a fence (FI_ORDER_WAR/SAR)\n",
+			static_cast<void *>(this));
+		(void)bindings.extras_made();
+	}
 	/* A work request carries at most UINT32_MAX bytes (ibv_sge::length,
 	 * ibv_wc::byte_len): the fast paths test this bound alone. */
 	data.max_msg = std::min<size_t>(setup->max_msg_size ? setup->max_msg_size : UINT32_MAX, UINT32_MAX);
@@ -208,8 +217,10 @@ int Endpoint::setup_data_path()
 	 * (flush_pending_credits, by try_lock) meets the poster there. */
 	const bool locked = data.tx.lock.enabled();
 	/* Sends on an endpoint with receive credits look at them first. */
+	const bool injects_counted = bindings.counter(CounterKind::send) || bindings.counter(CounterKind::write);
 	data.link.set_slow_tx(static_cast<uint8_t>((locked ? SlowTx::locked : 0) | (bindings.stx() ? SlowTx::shared : 0) |
-						   (data.credits ? SlowTx::credits : 0)));
+						   (data.credits ? SlowTx::credits : 0) |
+						   (injects_counted ? SlowTx::counted : 0)));
 	/* Receives: the bits fi_enable fixes (not_ready and multi are kept
 	 * where they change). */
 	data.recv_reports = !bindings.rx_selective || (data.rx.op_flags & FI_COMPLETION);
@@ -245,9 +256,7 @@ void Endpoint::update_signal_intervals() noexcept
 	 * queue completes; under a shared budget, requests that completed but
 	 * wait for that could hold the budget that the signaled one needs. So
 	 * every request on a shared transmit context is signaled. */
-	data.signal_interval = bindings.stx() ? 1 : std::max<uint32_t>(data.tx.queue->limit() / 2, 1);
-	data.send_signal_interval = bindings.counter(CounterKind::send) ? 1 : data.signal_interval;
-	data.write_signal_interval = bindings.counter(CounterKind::write) ? 1 : data.signal_interval;
+	data.tx.queue->set_signal_interval(bindings.stx() ? 1 : std::max<uint32_t>(data.tx.queue->limit() / 2, 1));
 }
 
 /* At close (or when fi_enable fails), after the queue pair was flushed:
@@ -327,7 +336,7 @@ bool Endpoint::reserve_close_marker(const char *otherwise) noexcept
 ibv_send_wr Endpoint::claim_close_marker(ibv_wr_opcode opcode) noexcept
 {
 	assert_held(data.tx.lock, "Endpoint::claim_close_marker");
-	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(SendClaim{nullptr, 0, 0, false, true}, 1);
+	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(SendClaim{nullptr, 0, 0, false, true});
 	ibv_send_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
 	wr.opcode = opcode;

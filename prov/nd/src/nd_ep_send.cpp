@@ -122,8 +122,9 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	const SendClaim request{r.context, static_cast<uint32_t>(r.cq_flags), static_cast<uint32_t>(total), r.report,
 				r.report || counter};
 	const Claimed claimed =
-		is_read ? data.tx.queue->claim<SendKind::read>(request, data.signal_interval, data.read_signal_every)
-			: data.tx.queue->claim<SendKind::send_or_write>(request, data.signal_interval, 1, data.read_fence);
+		is_read ? data.tx.queue->claim<SendKind::read>(request, data.read_signal_every)
+			: data.tx.queue->claim<SendKind::send_or_write>(request, 1, data.read_fence);
+	sync_fence();
 	OpRecord &record = *claimed.record;
 	if (r.header) {
 		/* The slot's header lives as long as the request does. */
@@ -187,8 +188,8 @@ ssize_t Endpoint::post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_
 	ibv_send_wr wr[3] = {};
 	int n = 0;
 	if (write) {
-		const Claimed claimed = queue.claim<SendKind::send_or_write>(SendClaim{nullptr, 0, total, false, false},
-								    data.signal_interval, 1, data.read_fence);
+		const Claimed claimed = queue.claim<SendKind::send_or_write>(SendClaim{nullptr, 0, total, false, false}, 1,
+								    data.read_fence);
 		ibv_send_wr &w = wr[n++];
 		w.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
 		w.sg_list = sge;
@@ -199,7 +200,7 @@ ssize_t Endpoint::post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_
 		w.wr.rdma.rkey = static_cast<uint32_t>(r.remote_key);
 	}
 	const Claimed slot_claimed = queue.claim<SendKind::internal>(
-		SendClaim{nullptr, 0, static_cast<uint32_t>(kDataSlotBytes), false, false}, data.signal_interval);
+		SendClaim{nullptr, 0, static_cast<uint32_t>(kDataSlotBytes), false, false});
 	/* Its source stays as written until this request retires: one per
 	 * send-ring slot. */
 	uint64_t *source = c.slot_source(queue.slot_of(*slot_claimed.record));
@@ -220,7 +221,8 @@ ssize_t Endpoint::post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_
 		w.wr.rdma.rkey = c.peer_rkey();
 	}
 	const SendClaim request{r.context, static_cast<uint32_t>(r.cq_flags), total, r.report, r.report || counted};
-	const Claimed claimed = queue.claim<SendKind::send_or_write>(request, data.signal_interval, 1, data.read_fence);
+	const Claimed claimed = queue.claim<SendKind::send_or_write>(request, 1, data.read_fence);
+	sync_fence();
 	{
 		ibv_send_wr &w = wr[n++];
 		w.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
@@ -357,6 +359,18 @@ ssize_t Endpoint::post_batch(ibv_send_wr *last, const char *call, bool own)
 	return rc ? submit_failed(rc, bad, first, call, own) : 0;
 }
 
+/* Where the send lock is taken every post is out of line anyway, and the
+ * bits are left as fi_enable set them (as hold_injects leaves them). */
+void Endpoint::sync_fence_bit() noexcept
+{
+	const uint8_t bits = data.link.slow_tx();
+	if (bits & SlowTx::locked)
+		return;
+	const bool must_fence = data.tx.queue->reads_unfenced();
+	if (static_cast<bool>(bits & SlowTx::fence) != must_fence)
+		data.link.set_slow_tx(static_cast<uint8_t>(must_fence ? bits | SlowTx::fence : bits & ~SlowTx::fence));
+}
+
 ssize_t Endpoint::single_failed(int rc, ibv_wr_opcode opcode, const char *call) noexcept
 {
 	ibv_send_wr last{};
@@ -377,6 +391,7 @@ ssize_t Endpoint::submit_failed(int rc, ibv_send_wr *unposted, ibv_send_wr *firs
 		for (const ibv_send_wr *w = unposted; w; w = w->next)
 			held_lost = held_lost || (w >= data.batch->wr && w < data.batch->wr + SendBatch::kMaxRequests);
 	data.tx.queue->unclaim(unposted);
+	sync_fence();
 	/* nd's own request alone is info; the application's, or its held
 	 * requests lost behind nd's, are a warning. */
 	if (own && !held_lost)

@@ -89,9 +89,9 @@ static uint32_t ring_limit(uint32_t size, uint32_t internal, uint32_t depth)
 }
 
 WorkQueue::WorkQueue(QueueKind k, uint32_t wanted_depth, uint32_t internal, uint32_t initial)
-	: kind_(k), internal_slots_(static_cast<uint16_t>(internal)), depth_(std::max<uint32_t>(wanted_depth, 1))
+	: kind_(k), internal_slots_(static_cast<uint8_t>(internal)), depth_(std::max<uint32_t>(wanted_depth, 1))
 {
-	assert(internal <= UINT16_MAX);
+	assert(internal <= UINT8_MAX);
 	const uint32_t first = kind_ == QueueKind::shared_recv || initial == 0 ? depth_ : std::min(initial, depth_);
 	uint32_t size = 1;
 	while (size <= first + internal_slots_)
@@ -242,7 +242,7 @@ void SendQueue::unclaim(const ibv_send_wr *unposted) noexcept
 				break;
 			}
 		}
-		signaled_head_.store(end, std::memory_order_relaxed);
+		set_signaled_head(end);
 		reads_at_signal_ = reads;
 	}
 	if (fence_moves == 1)

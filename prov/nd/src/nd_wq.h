@@ -549,7 +549,10 @@ protected:
 	RetirePath retire_path_ = RetirePath::plain; /* choose_retire_path's */
 	bool flush_breaks_link_ = false; /* RetireTargets' */
 	std::atomic<bool> stalled_{false};
-	uint16_t internal_slots_ = 0;	/* beyond depth, for the provider's own */
+	uint8_t internal_slots_ = 0;	/* beyond depth, for the provider's own */
+	/* A send queue's: every signal_interval_-th request is signaled
+	 * (SendQueue::set_signal_interval). Here, where it fills a hole. */
+	uint16_t signal_interval_ = 1;
 	uint32_t depth_;		/* most requests outstanding at once */
 	uint32_t limit_;		/* most the ring holds now (<= depth) */
 	/* The ring requests take slots in: request number s (head when it
@@ -633,10 +636,10 @@ public:
 	 * every request up to it once it completes. */
 	bool signaled_outstanding() const noexcept
 	{
-		return signaled_head_.load(std::memory_order_relaxed) > tail_.load(std::memory_order_acquire);
+		return signaled_head() > tail_.load(std::memory_order_acquire);
 	}
 	/* The stall watch's: head just after the last signaled request. */
-	uint64_t last_signaled_end() const noexcept { return signaled_head_.load(std::memory_order_relaxed); }
+	uint64_t last_signaled_end() const noexcept { return signaled_head(); }
 	/* The ring or the shared budget is full (the slow paths' check). */
 	bool no_room() const noexcept
 	{
@@ -654,6 +657,10 @@ public:
 	uint32_t internal_slots() const noexcept { return internal_slots_; }
 	/* Not even the provider's own slots beyond the depth are free. */
 	bool internal_full() const noexcept { return outstanding() >= limit_ + internal_slots_; }
+	/* Reads were posted since the last send or write fenced after them
+	 * (fence_after_reads): the next one needs the fence, where the
+	 * endpoint asked for it. */
+	bool reads_unfenced() const noexcept { return reads_posted_ != reads_fenced_; }
 	uint32_t reads_in_flight() const noexcept
 	{
 		return reads_posted_ - reads_retired_.load(std::memory_order_acquire);
@@ -678,22 +685,32 @@ public:
 	 * A signaled request restarts both unsignaled counts: its completion
 	 * retires every request before it, reads included, which is what lets
 	 * a read past the negotiated limit wait for a completion that is sure
-	 * to come (Endpoint::post_tx). Every `interval`-th request is
-	 * signaled, so that the ring retires, and every `read_every`-th read.
-	 * Inlined with its constants at each caller: the inject path's costs
-	 * nothing it does not use.
+	 * to come (Endpoint::post_tx). Every interval-th request is signaled
+	 * (set_signal_interval), so that the ring retires, and every
+	 * `read_every`-th read; a request that must complete by itself says
+	 * so (SendClaim::signal). Inlined with its constants at each caller:
+	 * the inject path's costs nothing it does not use.
 	 */
 	template <SendKind Kind, bool Budgeted = true>
-	[[gnu::always_inline]] Claimed claim(const SendClaim &request, uint32_t interval, uint32_t read_every = 1,
+	[[gnu::always_inline]] Claimed claim(const SendClaim &request, uint32_t read_every = 1,
 					      uint32_t fence = 0) noexcept
 	{
-		return claim_at<Kind, Budgeted>(posted(), request, interval, read_every, fence);
+		return claim_at<Kind, Budgeted>(posted(), request, read_every, fence);
+	}
+	/* Every `interval`-th request is signaled from now on (fi_enable, and
+	 * when the ring grows): the poster's. */
+	void set_signal_interval(uint32_t interval) noexcept
+	{
+		const uint64_t end = signaled_head();
+		/* Signaling more often than asked is always safe. */
+		signal_interval_ = static_cast<uint16_t>(std::clamp<uint32_t>(interval, 1, UINT16_MAX));
+		set_signaled_head(end);
 	}
 	/* claim() with head as the poster just loaded it (full_at): an
 	 * atomic load is never merged with another. */
 	template <SendKind Kind, bool Budgeted = true>
-	[[gnu::always_inline]] Claimed claim_at(uint64_t h, const SendClaim &request, uint32_t interval,
-						 uint32_t read_every = 1, uint32_t fence = 0) noexcept
+	[[gnu::always_inline]] Claimed claim_at(uint64_t h, const SendClaim &request, uint32_t read_every = 1,
+						 uint32_t fence = 0) noexcept
 	{
 		constexpr bool is_read = Kind == SendKind::read;
 		/* Copies with their flags known: a run of unsignaled requests
@@ -703,9 +720,10 @@ public:
 		if constexpr (is_read)
 			if (request.signal)
 				return claim_as<Kind, Budgeted, true>(h, request, fence, reads_posted_ + 1);
-		/* `interval` requests since the last signaled one, this one
-		 * included (head and signaled_head never wrap). */
-		bool signaled = request.signal || signaled_head_.load(std::memory_order_relaxed) + interval <= h + 1;
+		/* interval requests since the last signaled one, this one
+		 * included (head never wraps): signal_at_, kept so that an
+		 * unsignaled request compares head with one word. */
+		bool signaled = request.signal || h >= signal_at_.load(std::memory_order_relaxed);
 		const uint32_t reads = reads_posted_ + (is_read ? 1 : 0);
 		if constexpr (is_read)
 			signaled = signaled || reads - reads_at_signal_ >= read_every;
@@ -740,7 +758,7 @@ public:
 	PosterView poster_view() const noexcept
 	{
 		const uint64_t h = posted();
-		const uint64_t sh = signaled_head_.load(std::memory_order_relaxed);
+		const uint64_t sh = signaled_head();
 		return {h, sh, static_cast<uint32_t>(h - sh), reads_posted_, reads_posted_ - reads_at_signal_,
 			reads_posted_ != reads_fenced_};
 	}
@@ -772,7 +790,7 @@ private:
 		if constexpr (Budgeted)
 			count_budget();
 		if constexpr (Signaled)
-			signaled_head_.store(h + 1, std::memory_order_relaxed);
+			signal_at_.store(h + signal_interval_, std::memory_order_relaxed);
 		publish(h);
 		return {&record, send_flags};
 	}
@@ -796,7 +814,19 @@ private:
 	/* head just after the last signaled request: a request that will
 	 * complete is outstanding while this is above tail (the stall watch
 	 * reads it), and the requests claimed since are head minus this. */
-	std::atomic<uint64_t> signaled_head_{0};
+	uint64_t signaled_head() const noexcept { return signal_at_.load(std::memory_order_relaxed) - signal_interval_ + 1; }
+	void set_signaled_head(uint64_t end) noexcept
+	{
+		signal_at_.store(end + signal_interval_ - 1, std::memory_order_relaxed);
+	}
+
+	/* The head from which the next request is signaled: the last signaled
+	 * request's end (signaled_head) + signal_interval_ - 1, kept as such
+	 * so that an unsignaled request compares head with one word. Atomic
+	 * for the stall watch (last_signaled_end), which reads it under the
+	 * CQ's lock, where signal_interval_ also changes (the ring grows under
+	 * it). */
+	std::atomic<uint64_t> signal_at_{0};
 	/* RDMA reads (and atomics) posted, wrapping: in flight is this minus
 	 * reads_retired_. */
 	uint32_t reads_posted_ = 0;

@@ -453,29 +453,65 @@ Test(work_queue, counter_kind_follows_the_cq_flags)
 Test(send_protocol, every_signaled_request_restarts_the_unsignaled_reads)
 {
 	SendQueue queue(64);
+	queue.set_signal_interval(100);
 	const SendClaim read{ctx(1), FI_RMA | FI_READ, 8, false, false};
-	const SendClaim inject{nullptr, FI_SEND | FI_MSG, 8, false, false};
-	Claimed c = queue.claim<SendKind::read>(read, 100, 4);
+	const SendClaim counted_inject{nullptr, FI_SEND | FI_MSG, 8, false, true};
+	Claimed c = queue.claim<SendKind::read>(read, 4);
 	cr_assert_eq(c.send_flags & IBV_SEND_SIGNALED, 0u);
 	cr_assert_eq(queue.poster_view().unsignaled_reads, 1u);
-	/* An inject that reaches its signal interval (1: a counter wants it). */
-	c = queue.claim<SendKind::send_or_write, false>(inject, 1, 1, 0);
+	/* An inject a counter counts (post_inline_slow signals it). */
+	c = queue.claim<SendKind::send_or_write, false>(counted_inject, 1, 0);
 	cr_assert_neq(c.send_flags & IBV_SEND_SIGNALED, 0u);
 	cr_assert_eq(queue.poster_view().unsignaled_reads, 0u, "a signaled inject retires the reads before it");
 	cr_assert_eq(queue.poster_view().unsignaled, 0u);
 	/* A send that wants its completion. */
-	queue.claim<SendKind::read>(read, 100, 4);
-	queue.claim<SendKind::send_or_write>(SendClaim{ctx(2), FI_SEND | FI_MSG, 8, true, true}, 100);
+	queue.claim<SendKind::read>(read, 4);
+	queue.claim<SendKind::send_or_write>(SendClaim{ctx(2), FI_SEND | FI_MSG, 8, true, true});
 	cr_assert_eq(queue.poster_view().unsignaled_reads, 0u);
-	/* A credit write at its interval. */
-	queue.claim<SendKind::read>(read, 100, 4);
-	queue.claim<SendKind::internal>(SendClaim{nullptr, 0, 8, false, false}, 1);
+	/* A credit write at its interval (1: a shared context's). */
+	queue.claim<SendKind::read>(read, 4);
+	queue.set_signal_interval(1);
+	queue.claim<SendKind::internal>(SendClaim{nullptr, 0, 8, false, false});
 	cr_assert_eq(queue.poster_view().unsignaled_reads, 0u);
+	queue.set_signal_interval(100);
 	/* Every read_every-th read signals itself. */
 	for (int i = 0; i < 3; i++)
-		cr_assert_eq(queue.claim<SendKind::read>(read, 100, 4).send_flags & IBV_SEND_SIGNALED, 0u);
-	cr_assert_neq(queue.claim<SendKind::read>(read, 100, 4).send_flags & IBV_SEND_SIGNALED, 0u);
+		cr_assert_eq(queue.claim<SendKind::read>(read, 4).send_flags & IBV_SEND_SIGNALED, 0u);
+	cr_assert_neq(queue.claim<SendKind::read>(read, 4).send_flags & IBV_SEND_SIGNALED, 0u);
 	cr_assert_eq(queue.poster_view().unsignaled_reads, 0u);
+}
+
+/* Every interval-th request is signaled, counted from the last signaled
+ * one: a request that signals itself restarts the count, and an interval
+ * set anew (the ring grew) counts from there too. */
+Test(send_protocol, every_interval_th_request_is_signaled_from_the_last_signaled)
+{
+	SendQueue queue(64);
+	queue.set_signal_interval(4);
+	const SendClaim write{nullptr, FI_RMA | FI_WRITE, 8, false, false};
+	auto signaled = [&](const SendClaim &request) {
+		return (queue.claim<SendKind::send_or_write>(request).send_flags & IBV_SEND_SIGNALED) != 0;
+	};
+	for (int i = 0; i < 3; i++)
+		cr_assert_not(signaled(write), "request %d", i);
+	cr_assert(signaled(write), "the 4th");
+	cr_assert_eq(queue.last_signaled_end(), 4u);
+	cr_assert_not(signaled(write));
+	cr_assert(signaled(SendClaim{ctx(1), FI_SEND | FI_MSG, 8, true, true}), "a reported send signals itself");
+	cr_assert_eq(queue.last_signaled_end(), 6u);
+	for (int i = 0; i < 3; i++)
+		cr_assert_not(signaled(write), "request %d after the reported one", i);
+	queue.set_signal_interval(2);
+	cr_assert_eq(queue.last_signaled_end(), 6u, "a new interval keeps the last signaled request");
+	cr_assert(signaled(write), "the new interval counts from the last signaled request");
+	cr_assert_not(signaled(write));
+	cr_assert(signaled(write));
+	queue.set_signal_interval(0);
+	cr_assert(signaled(write), "an interval of 0 is 1: every request");
+	queue.set_signal_interval(1u << 20);
+	cr_assert_eq(queue.last_signaled_end(), 13u);
+	for (int i = 0; i < 50; i++)
+		cr_assert_not(signaled(write), "a wide interval, request %d", i);
 }
 
 /* A write after reads carries the fence once; the provider's own writes
@@ -483,13 +519,18 @@ Test(send_protocol, every_signaled_request_restarts_the_unsignaled_reads)
 Test(send_protocol, the_fence_after_reads_is_the_applications_alone)
 {
 	SendQueue queue(64);
+	queue.set_signal_interval(100);
 	const SendClaim write{nullptr, FI_RMA | FI_WRITE, 8, false, false};
-	cr_assert_eq(queue.claim<SendKind::send_or_write>(write, 100, 1, IBV_SEND_FENCE).send_flags, 0u, "no read before it");
-	queue.claim<SendKind::read>(SendClaim{ctx(1), FI_RMA | FI_READ, 8, false, false}, 100, 8);
-	cr_assert_eq(queue.claim<SendKind::internal>(SendClaim{nullptr, 0, 8, false, false}, 100).send_flags, 0u);
-	const Claimed inject = queue.claim<SendKind::send_or_write, false>(write, 100, 1, IBV_SEND_FENCE);
+	cr_assert_eq(queue.claim<SendKind::send_or_write>(write, 1, IBV_SEND_FENCE).send_flags, 0u, "no read before it");
+	cr_assert_not(queue.reads_unfenced());
+	queue.claim<SendKind::read>(SendClaim{ctx(1), FI_RMA | FI_READ, 8, false, false}, 8);
+	cr_assert(queue.reads_unfenced(), "the endpoint's fast paths are left until a fence (SlowTx::fence)");
+	cr_assert_eq(queue.claim<SendKind::internal>(SendClaim{nullptr, 0, 8, false, false}).send_flags, 0u);
+	cr_assert(queue.reads_unfenced(), "the provider's own write fences nothing");
+	const Claimed inject = queue.claim<SendKind::send_or_write, false>(write, 1, IBV_SEND_FENCE);
 	cr_assert_eq(inject.send_flags, IBV_SEND_FENCE);
-	cr_assert_eq(queue.claim<SendKind::send_or_write>(write, 100, 1, IBV_SEND_FENCE).send_flags, 0u, "fenced once");
+	cr_assert_not(queue.reads_unfenced());
+	cr_assert_eq(queue.claim<SendKind::send_or_write>(write, 1, IBV_SEND_FENCE).send_flags, 0u, "fenced once");
 }
 
 /* The record says what the completion reports, and a read's mark covers
@@ -497,7 +538,7 @@ Test(send_protocol, the_fence_after_reads_is_the_applications_alone)
 Test(send_protocol, a_claimed_record_reports_and_retires_what_it_was_given)
 {
 	SendQueue queue(64);
-	const Claimed read = queue.claim<SendKind::read>(SendClaim{ctx(7), FI_RMA | FI_READ, 64, true, true}, 100, 8);
+	const Claimed read = queue.claim<SendKind::read>(SendClaim{ctx(7), FI_RMA | FI_READ, 64, true, true}, 8);
 	cr_assert_eq(read.record->context, ctx(7));
 	cr_assert_eq(read.record->flags, static_cast<uint32_t>(FI_RMA | FI_READ));
 	cr_assert_eq(read.record->len, 64u);
@@ -529,18 +570,20 @@ struct Step {
 	SendClaim request;
 };
 
+constexpr uint32_t kUndoInterval = 5;
+
 Claimed claim_step(SendQueue &queue, const Step &step)
 {
-	constexpr uint32_t kInterval = 5, kReadEvery = 3;
+	constexpr uint32_t kReadEvery = 3;
 	switch (step.kind) {
 	case SendKind::read:
-		return queue.claim<SendKind::read>(step.request, kInterval, kReadEvery);
+		return queue.claim<SendKind::read>(step.request, kReadEvery);
 	case SendKind::internal:
-		return queue.claim<SendKind::internal>(step.request, kInterval);
+		return queue.claim<SendKind::internal>(step.request);
 	case SendKind::send_or_write:
 		break;
 	}
-	return queue.claim<SendKind::send_or_write>(step.request, kInterval, 1, IBV_SEND_FENCE);
+	return queue.claim<SendKind::send_or_write>(step.request, 1, IBV_SEND_FENCE);
 }
 
 ibv_send_wr wr_of(const Step &step, const Claimed &claimed)
@@ -576,6 +619,8 @@ Test(send_protocol, a_chain_that_fails_at_its_third_request_is_undone_whole)
 		SendQueue undone(64, 0, 4), twin(64, 0, 4);
 		undone.set_budget(budget);
 		twin.set_budget(std::make_shared<SendBudget>(64));
+		undone.set_signal_interval(kUndoInterval);
+		twin.set_signal_interval(kUndoInterval);
 		for (SendQueue *queue : {&undone, &twin}) {
 			for (const Step &step : before) {
 				if (queue->full())
