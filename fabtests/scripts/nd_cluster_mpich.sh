@@ -11,6 +11,8 @@
 # Environment:
 #   ND_MPICH_WAIT   seconds the other nodes wait for node 0's run to end
 #                   (3000)
+#   ND_MPICH_COMPARE  1: the suite over verbs;ofi_rxm too, after nd's, and
+#                   judged beside it (nd_mpich.sh compare; 0)
 #   ND_MEET, ND_NODE, ND_NODES  set by util/nd-cluster (internal): the
 #                   nodes' shared directory, this node's number, the node
 #                   count
@@ -38,4 +40,6 @@ if ! need_tool /usr/sbin/sshd openssh-server; then
 	exit 0
 fi
 hosts=$(for ((i = 0; i < ND_NODES; i++)); do printf 'nd-node%d,' "$i"; done)
-ND_MPICH_HOSTS=${hosts%,} "$(dirname "$0")/nd_mpich.sh" "$mpich" "$builddir" suite "nd;ofi_rxm" "$@"
+mode=suite
+[[ ${ND_MPICH_COMPARE:-0} == 1 ]] && mode=compare
+ND_MPICH_HOSTS=${hosts%,} "$(dirname "$0")/nd_mpich.sh" "$mpich" "$builddir" "$mode" "nd;ofi_rxm" "$@"

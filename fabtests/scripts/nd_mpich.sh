@@ -48,6 +48,9 @@
 #                              run); full: every test (check)
 #   ND_MPICH_STRIDE            the check tier's stride (24)
 #   ND_MPICH_OFFSET            the check tier's first test, 0-based (0)
+#   ND_MPICH_ONLY              only these programs, DIR/TEST separated by
+#                              spaces (each with all its variants; unset:
+#                              every one), to look at a few again
 #   ND_MPICH_FINALIZE_RUNS     finalize runs (5)
 #   ND_MPICH_FINALIZE_TIMEOUT  seconds a finalize run may take (30)
 #   ND_MPICH_HOSTS             nd-node0,nd-node1,...: the suite's ranks are
@@ -174,8 +177,11 @@ run_dir() { # DIR RESULTS
 	# not those mpich.expect lists (Slow, Fail or Hang).
 	list=$suite_root/$dir/testlist.nd
 	awk -v v="$version" -v t="$transport" -v dir="$dir" -v expect="$expect" \
-		-v tier="${ND_MPICH_TIER:-check}" -v stride="${ND_MPICH_STRIDE:-24}" -v offset="${ND_MPICH_OFFSET:-0}" '
+		-v tier="${ND_MPICH_TIER:-check}" -v stride="${ND_MPICH_STRIDE:-24}" -v offset="${ND_MPICH_OFFSET:-0}" \
+		-v only="${ND_MPICH_ONLY:-}" '
 		BEGIN {
+			n_only = split(only, o, /[ \t]+/)
+			for (i = 1; i <= n_only; i++) wanted[o[i]] = 1
 			while ((getline line < expect) > 0) {
 				sub(/[ \t]*#.*/, "", line); n = split(line, f, /[ \t]+/)
 				if (n >= 5 && (f[1] == "*" || f[1] == v) && (f[2] == "*" || f[2] == t) && (f[3] == "Slow" || f[3] == "Fail" || f[3] == "Hang")) {
@@ -188,6 +194,7 @@ run_dir() { # DIR RESULTS
 			line = $0; sub(/^[ \t]+/, "", line); sub(/[ \t]*#.*/, "", line)
 			n = split(line, f, /[ \t]+/)
 			if (n < 2 || f[2] !~ /^[0-9]+$/ || f[2] < 2 || f[2] > 4) next
+			if (n_only && !((dir "/" f[1]) in wanted)) next
 			if (stride > 1 && (eligible++ % stride) != offset % stride) next
 			k = dir "/" f[1] " " f[2]
 			for (i = 3; i <= n; i++) if (f[i] ~ /^arg=/) k = k " " substr(f[i], 5)
