@@ -551,8 +551,10 @@ protected:
 	std::atomic<bool> stalled_{false};
 	uint8_t internal_slots_ = 0;	/* beyond depth, for the provider's own */
 	/* A send queue's: every signal_interval_-th request is signaled
-	 * (SendQueue::set_signal_interval). Here, where it fills a hole. */
-	uint16_t signal_interval_ = 1;
+	 * (SendQueue::set_signal_interval). Here, where it fills a hole.
+	 * Atomic (relaxed: plain loads and stores) for the stall watch, which
+	 * reads it with signal_at_ while the poster may set it. */
+	std::atomic<uint16_t> signal_interval_{1};
 	uint32_t depth_;		/* most requests outstanding at once */
 	uint32_t limit_;		/* most the ring holds now (<= depth) */
 	/* The ring requests take slots in: request number s (head when it
@@ -703,7 +705,8 @@ public:
 	{
 		const uint64_t end = signaled_head();
 		/* Signaling more often than asked is always safe. */
-		signal_interval_ = static_cast<uint16_t>(std::clamp<uint32_t>(interval, 1, UINT16_MAX));
+		signal_interval_.store(static_cast<uint16_t>(std::clamp<uint32_t>(interval, 1, UINT16_MAX)),
+				       std::memory_order_relaxed);
 		set_signaled_head(end);
 	}
 	/* claim() with head as the poster just loaded it (full_at): an
@@ -790,7 +793,7 @@ private:
 		if constexpr (Budgeted)
 			count_budget();
 		if constexpr (Signaled)
-			signal_at_.store(h + signal_interval_, std::memory_order_relaxed);
+			signal_at_.store(h + signal_interval_.load(std::memory_order_relaxed), std::memory_order_relaxed);
 		publish(h);
 		return {&record, send_flags};
 	}
@@ -814,18 +817,22 @@ private:
 	/* head just after the last signaled request: a request that will
 	 * complete is outstanding while this is above tail (the stall watch
 	 * reads it), and the requests claimed since are head minus this. */
-	uint64_t signaled_head() const noexcept { return signal_at_.load(std::memory_order_relaxed) - signal_interval_ + 1; }
+	uint64_t signaled_head() const noexcept
+	{
+		return signal_at_.load(std::memory_order_relaxed) - signal_interval_.load(std::memory_order_relaxed) + 1;
+	}
 	void set_signaled_head(uint64_t end) noexcept
 	{
-		signal_at_.store(end + signal_interval_ - 1, std::memory_order_relaxed);
+		signal_at_.store(end + signal_interval_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 	}
 
 	/* The head from which the next request is signaled: the last signaled
 	 * request's end (signaled_head) + signal_interval_ - 1, kept as such
 	 * so that an unsignaled request compares head with one word. Atomic
-	 * for the stall watch (last_signaled_end), which reads it under the
-	 * CQ's lock, where signal_interval_ also changes (the ring grows under
-	 * it). */
+	 * for the stall watch (last_signaled_end), which reads the two without
+	 * the poster: a look that meets a new interval (fi_enable, a grown
+	 * ring) may take the last signaled end to be off by the difference,
+	 * for that look (one a second; a stall is told after many). */
 	std::atomic<uint64_t> signal_at_{0};
 	/* RDMA reads (and atomics) posted, wrapping: in flight is this minus
 	 * reads_retired_. */
