@@ -149,8 +149,9 @@ rxe_warned() {
 clients() {
 	local loss=$1 key=lossy.$1.clients prov out rc start line
 	if ((ND_NODE != 0)); then
-		# This node's kernel log, for rxe_warned on node 0.
-		(until [[ -e $meet/$key.done ]]; do
+		# This node's kernel log, for rxe_warned on node 0: noted once
+		# (the WARNING is printed once a boot, and the note stays).
+		(until [[ -e $meet/$key.done || -e $meet/rxe-warned.$ND_NODE ]]; do
 			rxe_comp_warning && : >"$meet/rxe-warned.$ND_NODE"
 			sleep 1
 		done) &

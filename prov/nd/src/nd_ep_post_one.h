@@ -10,7 +10,8 @@
  * holds them to is fabtests/test_configs/nd/cpu-budget). Here each call tests one byte for what fi_enable
  * fixed (the link's slow-transmit bits, slow_rx: a lock, a shared context, receive credits,
  * FI_MORE held back, iWARP's receive lists, multi-receive buffers), a
- * pointer for what is bound rarely (counters: bindings.extras), and what
+ * pointer for what is bound rarely (counters, a fence after reads:
+ * bindings.extras), and what
  * the call itself passes; anything else (a refusal, a full ring, a read
  * past the negotiated limit) goes to the call's general path (post_tx
  * through send_common or rma, post_rx), which says why.
@@ -49,7 +50,7 @@ template <ibv_wr_opcode Op, typename General>
 	/* A shared budget's count is post_tx's (SlowTx::shared). */
 	const Claimed claimed =
 		is_read ? queue.claim_at<SendKind::read, false>(head, request, data.read_signal_every)
-			: queue.claim_at<SendKind::send_or_write, false>(head, request, 1, 0); /* no fence: SlowTx::fence */
+			: queue.claim_at<SendKind::send_or_write, false>(head, request, 1, 0); /* an endpoint that fences has extras: never here */
 	ibv_sge sge;
 	sge.addr = reinterpret_cast<uintptr_t>(buf);
 	sge.length = static_cast<uint32_t>(len);
