@@ -446,9 +446,10 @@ private:
 	/* One poll's work completions into the buffer from index n. */
 	template <fi_cq_format Format>
 	[[gnu::always_inline]] size_t complete_into(ibv_wc *wc, int got, void *buf, size_t n, size_t count);
-	/* read()'s paths out of line (nd_cq.cpp says which). Under the lock. */
+	/* read()'s paths once its poll found something (nd_cq.cpp says which
+	 * are inline). Under the lock. */
 	template <fi_cq_format Format>
-	[[gnu::noinline]] ssize_t complete_polled(ibv_cq *verbs, ibv_wc *wc, int got, int want, void *buf,
+	[[gnu::always_inline]] ssize_t complete_polled(ibv_cq *verbs, ibv_wc *wc, int got, int want, void *buf,
 						  size_t count);
 	template <fi_cq_format Format>
 	[[gnu::noinline]] ssize_t complete_many(ibv_cq *verbs, ibv_wc *wc, int got, int want, void *buf,

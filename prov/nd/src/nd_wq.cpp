@@ -296,25 +296,6 @@ void WorkQueue::apply_remote_data(const OpRecord &record, uint64_t *slot, uint64
 	}
 }
 
-/* iWARP's remote CQ data (take_remote_data) is written into the work
- * completion itself, so that every reader of it reports the data as
- * immediate data: retire() takes the completion to write. */
-Retired WorkQueue::retire_with_slot(OpRecord &record, ibv_wc &wc) noexcept
-{
-	take_remote_data(record, wc); /* before the slot may be reused */
-	const Retired done{record.context, record.flags, record.report()};
-	retire_through(&record);
-	return done;
-}
-
-Retired WorkQueue::retire_with_room(OpRecord &record) noexcept
-{
-	const Retired done{record.context, record.flags, record.report()};
-	retire_through(&record);
-	hooks_->room(owner_); /* after: the credit write it sends takes a slot */
-	return done;
-}
-
 Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept
 {
 	/* Read before the slot is retired, when it may be reused. */

@@ -433,10 +433,11 @@ public:
 	 * multi-receive message says where it landed, and a framed
 	 * endpoint's is matched, in *placement (kept out of Retired, whose
 	 * two words come back in registers on the CQ's fast path). A receive
-	 * queue with remote CQ data slots (iWARP) takes the rest as well:
-	 * RoCE's and InfiniBand's completions pay nothing for it.
+	 * queue with remote CQ data slots (iWARP) is inline too, behind the
+	 * plain case, so RoCE's and InfiniBand's completions pay nothing for
+	 * it, and so is a send queue with a room hook.
 	 */
-	static Retired retire(ibv_wc &wc, Placement *placement = nullptr) noexcept
+	[[gnu::always_inline]] static Retired retire(ibv_wc &wc, Placement *placement = nullptr) noexcept
 	{
 		OpRecord *record = record_of(wc.wr_id);
 		WorkQueue *queue = record->owner;
@@ -446,10 +447,24 @@ public:
 			queue->retire_through(record); /* the slot may be reused now */
 			return done;
 		}
-		if (wc.status == IBV_WC_SUCCESS && path == RetirePath::with_slot)
-			return queue->retire_with_slot(*record, wc);
-		if (wc.status == IBV_WC_SUCCESS && path == RetirePath::with_room)
-			return queue->retire_with_room(*record);
+		/* iWARP's receives: as plain but for one load of the slot. Its
+		 * data goes into the work completion itself, so that every
+		 * reader of it reports the data as immediate data. */
+		if (wc.status == IBV_WC_SUCCESS && path == RetirePath::with_slot) {
+			queue->take_remote_data(*record, wc); /* before the slot may be reused */
+			const Retired done{record->context, record->flags, record->report()};
+			queue->retire_through(record);
+			return done;
+		}
+		/* iWARP's sends: as plain, then the room hook, which sends a
+		 * credit write that found the ring full (one call, two loads and
+		 * a test when none waits). */
+		if (wc.status == IBV_WC_SUCCESS && path == RetirePath::with_room) {
+			const Retired done{record->context, record->flags, record->report()};
+			queue->retire_through(record);
+			queue->hooks_->room(queue->owner_); /* after: the credit write it sends takes a slot */
+			return done;
+		}
 		return queue->retire_other(*record, wc, placement);
 	}
 
@@ -485,7 +500,7 @@ public:
 	 * unsignaled, see above), and the reads posted up to it; how many. A
 	 * `last` that is not outstanding (it cannot be, short of a device bug)
 	 * retires all. */
-	uint64_t retire_through(const OpRecord *last) noexcept
+	[[gnu::always_inline]] uint64_t retire_through(const OpRecord *last) noexcept
 	{
 		const uint64_t t = tail_.load(std::memory_order_relaxed);
 		const uint64_t h = head_.load(std::memory_order_acquire);
@@ -594,7 +609,7 @@ private:
 	 * completion, which then reads as one that carried immediate data.
 	 * Before the ring slot retires: a receive posted in it again lets the
 	 * peer write the data slot again. Most messages carry none: one load. */
-	void take_remote_data(const OpRecord &record, ibv_wc &wc) noexcept
+	[[gnu::always_inline]] void take_remote_data(const OpRecord &record, ibv_wc &wc) noexcept
 	{
 		uint64_t *slot = data_slots_ + static_cast<size_t>(&record - records_) * kDataSlotWords;
 		const uint64_t word = __atomic_load_n(slot, __ATOMIC_RELAXED); /* the adapter's write */
@@ -604,13 +619,6 @@ private:
 	/* retire() for a failure, a counted queue, a pool, or a buffer nd
 	 * places messages in (nd_wq.cpp). */
 	Retired retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept;
-	/* retire() for a success on a receive queue that is plain but for its
-	 * remote CQ data slots, and on a send queue that is plain but for its
-	 * room hook (iWARP's credits): small, out of line (nd_wq.cpp), where
-	 * retire_other's checks of everything else cost a send completion
-	 * twice as much. */
-	[[gnu::noinline]] Retired retire_with_slot(OpRecord &record, ibv_wc &wc) noexcept;
-	[[gnu::noinline]] Retired retire_with_room(OpRecord &record) noexcept;
 	/* take_remote_data's rare part: a slot that holds data (nd_wq.cpp). */
 	void apply_remote_data(const OpRecord &record, uint64_t *slot, uint64_t word, ibv_wc &wc) noexcept;
 };
