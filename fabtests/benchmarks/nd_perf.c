@@ -380,9 +380,12 @@ static void cq_failed(struct fid_cq *cq, ssize_t rc)
 	if (rc == -FI_EAVAIL) {
 		struct fi_cq_err_entry err = { 0 };
 		fi_cq_readerr(cq, &err, 0);
-		fprintf(stderr, "nd_perf: %s completion error: %s (provider: %s)\n",
+		fprintf(stderr, "nd_perf: %s completion error: %s (provider: %s; %s, flags 0x%llx)\n",
 			cq == txcq ? "transmit" : "receive", fi_strerror(err.err),
-			fi_cq_strerror(cq, err.prov_errno, err.err_data, NULL, 0));
+			fi_cq_strerror(cq, err.prov_errno, err.err_data, NULL, 0),
+			err.op_context == &ctl_ctx ? "the control message" :
+			err.op_context ? "a data request" : "no context",
+			(unsigned long long)err.flags);
 	} else {
 		fprintf(stderr, "nd_perf: fi_cq_read: %s\n", fi_strerror((int)-rc));
 	}
@@ -875,6 +878,17 @@ static int run_server(void)
 		if (r.type != CTL_READY)
 			die("unexpected control message");
 		server_size(&r);
+	}
+	/* The client disconnects once its DONE completed: closing first could
+	 * end its send while the adapter still holds it (soft-iWARP then
+	 * completes it with a local QP error, though its bytes arrived). */
+	ssize_t rc = fi_eq_sread(eq, &type, &ev.entry, sizeof(ev), 10000, 0);
+	if (rc == -FI_EAVAIL) {
+		struct fi_eq_err_entry err = { 0 };
+		fi_eq_readerr(eq, &err, 0);
+	} else if (rc < 0 && !opt.quiet) {
+		fprintf(stderr, "nd_perf: no disconnect from the client within 10 s: %s\n",
+			fi_strerror((int)-rc));
 	}
 	fi_shutdown(ep, 0);
 	close_endpoint();
