@@ -3,11 +3,12 @@
 # instructions per call under callgrind (user space only, 8-byte messages),
 # for libfabric's verbs provider and nd side by side in one boot. Run where
 # an RDMA device exists (util/nd-bench and util/nd-check's cpu stage run it
-# in the guest; on soft-iWARP, ND_GUEST_TRANSPORT=iwarp, it measures the
-# rows an iWARP endpoint with receive credits makes different: its CQ
-# reads, of fi_inject's traffic and of fi_send's, since the verbs provider
-# there injects no more than 2 bytes and its reads of the first are of
-# send completions too).
+# in the guest; on soft-iWARP, ND_GUEST_TRANSPORT=iwarp, it measures every
+# row again for an endpoint with receive credits, which keeps them on
+# every call: its CQ reads, of fi_inject's traffic and of fi_send's, since
+# the verbs provider there injects no more than 2 bytes and its reads of
+# the first are of send completions too; and its posts, fi_recv's with
+# the credit write that tells the peer of the receive).
 #
 # With --budget FILE, nd's figures are held to FILE (fabtests/test_configs/nd/cpu-budget):
 # one line per row, "ROW PROVIDER OTHER", and the script prints a PASS:
@@ -20,8 +21,9 @@
 #   ND_BENCH_CPU_ITERS      iterations per row (default 200)
 #   ND_BENCH_CPU_PROVIDERS  providers measured (default "verbs nd")
 #   ND_BENCH_CPU_ROWS       only these rows (keys: inject inject_write cq_read
-#                           send write read recv; iwarp_cq_read and
-#                           iwarp_cq_read_send on iWARP)
+#                           send write read recv; on iWARP iwarp_cq_read,
+#                           iwarp_cq_read_send and iwarp_ before the
+#                           others)
 #   ND_BENCH_CPU_DIR        keep the callgrind files here (default: a
 #                           temporary folder, removed)
 #   ND_PERF                 the nd_perf binary (default BUILDDIR/fabtests/benchmarks/nd_perf)
@@ -146,6 +148,12 @@ if [ "$transport" = iwarp ]; then
 	rows=(
 		"iwarp_cq_read|fi_cq_read, iWARP with credits|send_lat|perf_cq_read|cq_read|"
 		"iwarp_cq_read_send|fi_cq_read, iWARP with credits, fi_send|send_lat|perf_cq_read|cq_read|-I 0"
+		"iwarp_inject|fi_inject, iWARP with credits|send_lat|perf_send|send|"
+		"iwarp_inject_write|fi_inject_write, iWARP with credits|write_lat|perf_write|write|"
+		"iwarp_send|fi_send, iWARP with credits|send_lat|perf_send|send|-I 0"
+		"iwarp_write|fi_write, iWARP with credits|write_lat|perf_write|write|-I 0"
+		"iwarp_read|fi_read, iWARP with credits|read_lat|perf_read|read|"
+		"iwarp_recv|fi_recv, iWARP with credits|send_lat|perf_recv|recv|"
 	)
 else
 	rows=(

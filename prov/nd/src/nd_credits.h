@@ -158,8 +158,13 @@ public:
 			peer.data_slots_log2 && peer.data_slots_log2 < 32 ? (1u << peer.data_slots_log2) - 1 : 0;
 		peer_known_.store(true, std::memory_order_release);
 	}
-	/* The peer offered none (not an nd peer): sends are not held. */
-	void take_no_offer() noexcept { unlimited_ = true; }
+	/* The peer offered none (not an nd peer): sends are not held (a base
+	 * no count reaches, so that can_send tests one bound). */
+	void take_no_offer() noexcept
+	{
+		unlimited_ = true;
+		base_ = UINT64_MAX;
+	}
 	bool peer_known() const noexcept { return peer_known_.load(std::memory_order_acquire); }
 
 	/* Sender: what the peer granted, and whether a message may go. */
@@ -168,7 +173,7 @@ public:
 		const uint64_t written = words_->granted; /* by the peer's adapter */
 		return std::max(written, base_);
 	}
-	bool can_send() const noexcept { return unlimited_ || sent_ < granted(); }
+	bool can_send() const noexcept { return sent_ < granted(); }
 	uint64_t sent() const noexcept { return sent_; }
 	/* Messages that took a peer's receive, posted (under the send lock). */
 	void count_sent(uint64_t messages) noexcept { sent_ += messages; }
@@ -213,7 +218,9 @@ public:
 	/* The write of `posted` was posted. */
 	void advertised(uint64_t posted) noexcept { advertised_.store(posted, std::memory_order_relaxed); }
 	/* A write that could not go out when the count rose (the send ring's
-	 * lock was held, or its internal slots busy): the next post sends it. */
+	 * lock was held, or its internal slots busy): the next post on a
+	 * general path sends it, or the next send-queue completion (the room
+	 * hook); the fast paths leave it to the second. */
 	bool write_pending() const noexcept { return pending_.load(std::memory_order_acquire); }
 	void hold_write() noexcept { pending_.store(true, std::memory_order_release); }
 	void write_done() noexcept { pending_.store(false, std::memory_order_relaxed); }

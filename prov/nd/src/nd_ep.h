@@ -510,7 +510,9 @@ struct Endpoint {
 	void credits_after_post(bool took_receive) noexcept;
 	ssize_t link_error(const char *call) const;
 	/* fi_inject and its kin (nd_ep_inject.h), and their slow paths. */
-	template <ibv_wr_opcode Op>
+	/* Credits: the entry points of an endpoint with receive credits
+	 * (ep_credit_msg_ops), whose fast paths keep them. */
+	template <ibv_wr_opcode Op, bool Credits = false>
 	ssize_t post_inline(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
 			    uint64_t remote_key);
 	template <ibv_wr_opcode Op>
@@ -522,9 +524,10 @@ struct Endpoint {
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	/* fi_send, fi_write, fi_read and fi_recv of one buffer
 	 * (nd_ep_post_one.h), and where what they do not take goes. */
-	template <ibv_wr_opcode Op, typename General>
+	template <ibv_wr_opcode Op, bool Credits = false, typename General>
 	ssize_t post_one(const void *buf, size_t len, void *desc, uint64_t remote_addr, uint64_t remote_key,
 			 void *context, uint64_t flags, bool report, const char *call, General &&general);
+	template <bool Credits = false>
 	ssize_t post_recv_one(void *buf, size_t len, void *desc, void *context);
 	/* post_recv_one's way to post_rx, out of its frame. */
 	[[gnu::noinline]] ssize_t post_rx_one_general(void *buf, size_t len, void *desc, void *context, uint64_t flags);
@@ -582,6 +585,10 @@ void ep_peer_broke_framing(void *owner) noexcept;
 /* Data transfer tables of a connected endpoint (nd_ep_msg.cpp, nd_ep_rma.cpp). */
 extern fi_ops_msg ep_msg_ops;
 extern fi_ops_rma ep_rma_ops;
+/* The same for an endpoint with receive credits (iWARP), set at fi_enable:
+ * their fast paths keep the credits (nd_ep_post_one.h, nd_ep_inject.h). */
+extern fi_ops_msg ep_credit_msg_ops;
+extern fi_ops_rma ep_credit_rma_ops;
 /* nd_ep_atomic.cpp: the adapter's atomics (nd_atomic.h). */
 extern fi_ops_atomic ep_atomic_ops;
 /* A framed endpoint's (nd_ep_tagged.cpp). */

@@ -42,10 +42,11 @@ ssize_t send_common(Endpoint *ep, const iovec *iov, void **desc, size_t count, v
 	return ep->post_tx(r);
 }
 
+template <bool Credits>
 ssize_t ep_recv(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return ep->post_recv_one(buf, len, desc, context);
+	return ep->post_recv_one<Credits>(buf, len, desc, context);
 }
 
 ssize_t ep_recvv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -64,13 +65,14 @@ ssize_t ep_recvmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
 	return ep_of(fep)->post_rx(msg->msg_iov, msg->desc, msg->iov_count, msg->context, flags);
 }
 
+template <bool Credits>
 ssize_t ep_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t,
 		void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
 	const uint64_t flags = ep->data.tx.op_flags;
 	const bool report = wants_completion(ep, flags);
-	return ep->post_one<IBV_WR_SEND>(buf, len, desc, 0, 0, context, flags, report, "fi_send", [&] {
+	return ep->post_one<IBV_WR_SEND, Credits>(buf, len, desc, 0, 0, context, flags, report, "fi_send", [&] {
 		iovec iov{const_cast<void *>(buf), len};
 		return send_common(ep, &iov, &desc, 1, context, flags, false, 0, report, "fi_send");
 	});
@@ -96,9 +98,10 @@ ssize_t ep_sendmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
 			   "fi_sendmsg");
 }
 
+template <bool Credits>
 ssize_t ep_inject(fid_ep *fep, const void *buf, size_t len, fi_addr_t) noexcept
 {
-	return ep_of(fep)->post_inline<IBV_WR_SEND>(buf, len, 0, 0, 0);
+	return ep_of(fep)->post_inline<IBV_WR_SEND, Credits>(buf, len, 0, 0, 0);
 }
 
 ssize_t ep_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64_t data,
@@ -119,13 +122,26 @@ ssize_t ep_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t data, f
 
 fi_ops_msg ep_msg_ops = {
 	.size = sizeof(fi_ops_msg),
-	.recv = ep_recv,
+	.recv = ep_recv<false>,
 	.recvv = ep_recvv,
 	.recvmsg = ep_recvmsg,
-	.send = ep_send,
+	.send = ep_send<false>,
 	.sendv = ep_sendv,
 	.sendmsg = ep_sendmsg,
-	.inject = ep_inject,
+	.inject = ep_inject<false>,
+	.senddata = ep_senddata,
+	.injectdata = ep_injectdata,
+};
+
+fi_ops_msg ep_credit_msg_ops = {
+	.size = sizeof(fi_ops_msg),
+	.recv = ep_recv<true>,
+	.recvv = ep_recvv,
+	.recvmsg = ep_recvmsg,
+	.send = ep_send<true>,
+	.sendv = ep_sendv,
+	.sendmsg = ep_sendmsg,
+	.inject = ep_inject<true>,
 	.senddata = ep_senddata,
 	.injectdata = ep_injectdata,
 };

@@ -221,6 +221,13 @@ int Endpoint::setup_data_path()
 	data.link.set_slow_tx(static_cast<uint8_t>((locked ? SlowTx::locked : 0) | (bindings.stx() ? SlowTx::shared : 0) |
 						   (data.credits ? SlowTx::credits : 0) |
 						   (injects_counted ? SlowTx::counted : 0)));
+	/* Where credits are the one reason for the slow path, the one-buffer
+	 * calls' fast paths keep them: entry points of their own, so that an
+	 * endpoint without credits tests nothing for them. */
+	if (data.credits && !options.framed) {
+		ep.msg = &ep_credit_msg_ops;
+		ep.rma = &ep_credit_rma_ops;
+	}
 	/* Receives: the bits fi_enable fixes (not_ready and multi are kept
 	 * where they change). */
 	data.recv_reports = !bindings.rx_selective || (data.rx.op_flags & FI_COMPLETION);

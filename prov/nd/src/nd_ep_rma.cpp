@@ -87,14 +87,14 @@ ssize_t remote_of(const fi_msg_rma *msg, const char *call, Remote *out)
 
 /* fi_read and fi_write of one buffer, and their iov and msg forms: one
  * body per form, the opcode its only difference. */
-template <ibv_wr_opcode Op>
+template <ibv_wr_opcode Op, bool Credits>
 [[gnu::always_inline]] inline ssize_t rma_one(fid_ep *fep, void *buf, size_t len, void *desc, uint64_t addr,
 					      uint64_t key, void *context, const char *call)
 {
 	Endpoint *ep = ep_of(fep);
 	const uint64_t flags = ep->data.tx.op_flags;
 	const bool report = wants_completion(ep, flags);
-	return ep->post_one<Op>(buf, len, desc, addr, key, context, flags, report, call, [&] {
+	return ep->post_one<Op, Credits>(buf, len, desc, addr, key, context, flags, report, call, [&] {
 		iovec iov{buf, len};
 		return rma(ep, Op, &iov, &desc, 1, {addr, key}, 0, context, flags, report, call);
 	});
@@ -120,10 +120,11 @@ ssize_t rma_message(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags, ibv_wr_o
 		   wants_completion(ep, flags), call);
 }
 
+template <bool Credits>
 ssize_t ep_read(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		uint64_t key, void *context) noexcept
 {
-	return rma_one<IBV_WR_RDMA_READ>(fep, buf, len, desc, addr, key, context, "fi_read");
+	return rma_one<IBV_WR_RDMA_READ, Credits>(fep, buf, len, desc, addr, key, context, "fi_read");
 }
 
 ssize_t ep_readv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -137,11 +138,12 @@ ssize_t ep_readmsg(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags) noexcept
 	return rma_message(fep, msg, flags, IBV_WR_RDMA_READ, "fi_readmsg");
 }
 
+template <bool Credits>
 ssize_t ep_write(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		 uint64_t key, void *context) noexcept
 {
 	/* Never written through: the device reads it. */
-	return rma_one<IBV_WR_RDMA_WRITE>(fep, const_cast<void *>(buf), len, desc, addr, key, context, "fi_write");
+	return rma_one<IBV_WR_RDMA_WRITE, Credits>(fep, const_cast<void *>(buf), len, desc, addr, key, context, "fi_write");
 }
 
 ssize_t ep_writev(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -157,10 +159,11 @@ ssize_t ep_writemsg(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags) noexcept
 			   "fi_writemsg");
 }
 
+template <bool Credits>
 ssize_t ep_inject_write(fid_ep *fep, const void *buf, size_t len, fi_addr_t, uint64_t addr,
 			uint64_t key) noexcept
 {
-	return ep_of(fep)->post_inline<IBV_WR_RDMA_WRITE>(buf, len, 0, addr, key);
+	return ep_of(fep)->post_inline<IBV_WR_RDMA_WRITE, Credits>(buf, len, 0, addr, key);
 }
 
 ssize_t ep_writedata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64_t data,
@@ -183,13 +186,26 @@ ssize_t ep_inject_writedata(fid_ep *fep, const void *buf, size_t len, uint64_t d
 
 fi_ops_rma ep_rma_ops = {
 	.size = sizeof(fi_ops_rma),
-	.read = ep_read,
+	.read = ep_read<false>,
 	.readv = ep_readv,
 	.readmsg = ep_readmsg,
-	.write = ep_write,
+	.write = ep_write<false>,
 	.writev = ep_writev,
 	.writemsg = ep_writemsg,
-	.inject = ep_inject_write,
+	.inject = ep_inject_write<false>,
+	.writedata = ep_writedata,
+	.injectdata = ep_inject_writedata,
+};
+
+fi_ops_rma ep_credit_rma_ops = {
+	.size = sizeof(fi_ops_rma),
+	.read = ep_read<true>,
+	.readv = ep_readv,
+	.readmsg = ep_readmsg,
+	.write = ep_write<true>,
+	.writev = ep_writev,
+	.writemsg = ep_writemsg,
+	.inject = ep_inject_write<true>,
 	.writedata = ep_writedata,
 	.injectdata = ep_inject_writedata,
 };

@@ -54,6 +54,13 @@ public:
 	{
 		return word_.load(std::memory_order_relaxed) == kOpen;
 	}
+	/* Up, with exactly these slow-transmit bits: the fast path of an
+	 * endpoint whose one reason for the slow path is something that fast
+	 * path handles itself (iWARP's receive credits: nd_ep_post_one.h). */
+	bool open_with(uint8_t bits) const noexcept
+	{
+		return word_.load(std::memory_order_relaxed) == (kOpen | bits);
+	}
 	uint8_t slow_tx() const noexcept
 	{
 		return static_cast<uint8_t>(word_.load(std::memory_order_relaxed) & 0xff);
