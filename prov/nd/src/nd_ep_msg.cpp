@@ -118,32 +118,27 @@ ssize_t ep_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t data, f
 	return ep_of(fep)->post_inline<IBV_WR_SEND_WITH_IMM>(buf, len, imm_of(data), 0, 0);
 }
 
+/* Credits: an endpoint with receive credits' table (nd_ep.h). */
+template <bool Credits>
+constexpr fi_ops_msg msg_ops() noexcept
+{
+	return {
+		.size = sizeof(fi_ops_msg),
+		.recv = ep_recv<Credits>,
+		.recvv = ep_recvv,
+		.recvmsg = ep_recvmsg,
+		.send = ep_send<Credits>,
+		.sendv = ep_sendv,
+		.sendmsg = ep_sendmsg,
+		.inject = ep_inject<Credits>,
+		.senddata = ep_senddata,
+		.injectdata = ep_injectdata,
+	};
+}
+
 } // namespace
 
-fi_ops_msg ep_msg_ops = {
-	.size = sizeof(fi_ops_msg),
-	.recv = ep_recv<false>,
-	.recvv = ep_recvv,
-	.recvmsg = ep_recvmsg,
-	.send = ep_send<false>,
-	.sendv = ep_sendv,
-	.sendmsg = ep_sendmsg,
-	.inject = ep_inject<false>,
-	.senddata = ep_senddata,
-	.injectdata = ep_injectdata,
-};
-
-fi_ops_msg ep_credit_msg_ops = {
-	.size = sizeof(fi_ops_msg),
-	.recv = ep_recv<true>,
-	.recvv = ep_recvv,
-	.recvmsg = ep_recvmsg,
-	.send = ep_send<true>,
-	.sendv = ep_sendv,
-	.sendmsg = ep_sendmsg,
-	.inject = ep_inject<true>,
-	.senddata = ep_senddata,
-	.injectdata = ep_injectdata,
-};
+fi_ops_msg ep_msg_ops = msg_ops<false>();
+fi_ops_msg ep_credit_msg_ops = msg_ops<true>();
 
 } // namespace nd

@@ -182,32 +182,27 @@ ssize_t ep_inject_writedata(fid_ep *fep, const void *buf, size_t len, uint64_t d
 		buf, len, htonl(static_cast<uint32_t>(data)), addr, key);
 }
 
+/* Credits: an endpoint with receive credits' table (nd_ep.h). */
+template <bool Credits>
+constexpr fi_ops_rma rma_ops() noexcept
+{
+	return {
+		.size = sizeof(fi_ops_rma),
+		.read = ep_read<Credits>,
+		.readv = ep_readv,
+		.readmsg = ep_readmsg,
+		.write = ep_write<Credits>,
+		.writev = ep_writev,
+		.writemsg = ep_writemsg,
+		.inject = ep_inject_write<Credits>,
+		.writedata = ep_writedata,
+		.injectdata = ep_inject_writedata,
+	};
+}
+
 } // namespace
 
-fi_ops_rma ep_rma_ops = {
-	.size = sizeof(fi_ops_rma),
-	.read = ep_read<false>,
-	.readv = ep_readv,
-	.readmsg = ep_readmsg,
-	.write = ep_write<false>,
-	.writev = ep_writev,
-	.writemsg = ep_writemsg,
-	.inject = ep_inject_write<false>,
-	.writedata = ep_writedata,
-	.injectdata = ep_inject_writedata,
-};
-
-fi_ops_rma ep_credit_rma_ops = {
-	.size = sizeof(fi_ops_rma),
-	.read = ep_read<true>,
-	.readv = ep_readv,
-	.readmsg = ep_readmsg,
-	.write = ep_write<true>,
-	.writev = ep_writev,
-	.writemsg = ep_writemsg,
-	.inject = ep_inject_write<true>,
-	.writedata = ep_writedata,
-	.injectdata = ep_inject_writedata,
-};
+fi_ops_rma ep_rma_ops = rma_ops<false>();
+fi_ops_rma ep_credit_rma_ops = rma_ops<true>();
 
 } // namespace nd
