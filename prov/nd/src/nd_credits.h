@@ -159,11 +159,12 @@ public:
 		peer_known_.store(true, std::memory_order_release);
 	}
 	/* The peer offered none (not an nd peer): sends are not held (a base
-	 * no count reaches, so that can_send tests one bound). */
+	 * no count reaches, so that can_send tests one bound), and it takes no
+	 * remote CQ data (no slots). */
 	void take_no_offer() noexcept
 	{
-		unlimited_ = true;
 		base_ = UINT64_MAX;
+		peer_slot_mask_ = 0;
 	}
 	bool peer_known() const noexcept { return peer_known_.load(std::memory_order_acquire); }
 
@@ -178,7 +179,7 @@ public:
 	/* Messages that took a peer's receive, posted (under the send lock). */
 	void count_sent(uint64_t messages) noexcept { sent_ += messages; }
 	/* The peer takes remote CQ data (it offered slots, and counts). */
-	bool carries_data() const noexcept { return !unlimited_ && peer_slot_mask_; }
+	bool carries_data() const noexcept { return peer_slot_mask_ != 0; }
 	/* The address of the peer's slot for the next message sent. */
 	uint64_t next_slot_address() const noexcept
 	{
@@ -245,7 +246,6 @@ private:
 	 * been written yet). */
 	uint64_t base_ = 0;
 	std::atomic<bool> peer_known_{false};
-	bool unlimited_ = false;
 	/* Sender: messages that take a peer's receive, posted. */
 	uint64_t sent_ = 0;
 	/* Receiver: the count last written to the peer (or offered), under
