@@ -8,6 +8,7 @@
 #include "nd_memlock.h"
 #include "nd_ep.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -168,7 +169,16 @@ void Endpoint::write_credits() noexcept
 	}
 	if (data.tx.queue->internal_full()) {
 		c->hold_write();
-		return;
+		/* A poller that retired the ring's last request between the
+		 * test and the hold found no write waiting and left: with
+		 * nothing else outstanding, no completion would come to send
+		 * it. So the ring is looked at again after the hold, and the
+		 * poller looks at the hold after retiring (send_waiting_credits
+		 * on a locked endpoint); the fences make one of the two see the
+		 * other. */
+		std::atomic_thread_fence(std::memory_order_seq_cst);
+		if (data.tx.queue->internal_full())
+			return;
 	}
 	c->write_done();
 	const uintptr_t count = c->stage_count(posted);

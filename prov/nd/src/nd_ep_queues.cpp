@@ -15,6 +15,7 @@
 #include "nd_srx.h"
 #include "nd_stx.h"
 
+#include <atomic>
 #include <cstring>
 
 namespace nd {
@@ -44,9 +45,22 @@ void send_waiting_credits(void *owner) noexcept
 		ep->advertise_credits(true);
 }
 
+/* The same where posters and pollers may run at once (a locked endpoint):
+ * a poster that found the ring full holds its write, then looks at the
+ * ring again (Endpoint::write_credits); this poller retired before it
+ * looks at the hold. A full fence on each side, between its store and its
+ * load, makes at least one of them see the other's, so the write is not
+ * left with no completion to come for it. */
+void send_waiting_credits_locked(void *owner) noexcept
+{
+	std::atomic_thread_fence(std::memory_order_seq_cst);
+	send_waiting_credits(owner);
+}
+
 /* What a send queue tells its endpoint (nd_wq.h). */
 constexpr QueueHooks kSendHooks{ep_peer_lost, nullptr, stall_queue_pair};
 constexpr QueueHooks kSendHooksWithCredits{ep_peer_lost, send_waiting_credits, stall_queue_pair};
+constexpr QueueHooks kSendHooksWithCreditsLocked{ep_peer_lost, send_waiting_credits_locked, stall_queue_pair};
 
 } // namespace
 
@@ -154,7 +168,9 @@ int Endpoint::setup_data_path()
 	auto cells = [](Counter *c) { return c ? c->cells() : CounterCells{}; };
 	RetireTargets send_targets;
 	send_targets.link = &data.link;
-	send_targets.hooks = data.credits ? &kSendHooksWithCredits : &kSendHooks;
+	send_targets.hooks = !data.credits		 ? &kSendHooks
+			     : data.tx.lock.enabled() ? &kSendHooksWithCreditsLocked
+						      : &kSendHooksWithCredits;
 	send_targets.owner = this;
 	send_targets.flush_breaks_link = domain->iwarp;
 	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(bindings.counter(CounterKind::send));
