@@ -471,7 +471,7 @@ struct Endpoint {
 		/* A single request is the last claimed: what it was is all
 		 * the failure needs (nothing of it lives across the post). */
 		if constexpr (Single)
-			return single_failed(rc, chain.opcode, call);
+			return single_failed(rc, chain.opcode, call, own);
 		return submit_failed(rc, bad, &chain, call, own);
 	}
 	/* Where the endpoint fences after reads (read_fence), the link's
@@ -489,7 +489,7 @@ struct Endpoint {
 	 * all of it, from `first`). */
 	ssize_t submit_failed(int rc, ibv_send_wr *unposted, ibv_send_wr *first, const char *call, bool own) noexcept;
 	/* The same, for a fast path's single request (the last claimed). */
-	ssize_t single_failed(int rc, ibv_wr_opcode opcode, const char *call) noexcept;
+	ssize_t single_failed(int rc, ibv_wr_opcode opcode, const char *call, bool own) noexcept;
 	/* iWARP's remote CQ data: the slot write, then the message (nd_credits.h). */
 	ssize_t post_with_data_slot(const TxRequest &r, ibv_sge *sge, int num_sge, uint32_t total, bool inline_data,
 				    bool counted);
@@ -547,6 +547,11 @@ struct Endpoint {
 	void take_credit_offer(const std::optional<cm::CreditOffer> &offer);
 	void advertise_credits(bool from_progress) noexcept;
 	void write_credits() noexcept;
+	/* The write of the count, and a receive's fast way to it
+	 * (nd_ep_post_one.h). */
+	template <bool Single>
+	void post_credit_write(uint64_t posted) noexcept;
+	void tell_peer_posted(uint64_t posted) noexcept;
 	void flush_pending_credits() noexcept;
 	ssize_t no_credit(const char *call) const noexcept;
 

@@ -7,6 +7,7 @@
 #include "nd_domain.h"
 #include "nd_memlock.h"
 #include "nd_ep.h"
+#include "nd_ep_post_one.h"
 
 #include <atomic>
 #include <chrono>
@@ -155,9 +156,7 @@ void Endpoint::flush_pending_credits() noexcept
 }
 
 /* Under the send lock: one RDMA write of the posted count to the peer's
- * word, in one of the send ring's internal slots. Unsignaled like the
- * application's requests, and signaled as often: its completion reports
- * nothing (no context, no flags, no counter). */
+ * word, where it rose and the ring has room (post_credit_write). */
 void Endpoint::write_credits() noexcept
 {
 	assert_held(data.tx.lock, "Endpoint::write_credits");
@@ -181,28 +180,8 @@ void Endpoint::write_credits() noexcept
 			return;
 	}
 	c->write_done();
-	const uintptr_t count = c->stage_count(posted);
-	/* Unsignaled like the application's requests, and signaled as often;
-	 * it reports nothing (no context, no flags, no counter). */
-	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(
-		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, false});
-	ibv_sge sge;
-	sge.addr = count;
-	sge.length = sizeof(uint64_t);
-	sge.lkey = c->lkey();
-	ibv_send_wr wr{};
-	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_RDMA_WRITE;
-	wr.send_flags = claimed.send_flags;
-	wr.wr.rdma.remote_addr = c->peer_addr();
-	wr.wr.rdma.rkey = c->peer_rkey();
-	if (submit(wr, "receive credits", true)) {
-		c->hold_write();
-		return;
-	}
-	c->advertised(posted);
+	/* With anything held back by FI_MORE (submit posts it first). */
+	post_credit_write<false>(posted);
 }
 
 /* A message that would take a receive the peer has not posted waits

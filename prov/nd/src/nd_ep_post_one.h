@@ -119,8 +119,60 @@ template <bool Credits>
 	/* FI_MORE: the next receive call tells the peer of both. */
 	if constexpr (Credits)
 		if (!(data.rx.op_flags & FI_MORE))
-			advertise_credits(false);
+			tell_peer_posted(h + 1);
 	return 0;
+}
+
+/* The write of the receiver's count `posted` into the peer's word
+ * (nd_credits.h), in one of the send ring's internal slots, which the
+ * caller saw free. Unsignaled like the application's requests, and
+ * signaled as often; its completion reports nothing (no context, no
+ * flags, no counter). A post that fails leaves the count for the next
+ * post or completion. `Single`: the send side is on its fast path, so
+ * nothing is held back to go with it (submit). */
+template <bool Single>
+[[gnu::always_inline]] inline void Endpoint::post_credit_write(uint64_t posted) noexcept
+{
+	ReceiveCredits &c = *data.credits;
+	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(
+		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, false});
+	ibv_sge sge;
+	sge.addr = c.stage_count(posted);
+	sge.length = sizeof(uint64_t);
+	sge.lkey = c.lkey();
+	ibv_send_wr wr;
+	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
+	wr.next = nullptr;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = claimed.send_flags;
+	wr.wr.rdma.remote_addr = c.peer_addr();
+	wr.wr.rdma.rkey = c.peer_rkey();
+	if (__builtin_expect(submit<Single>(wr, "receive credits", true) != 0, 0)) {
+		c.hold_write();
+		return;
+	}
+	c.advertised(posted);
+}
+
+/* After fi_recv's fast path posted receive `posted - 1`: the peer learns
+ * of it before the call returns (nd_credits.h says why it cannot wait).
+ * The write goes from here where the send side is on its fast path too
+ * (up, with credits its one slow-transmit bit: no send lock, nothing held
+ * back with FI_MORE, no fence), the peer made an offer, no earlier count
+ * waits and the ring has an internal slot free; anything else is
+ * advertise_credits', which decides again. */
+[[gnu::always_inline]] inline void Endpoint::tell_peer_posted(uint64_t posted) noexcept
+{
+	ReceiveCredits &c = *data.credits;
+	/* The link before the queue: there is none before fi_enable. The
+	 * peer's offer is read after peer_known (acquire). */
+	if (__builtin_expect(!data.link.open_with(SlowTx::credits) || !c.peer_known() || c.write_pending() ||
+			     data.tx.queue->internal_full(),
+			     0))
+		return advertise_credits(false);
+	post_credit_write<true>(posted);
 }
 
 } // namespace nd

@@ -371,12 +371,12 @@ void Endpoint::sync_fence_bit() noexcept
 		data.link.set_slow_tx(static_cast<uint8_t>(must_fence ? bits | SlowTx::fence : bits & ~SlowTx::fence));
 }
 
-ssize_t Endpoint::single_failed(int rc, ibv_wr_opcode opcode, const char *call) noexcept
+ssize_t Endpoint::single_failed(int rc, ibv_wr_opcode opcode, const char *call, bool own) noexcept
 {
 	ibv_send_wr last{};
 	last.wr_id = reinterpret_cast<uintptr_t>(&data.tx.queue->record_at(data.tx.queue->posted() - 1));
 	last.opcode = opcode;
-	return submit_failed(rc, &last, &last, call, false);
+	return submit_failed(rc, &last, &last, call, own);
 }
 
 ssize_t Endpoint::submit_failed(int rc, ibv_send_wr *unposted, ibv_send_wr *first, const char *call,
