@@ -6,7 +6,12 @@
 # on both providers. Each IMB run's output is kept in OUTDIR/raw, and its
 # figures are appended to OUTDIR/imb.tsv, one per line:
 #   MPI PROVIDER ROUND BENCHMARK PROCESSES BYTES METRIC VALUE
-# (util/nd-plot imb-figures reads IMB's tables). Each run prints PASS: when
+# (util/nd-plot imb-figures reads IMB's tables), and the RDMA device's
+# counters that moved during it (Soft-RoCE's retransmits, duplicate
+# requests and ACK timeouts among them; node 0's device across nodes) to
+# OUTDIR/counters.tsv, one per line:
+#   MPI PROVIDER ROUND DEVICE/PORT COUNTER CHANGE
+# so that what the transport did under the figures is known. Each run prints PASS: when
 # it exits 0 with a figure of every benchmark, FAIL: otherwise; the script
 # closes with "imb: N passed, M failed" and exits non-zero on any failure.
 # A run that fails keeps the figures it printed and is listed in
@@ -108,6 +113,24 @@ launch() {
 	)
 }
 
+# device_counters: "DEVICE/PORT COUNTER VALUE" for every counter the RDMA
+# devices here show (none where the device keeps none).
+device_counters() {
+	local f rest
+	for f in /sys/class/infiniband/*/ports/*/hw_counters/*; do
+		[[ -f $f && -r $f ]] || continue
+		rest=${f#/sys/class/infiniband/}
+		printf '%s/%s\t%s\t%s\n' "${rest%%/*}" "$(cut -d/ -f3 <<<"$rest")" "${f##*/}" "$(<"$f")"
+	done 2>/dev/null
+}
+# counter_moves BEFORE AFTER: "DEVICE/PORT COUNTER CHANGE" for those that moved.
+counter_moves() {
+	awk -F'\t' -v OFS='\t' 'NR == FNR { was[$1 FS $2] = $3; next }
+		($1 FS $2) in was && $3 != was[$1 FS $2] { print $1, $2, $3 - was[$1 FS $2] }' \
+		<(printf '%s\n' "$1") <(printf '%s\n' "$2")
+}
+: >"$out/counters.tsv"
+
 for ((round = 1; round <= rounds; round++)); do
 	order=("${providers[@]}")
 	((round % 2)) || order=("${providers[1]}" "${providers[0]}")
@@ -117,8 +140,14 @@ for ((round = 1; round <= rounds; round++)); do
 			say "round $round: $mpi over $provider"
 			start=$SECONDS
 			run_status=0
+			counters_before=$(device_counters)
 			launch "$mpi" "$provider" "${imb[$mpi]}" "${benchmarks[@]}" -npmin "$ranks" -msglen "$out/sizes" \
 				-iter "${ND_IMB_ITERS:-200}" -time "${ND_IMB_TIME:-1}" >"$raw" 2>&1 || run_status=$?
+			moves=$(counter_moves "$counters_before" "$(device_counters)")
+			if [[ -n $moves ]]; then
+				printf '%s\n' "$moves" | sed "s|^|$mpi\t$provider\t$round\t|" >>"$out/counters.tsv"
+				say "device counters that moved: $(awk -F'\t' '{ printf "%s%s %+d", (NR > 1 ? ", " : ""), $2, $3 }' <<<"$moves")"
+			fi
 			"$srcdir/util/nd-plot" imb-figures "$mpi" "$provider" "$round" <"$raw" >"$out/run.tsv"
 			cat "$out/run.tsv" >>"$out/imb.tsv"
 			what="$mpi over $provider, round $round: $(wc -l <"$out/run.tsv") figures in $((SECONDS - start)) s"

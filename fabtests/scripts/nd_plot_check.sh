@@ -75,6 +75,10 @@ mkdir -p "$work/imb"
 		printf 'openmpi\tverbs;ofi_rxm\t%s\tUniband\t2\t8\tmsgps\t%s\n' "$r" $((190 + 10 * r))
 	done
 } >"$work/imb/imb.tsv"
+# The device counters that moved: nd's retries in rounds 1 and 3, verbs'
+# duplicates in round 2 (every other run moved nothing).
+printf 'openmpi\tnd;ofi_rxm\t%s\trxe0/1\tcompleter_retry_err\t%s\n' 1 30 3 2 >"$work/imb/counters.tsv"
+printf 'openmpi\tverbs;ofi_rxm\t2\trxe0/1\tduplicate_request\t4\n' >>"$work/imb/counters.tsv"
 if "$plot" imb --title "nd_plot_check" "$work/imb" >"$work/imb.md" 2>"$work/imb.err"; then
 	pass "imb: tables and pictures made"
 else
@@ -88,6 +92,10 @@ expect "imb: Uniband, fewer messages a second is worse" "| Uniband | msg/s | 1 |
 	"$(grep -F '| Uniband | msg/s |' "$work/imb.md")"
 expect "imb: PingPong's summary" "| PingPong | µs | 2 | 1 | 1 | 0 | 0.71 |" \
 	"$(grep -F '| PingPong | µs |' "$work/imb.md")"
+expect "imb: the counters that moved, each run" "| openmpi | \`completer_retry_err\` | 30, 0, 2 | 0, 0, 0 |" \
+	"$(grep -F 'completer_retry_err' "$work/imb.md")"
+expect "imb: a counter of verbs' runs" "| openmpi | \`duplicate_request\` | 0, 0, 0 | 0, 4, 0 |" \
+	"$(grep -F 'duplicate_request' "$work/imb.md")"
 for png in imb-openmpi-p2p.png imb-openmpi-coll.png; do
 	case $png in
 	*coll*) # no collective figures: no picture
