@@ -413,6 +413,9 @@ int mr_reg(fid *domain, const void *buf, size_t len, uint64_t access, uint64_t o
 int mr_regv(fid *domain, const iovec *iov, size_t count, uint64_t access, uint64_t offset,
 	    uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept;
 int mr_regattr(fid *domain, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr) noexcept;
+/* ofi_rxm's flow-control extension (nd_flow_ctrl.h), which the domain's
+ * fi_open_ops hands out: the table, defined with the endpoint's. */
+const void *flow_ctrl_ops() noexcept;
 /* fi_eq_open, for a parent that counts its EQs in `parent` and whose
  * application asked for `api_version`. */
 int eq_open(uint32_t api_version, ChildCount *parent, fi_eq_attr *attr, fid_eq **eq,

@@ -2,6 +2,7 @@
 #include "nd_domain.h"
 #include "nd_async.h"
 #include "nd_fabric.h"
+#include "nd_flow_ctrl.h"
 #include "nd_info.h"
 #include "nd_mem_monitor.h"
 #include "nd_memlock.h"
@@ -46,6 +47,28 @@ int domain_control(fid *fid, int command, void *arg) noexcept
 	});
 }
 
+/* fi_open_ops: ofi_rxm's flow control (nd_flow_ctrl.h), where offered. */
+int domain_ops_open(fid *fid, const char *name, uint64_t flags, void **ops, void *context) noexcept
+{
+	if (!name || std::strcmp(name, kOfiOpsFlowCtrl) != 0)
+		return unsupported::ops_open(fid, name, flags, ops, context);
+	return guarded("fi_open_ops(domain)", [&] {
+		Domain *domain = from_fid<Domain>(fid);
+		if (!ops) {
+			ND_WARN(FI_LOG_DOMAIN, "fi_open_ops(%s): ops is NULL\n", name);
+			return -FI_EINVAL;
+		}
+		if (!domain->flow_ctrl) {
+			/* rxm asks on every domain it opens, and goes on without. */
+			ND_INFO(FI_LOG_DOMAIN, "fi_open_ops(%s): not offered (FI_ND_FLOW_CTRL, or a libfabric whose rxm marks its credit messages with a flag nd cannot see)\n",
+				name);
+			return -FI_ENOSYS;
+		}
+		*ops = const_cast<void *>(flow_ctrl_ops());
+		return 0;
+	});
+}
+
 /* The domain's registration cache, when caching is on and the memory
  * monitor runs; otherwise every registration goes to the device. */
 std::unique_ptr<RegistrationCache> open_mr_cache(Domain &domain, const Params &params)
@@ -86,7 +109,7 @@ fi_ops domain_fid_ops = {
 	.close = domain_close,
 	.bind = unsupported::bind,
 	.control = domain_control,
-	.ops_open = unsupported::ops_open,
+	.ops_open = domain_ops_open,
 	.tostr = nullptr,
 	.ops_set = nullptr,
 };
@@ -182,6 +205,14 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->max_read_sge = static_cast<uint32_t>(attr.max_sge_rd ? attr.max_sge_rd : attr.max_sge);
 	const Params params = read_params();
 	domain->min_rnr_timer = static_cast<uint8_t>(params.min_rnr_timer);
+#ifdef FI_PRIORITY
+	domain->flow_ctrl = params.flow_ctrl;
+#else
+	/* libfabric 2.x's rxm marks its credit messages with an internal flag
+	 * nd cannot see (OFI_PRIORITY), and its verbs provider's rxm takes the
+	 * refusals as nd's does (docs/mpi.md). */
+	domain->flow_ctrl = false;
+#endif
 	domain->rnr_retry = static_cast<uint8_t>(params.rnr_retry);
 	domain->resolve_timeout_ms = params.resolve_timeout_ms;
 	domain->tagged_msg_size = params.tagged_msg_size;

@@ -65,6 +65,12 @@ struct Domain {
 	 * (FI_ND_PEER_TIMEOUT, StallWatch in nd_cq.h); 0 where the transport
 	 * gives up on a silent peer by itself (retry count below 7). */
 	int stall_timeout_s;
+	/* ofi_rxm's flow control (nd_flow_ctrl.h): offered (FI_ND_FLOW_CTRL,
+	 * and a libfabric whose rxm marks its credit messages with the public
+	 * FI_PRIORITY), and rxm's handler that sends credits, set once when
+	 * rxm opens the domain, before its endpoints. */
+	bool flow_ctrl;
+	ssize_t (*send_credits)(fid_ep *ep, uint64_t credits) = nullptr;
 	fi_threading threading;
 	/* Whether objects several endpoints share (a CQ, a shared receive
 	 * context) may be used by another thread while an endpoint posts:

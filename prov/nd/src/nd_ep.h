@@ -20,6 +20,7 @@
 #include "nd_cm.h"
 #include "nd_cm_data.h"
 #include "nd_credits.h"
+#include "nd_flow_ctrl.h"
 #include "nd_ep_state.h"
 #include "nd_eq.h"
 #include "nd_multi_recv.h"
@@ -238,6 +239,9 @@ constexpr uint8_t fence = 16;
 /* A counter counts sends or writes: each of them is signaled, which the
  * fi_inject family's fast path never is (post_inline_slow signals them). */
 constexpr uint8_t counted = 32;
+/* ofi_rxm's flow control is on (nd_flow_ctrl.h): a message the peer has no
+ * receive for waits at the call. */
+constexpr uint8_t flow = 64;
 } // namespace SlowTx
 
 /* Why DataPath::slow_rx sends fi_recv to post_rx. */
@@ -250,6 +254,8 @@ constexpr uint8_t other = 16;		/* a shared receive context, framing */
 /* fi_recv's flags (rx.op_flags) hold FI_MULTI_RECV, or ask for a CQ entry
  * with no CQ bound for receives (the general path says why) */
 constexpr uint8_t op_flags = 32;
+/* ofi_rxm's flow control is on: each post may owe the peer credits. */
+constexpr uint8_t flow = 64;
 } // namespace SlowRx
 
 /*
@@ -348,6 +354,9 @@ struct DataPath {
 	size_t max_msg = 0;
 	/* iWARP (nd_credits.h): this side's receive credits, from fi_enable. */
 	std::unique_ptr<ReceiveCredits> credits;
+	/* ofi_rxm's flow control (nd_flow_ctrl.h): the sender's half under
+	 * tx.lock, the receiver's under rx.lock. */
+	FlowCredits flow;
 
 	/* Created at fi_enable (create_queue_pair); last, so destroyed first. */
 	UniqueQp qp;
@@ -553,7 +562,12 @@ struct Endpoint {
 	void post_credit_write(uint64_t posted) noexcept;
 	void tell_peer_posted(uint64_t posted) noexcept;
 	void flush_pending_credits() noexcept;
+	/* ofi_rxm's flow control (nd_ep_flow.cpp): tells the peer the receives
+	 * it is owed, through rxm's handler, with no lock of nd's held. */
+	void tell_flow_credits() noexcept;
+	bool flow_available() const noexcept;
 	ssize_t no_credit(const char *call) const noexcept;
+	ssize_t no_flow_credit(const char *call) const noexcept;
 
 	/* Framed endpoints (nd_ep_tagged.cpp). */
 	int setup_framing(uint32_t rx);
@@ -575,6 +589,18 @@ struct CreditsAfterUnlock {
 	{
 		if (ep->data.credits && ep->data.credits->write_pending())
 			ep->flush_pending_credits();
+	}
+};
+
+/* Declared before a receive-lock guard, so that it runs after the unlock:
+ * the receives just posted may owe the peer credits (ofi_rxm's flow
+ * control), which rxm's handler sends with a call of its own. */
+struct FlowCreditsAfterUnlock {
+	Endpoint *ep;
+	~FlowCreditsAfterUnlock()
+	{
+		if (ep->data.slow_rx.load(std::memory_order_relaxed) & SlowRx::flow)
+			ep->tell_flow_credits();
 	}
 };
 

@@ -102,12 +102,18 @@ template <ibv_wr_opcode Op>
 	if (data.tx.queue->no_room())
 		if (ssize_t ret = free_send_slots(inject_call_name(Op)))
 			return ret;
+	/* ofi_rxm's flow control (nd_flow_ctrl.h), as post_tx keeps it. */
+	const bool flow_taken = (takes_receive || Op == IBV_WR_RDMA_WRITE_WITH_IMM) && data.flow.enabled();
+	if (flow_taken && !data.flow.take(false))
+		return no_flow_credit(inject_call_name(Op));
 	data.tx.queue->count_budget(); /* given back if posting fails (unclaim) */
 	const ssize_t ret = post_inline_request<Op, true>(*data.tx.queue, data.tx.queue->posted(), buf,
 							   len, imm_data, remote_addr, remote_key);
 	sync_fence();
 	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
+	if (flow_taken && ret != 0)
+		data.flow.give_back();
 	return ret;
 }
 

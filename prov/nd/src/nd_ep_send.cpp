@@ -108,6 +108,12 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 		if (is_read && data.tx.queue->reads_in_flight() >= conn.effective.outbound)
 			return -FI_EAGAIN; /* never more reads in flight than negotiated */
 	}
+	/* ofi_rxm's flow control (nd_flow_ctrl.h): a message that takes one
+	 * of the peer's receives needs a credit (a write with immediate data
+	 * takes one too). */
+	const bool flow_taken = (takes_receive || r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && data.flow.enabled();
+	if (flow_taken && !data.flow.take(r.flags & kFlowPriority))
+		return no_flow_credit(r.call);
 	if (data_in_slot) {
 		ret = post_with_data_slot(r, sge, num_sge, static_cast<uint32_t>(total), inline_data, counter != nullptr);
 		credits_after_post(ret == 0);
@@ -163,7 +169,17 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	}
 	if (data.credits)
 		credits_after_post(ret == 0 && takes_receive);
+	if (flow_taken && ret != 0)
+		data.flow.give_back();
 	return ret;
+}
+
+/* A message that would take a receive the peer has not told of waits
+ * (-FI_EAGAIN) until its credit message comes (ofi_rxm's flow control). */
+ssize_t Endpoint::no_flow_credit(const char *call) const noexcept
+{
+	ND_INFO(FI_LOG_EP_DATA, "%s: the peer told of no receive for it yet (ofi_rxm's flow control)\n", call);
+	return -FI_EAGAIN;
 }
 
 /*

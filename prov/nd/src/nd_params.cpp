@@ -69,6 +69,12 @@ constexpr ParamDefinition kParamDefinitions[] = {
 	{"mr_cache_max_count", FI_PARAM_SIZE_T,
 	 "Registrations a domain's cache may keep (default 1024; 0 turns "
 	 "caching off)."},
+	{"flow_ctrl", FI_PARAM_BOOL,
+	 "Offer ofi_rxm the credit-based flow control the verbs provider "
+	 "offers it, so that a message the peer has posted no receive for waits "
+	 "in rxm rather than in the adapter's receiver-not-ready retry (default "
+	 "yes; libfabric 1.x only, whose rxm marks its credit messages with "
+	 "FI_PRIORITY)."},
 	{"tagged_msg_size", FI_PARAM_SIZE_T,
 	 "The largest message on an endpoint opened with FI_TAGGED, and the "
 	 "size of each of the (at most 64) receive buffers nd keeps posted "
@@ -124,6 +130,8 @@ Params read_params()
 	int bool_value;
 	if (fi_param_get_bool(&nd_prov, "mr_cache_enable", &bool_value) == 0)
 		p.mr_cache_enable = bool_value != 0;
+	if (fi_param_get_bool(&nd_prov, "flow_ctrl", &bool_value) == 0)
+		p.flow_ctrl = bool_value != 0;
 	if (fi_param_get_bool(&nd_prov, "ipv6", &bool_value) == 0)
 		p.ipv6 = bool_value != 0;
 	if (fi_param_get_bool(&nd_prov, "topology", &bool_value) == 0)

@@ -66,6 +66,8 @@ struct Params {
 	 * max_msg_size): the payload of each of nd's receive buffers there
 	 * (nd_framing.h). */
 	size_t tagged_msg_size = 16384;
+	/* Offer ofi_rxm's flow control (nd_flow_ctrl.h). */
+	bool flow_ctrl = true;
 };
 
 /* Physical memory / online cores / 2 (libfabric's FI_MR_CACHE_MAX_SIZE default). */
