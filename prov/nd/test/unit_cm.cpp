@@ -607,12 +607,12 @@ Test(state_machine, other_failures_leave_the_connector_unusable)
 Test(flow_ctrl, sends_are_unlimited_until_enabled)
 {
 	nd::FlowCredits flow;
-	cr_expect_not(flow.enabled());
+	cr_assert_not(flow.enabled());
 	for (int i = 0; i < 1000; i++)
 		cr_assert(flow.take(false));
-	cr_expect_eq(flow.peer(), nd::FlowCredits::kUnlimited);
+	cr_assert_eq(flow.peer(), nd::FlowCredits::kUnlimited);
 	flow.give_back();
-	cr_expect_eq(flow.peer(), nd::FlowCredits::kUnlimited);
+	cr_assert_eq(flow.peer(), nd::FlowCredits::kUnlimited);
 }
 
 Test(flow_ctrl, the_last_credit_is_for_a_priority_message)
@@ -620,44 +620,44 @@ Test(flow_ctrl, the_last_credit_is_for_a_priority_message)
 	nd::FlowCredits flow;
 	flow.start_sending();
 	cr_assert(flow.enabled());
-	cr_expect_eq(flow.peer(), 1u);
-	cr_expect_not(flow.take(false), "the one credit a side starts with is the credit message's");
-	cr_expect_eq(flow.peer(), 1u);
-	cr_expect(flow.take(true));
-	cr_expect_eq(flow.peer(), 0u);
-	cr_expect_not(flow.take(true), "no credit at all: even a credit message waits");
+	cr_assert_eq(flow.peer(), 1u);
+	cr_assert_not(flow.take(false), "the one credit a side starts with is the credit message's");
+	cr_assert_eq(flow.peer(), 1u);
+	cr_assert(flow.take(true));
+	cr_assert_eq(flow.peer(), 0u);
+	cr_assert_not(flow.take(true), "no credit at all: even a credit message waits");
 	flow.give_back(); /* its post failed */
-	cr_expect_eq(flow.peer(), 1u);
+	cr_assert_eq(flow.peer(), 1u);
 	flow.add(3);
-	cr_expect(flow.take(false));
-	cr_expect(flow.take(false));
-	cr_expect(flow.take(false));
-	cr_expect_not(flow.take(false));
-	cr_expect_eq(flow.peer(), 1u);
+	cr_assert(flow.take(false));
+	cr_assert(flow.take(false));
+	cr_assert(flow.take(false));
+	cr_assert_not(flow.take(false));
+	cr_assert_eq(flow.peer(), 1u);
 }
 
 Test(flow_ctrl, credits_that_come_before_enable_are_kept_for_it)
 {
 	nd::FlowCredits flow;
 	flow.add(127); /* the peer enabled first and told its receives */
-	cr_expect_not(flow.enabled());
+	cr_assert_not(flow.enabled());
 	flow.start_sending();
-	cr_expect_eq(flow.peer(), 128u, "one to start with and the 127 told before");
+	cr_assert_eq(flow.peer(), 128u, "one to start with and the 127 told before");
 }
 
 Test(flow_ctrl, the_receiver_tells_what_is_owed_from_the_threshold_on)
 {
 	nd::FlowCredits flow;
-	cr_expect_eq(flow.due(128), 0u, "before enable nothing is told");
+	cr_assert_eq(flow.due(128), 0u, "before enable nothing is told");
 	flow.set_threshold(64);
 	/* 128 posted before enable: the peer starts with one, so 127 are owed. */
-	cr_expect_eq(flow.due(128), 127u);
-	cr_expect_eq(flow.due(128), 0u, "told once");
-	cr_expect_eq(flow.due(128 + 63), 0u, "63 more: below the threshold");
-	cr_expect_eq(flow.due(128 + 64), 64u);
+	cr_assert_eq(flow.due(128), 127u);
+	cr_assert_eq(flow.due(128), 0u, "told once");
+	cr_assert_eq(flow.due(128 + 63), 0u, "63 more: below the threshold");
+	cr_assert_eq(flow.due(128 + 64), 64u);
 	/* The handler failed: owed again, with what was posted since. */
 	flow.not_told(64);
-	cr_expect_eq(flow.due(128 + 65), 65u);
+	cr_assert_eq(flow.due(128 + 65), 65u);
 }
 
 Test(flow_ctrl, both_sides_together_never_send_past_the_receives_posted)
