@@ -244,6 +244,14 @@ constexpr uint8_t counted = 32;
 constexpr uint8_t flow = 64;
 } // namespace SlowTx
 
+/* Whether a send-queue request takes one of the peer's receives (what
+ * ofi_rxm's flow control counts): a message, or a write with immediate
+ * data. */
+constexpr bool takes_peer_receive(ibv_wr_opcode opcode) noexcept
+{
+	return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM || opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
 /* Why DataPath::slow_rx sends fi_recv to post_rx. */
 namespace SlowRx {
 constexpr uint8_t not_ready = 1;	/* before INIT: receives wait in nd */

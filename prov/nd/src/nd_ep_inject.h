@@ -103,7 +103,7 @@ template <ibv_wr_opcode Op>
 		if (ssize_t ret = free_send_slots(inject_call_name(Op)))
 			return ret;
 	/* ofi_rxm's flow control (nd_flow_ctrl.h), as post_tx keeps it. */
-	const bool flow_taken = (takes_receive || Op == IBV_WR_RDMA_WRITE_WITH_IMM) && data.flow.enabled();
+	const bool flow_taken = takes_peer_receive(Op) && data.flow.enabled();
 	if (flow_taken && !data.flow.take(false))
 		return no_flow_credit(inject_call_name(Op));
 	data.tx.queue->count_budget(); /* given back if posting fails (unclaim) */

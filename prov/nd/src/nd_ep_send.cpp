@@ -108,10 +108,9 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 		if (is_read && data.tx.queue->reads_in_flight() >= conn.effective.outbound)
 			return -FI_EAGAIN; /* never more reads in flight than negotiated */
 	}
-	/* ofi_rxm's flow control (nd_flow_ctrl.h): a message that takes one
-	 * of the peer's receives needs a credit (a write with immediate data
-	 * takes one too). */
-	const bool flow_taken = (takes_receive || r.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && data.flow.enabled();
+	/* ofi_rxm's flow control (nd_flow_ctrl.h): a request that takes one
+	 * of the peer's receives needs a credit. */
+	const bool flow_taken = takes_peer_receive(r.opcode) && data.flow.enabled();
 	if (flow_taken && !data.flow.take(r.flags & kFlowPriority))
 		return no_flow_credit(r.call);
 	if (data_in_slot) {

@@ -106,7 +106,6 @@ public:
 
 	/* Receiver, under the receive lock. enable's half. */
 	void set_threshold(uint64_t threshold) noexcept { threshold_ = threshold; }
-	bool receiving() const noexcept { return threshold_ != kUnlimited; }
 	/* What to tell the peer now, with `posted` receives posted in all:
 	 * all it is owed (every receive but the one it starts with, less what
 	 * it was told), once that is at least the threshold; 0 otherwise. The
