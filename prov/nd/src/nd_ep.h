@@ -570,8 +570,12 @@ struct Endpoint {
 	void post_credit_write(uint64_t posted) noexcept;
 	void tell_peer_posted(uint64_t posted) noexcept;
 	void flush_pending_credits() noexcept;
-	/* ofi_rxm's flow control (nd_ep_flow.cpp): tells the peer the receives
-	 * it is owed, through rxm's handler, with no lock of nd's held. */
+	/* ofi_rxm's flow control (nd_ep_flow.cpp): the receives the peer is
+	 * owed, reckoned under the receive lock (counted as told), and told
+	 * through rxm's handler with no lock of nd's held; tell_flow_credits
+	 * does both. */
+	uint64_t flow_credits_due() noexcept;
+	void send_flow_credits(uint64_t credits) noexcept;
 	void tell_flow_credits() noexcept;
 	bool flow_available() const noexcept;
 	ssize_t no_credit(const char *call) const noexcept;
@@ -600,16 +604,27 @@ struct CreditsAfterUnlock {
 	}
 };
 
-/* Declared before a receive-lock guard, so that it runs after the unlock:
- * the receives just posted may owe the peer credits (ofi_rxm's flow
- * control), which rxm's handler sends with a call of its own. */
-struct FlowCreditsAfterUnlock {
-	Endpoint *ep;
-	~FlowCreditsAfterUnlock()
+/* The receive lock over a receive post. On a flow-controlled endpoint
+ * (ofi_rxm's flow control) the receives just posted may owe the peer
+ * credits: reckoned before the unlock, under the same hold, and handed to
+ * rxm's handler after it, which sends them with a call of its own. */
+class RecvPostLock {
+public:
+	explicit RecvPostLock(Endpoint *ep) noexcept : ep_(ep) { ep_->data.rx.lock.lock(); }
+	~RecvPostLock()
 	{
-		if (ep->data.slow_rx.load(std::memory_order_relaxed) & SlowRx::flow)
-			ep->tell_flow_credits();
+		const uint64_t credits = (ep_->data.slow_rx.load(std::memory_order_relaxed) & SlowRx::flow)
+						 ? ep_->flow_credits_due()
+						 : 0;
+		ep_->data.rx.lock.unlock();
+		if (credits)
+			ep_->send_flow_credits(credits);
 	}
+	RecvPostLock(const RecvPostLock &) = delete;
+	RecvPostLock &operator=(const RecvPostLock &) = delete;
+
+private:
+	Endpoint *ep_;
 };
 
 /* The queue pair's asynchronous events (nd_async.h). */

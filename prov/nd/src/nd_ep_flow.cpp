@@ -23,27 +23,35 @@ bool Endpoint::flow_available() const noexcept
 	       !(attr.caps & FI_MULTI_RECV) && !options.framed;
 }
 
+/* Under the receive lock: what the receives posted so far owe the peer,
+ * from the receive ring's posted count. */
+uint64_t Endpoint::flow_credits_due() noexcept
+{
+	return domain->send_credits ? data.flow.due(data.rx.queue->posted_acquire()) : 0;
+}
+
 /* Through rxm's handler, which sends a credit message of its own on this
  * endpoint (fi_sendmsg with FI_PRIORITY): called with no lock of nd's held.
  * A handler that fails leaves the credits owed, for the next receive. */
-void Endpoint::tell_flow_credits() noexcept
+void Endpoint::send_flow_credits(uint64_t credits) noexcept
 {
-	ssize_t (*send)(fid_ep *, uint64_t) = domain->send_credits;
-	if (!send)
-		return;
-	uint64_t credits;
-	{
-		std::lock_guard<OptionalLock> guard(data.rx.lock);
-		credits = data.flow.due(data.rx.queue->posted_acquire());
-	}
-	if (!credits)
-		return;
-	if (const ssize_t ret = send(&ep, credits)) {
+	if (const ssize_t ret = domain->send_credits(&ep, credits)) {
 		ND_INFO(FI_LOG_EP_DATA, "endpoint %p: ofi_rxm could not send %llu credits (%zd); owed again\n",
 			static_cast<void *>(this), static_cast<unsigned long long>(credits), ret);
 		std::lock_guard<OptionalLock> guard(data.rx.lock);
 		data.flow.not_told(credits);
 	}
+}
+
+void Endpoint::tell_flow_credits() noexcept
+{
+	uint64_t credits;
+	{
+		std::lock_guard<OptionalLock> guard(data.rx.lock);
+		credits = flow_credits_due();
+	}
+	if (credits)
+		send_flow_credits(credits);
 }
 
 namespace {

@@ -59,8 +59,7 @@ ssize_t Endpoint::post_rx(const iovec *iov, void **desc, size_t count, void *con
 		return -FI_EINVAL;
 	}
 
-	FlowCreditsAfterUnlock flow_after_unlock{this}; /* declared first: runs after the unlock */
-	std::lock_guard<OptionalLock> guard(data.rx.lock);
+	RecvPostLock guard(this);
 	/* Again under the lock: a flush (flush_queue_pair, under it) may have
 	 * ended the link since; nothing is posted to a queue pair in error. */
 	if (data.link.ended())
