@@ -7,7 +7,7 @@
  *   server: nd_perf [-p PROVIDER] -s [-a LOCAL_ADDR] [-P PORT] [-q]
  *   client: nd_perf [-p PROVIDER] -c SERVER_ADDR [-a LOCAL_ADDR] [-P PORT]
  *                   [-t TEST] [-b] [-S SIZES] [-n ITERS] [-m MAX_BYTES]
- *                   [-I INLINE] [-Q CQ_MOD] [-l POST_LIST] [-C] [-q]
+ *                   [-I INLINE] [-Q CQ_MOD] [-l POST_LIST] [-F] [-C] [-q]
  *
  * Like perftest, server and client are separate processes; the server serves
  * one client and exits. The client chooses everything (test, sizes,
@@ -67,6 +67,17 @@
  *   nd_perf test=write_bw prov=verbs size=8 iters=1000 inline=256 bidir=0
  *           tx_depth=128 cq_mod=100 post_list=1 bw_mib_s=... mpps=...
  *
+ * -F (flow control): both sides run with ofi_rxm's credit-based flow control
+ * on, as ofi_rxm runs every connection of a provider that offers it: the
+ * domain's "ofix_flow_ctrl_v1" extension, enabled on the endpoint once it is
+ * connected. Each side's credits are set beyond what the run can use and
+ * the threshold beyond what it can post, so no credit message is ever due:
+ * those are ofi_rxm's own sends, counted in rxm, not in the provider. What
+ * is measured is what the provider does on every call with the credits on:
+ * each send passes its credit check, each receive its count of what is
+ * owed. A provider that does not offer the extension, or an endpoint that
+ * cannot keep credits, ends the run with an error.
+ *
  * -C (cost mode, for valgrind --tool=callgrind, see nd_perf.sh): the client
  * first polls its empty receive CQ 1000 times inside perf_cq_calibrate()
  * (callgrind --dump-after=perf_cq_calibrate separates that), and at the end
@@ -82,6 +93,7 @@
  * under valgrind uninstrumented, several times faster.
  */
 #include <arpa/inet.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,7 +135,7 @@ enum op { OP_SEND, OP_WRITE, OP_READ };
 /* In the connect request: what the server must know before it accepts. */
 struct conn_data {
 	uint32_t magic;
-	uint8_t test, bidir, pad[2];
+	uint8_t test, bidir, flow_ctrl, pad;
 	uint64_t max_size;
 };
 
@@ -145,7 +157,7 @@ struct op_ctx {
 static struct {
 	const char *prov, *server, *local;
 	const char *port;
-	int is_server, bidir, quiet, cost;
+	int is_server, bidir, quiet, cost, flow_ctrl;
 	enum test test;
 	size_t sizes[MAX_SIZES];
 	int nsizes;
@@ -246,6 +258,7 @@ static int option(int c, const char *arg)
 			die("-l takes a list size of at least 1");
 		return 0;
 	case 'C': opt.cost = 1; return 0;
+	case 'F': opt.flow_ctrl = 1; return 0;
 	case 'q': opt.quiet = 1; return 0;
 	}
 	return -1;
@@ -254,11 +267,11 @@ static int option(int c, const char *arg)
 static void parse_options(int argc, char **argv)
 {
 	const struct nd_cli cli = {
-		.optstring = "p:sc:a:P:t:bS:n:m:I:Q:l:Cqh",
+		.optstring = "p:sc:a:P:t:bS:n:m:I:Q:l:FCqh",
 		.usage = "usage: %s [-p PROVIDER] (-s | -c SERVER_ADDR) [-a LOCAL_ADDR] [-P PORT]\n"
 			 "       [-t send_lat|write_lat|read_lat|send_bw|write_bw|read_bw] [-b]\n"
 			 "       [-S SIZES] [-n ITERS] [-m MAX_BYTES] [-I INLINE] [-Q CQ_MOD] [-l POST_LIST]\n"
-			 "       [-C] [-q]\n",
+			 "       [-F] [-C] [-q]\n",
 		.prov = &opt.prov,
 		.address = &opt.local,
 		.option = option,
@@ -824,6 +837,46 @@ static void server_size(const struct ctl *r)
 	/* read_lat: nothing to do; the next control message ends it. */
 }
 
+/* ------------------------------------------------- ofi_rxm's flow control */
+
+/* The extension's table, as libfabric's internal include/ofi_util.h lays it
+ * out (libfabric installs no header for it). */
+struct flow_ctrl_ops {
+	size_t size;
+	bool (*available)(struct fid_ep *ep);
+	int (*enable)(struct fid_ep *ep, uint64_t threshold);
+	void (*add_credits)(struct fid_ep *ep, uint64_t credits);
+	void (*set_send_handler)(struct fid_domain *domain,
+				 ssize_t (*send_handler)(struct fid_ep *ep, uint64_t credits));
+};
+
+/* Never called: no credit message is due in a run (-F). */
+static ssize_t no_credit_message(struct fid_ep *e, uint64_t credits)
+{
+	(void)e;
+	fprintf(stderr, "nd_perf: the provider asked for a credit message of %lu credits\n",
+		(unsigned long)credits);
+	return -FI_EAGAIN;
+}
+
+/* -F, on the connected endpoint: as ofi_rxm enables it (threshold and
+ * credits beyond the run, see the top of this file). */
+static void enable_flow_ctrl(void)
+{
+	struct flow_ctrl_ops *ops = NULL;
+	int ret = fi_open_ops(&domain->fid, "ofix_flow_ctrl_v1", 0, (void **)&ops, NULL);
+	if (ret) {
+		fprintf(stderr, "nd_perf: -F: the %s domain offers no flow control: %s\n", opt.prov,
+			fi_strerror(-ret));
+		exit(1);
+	}
+	if (!ops->available(ep))
+		die("-F: the endpoint cannot keep flow-control credits");
+	ops->set_send_handler(domain, no_credit_message);
+	CHECK(ops->enable(ep, UINT64_MAX / 4));
+	ops->add_credits(ep, UINT64_MAX / 4);
+}
+
 /* ------------------------------------------------------------- roles */
 
 static int run_server(void)
@@ -858,6 +911,7 @@ static int run_server(void)
 		die("connection request from something that is not nd_perf");
 	opt.test = cd.test;
 	opt.bidir = cd.bidir;
+	opt.flow_ctrl = cd.flow_ctrl;
 	struct fi_info *listen_info = info;
 	info = ev.entry.info;
 	CHECK(fi_domain(fabric, info, &domain, NULL));
@@ -869,6 +923,8 @@ static int run_server(void)
 		fprintf(stderr, "nd_perf: accept failed: %s\n", err ? fi_strerror(err) : "event");
 		return 1;
 	}
+	if (opt.flow_ctrl)
+		enable_flow_ctrl();
 	exchange_hello();
 	for (;;) {
 		struct ctl r;
@@ -907,7 +963,7 @@ static int run_server(void)
 static void client_connect(size_t max_size)
 {
 	struct conn_data cd = { .magic = MAGIC, .test = opt.test, .bidir = opt.bidir,
-				.max_size = max_size };
+				.flow_ctrl = (uint8_t)opt.flow_ctrl, .max_size = max_size };
 	struct {
 		struct fi_eq_cm_entry entry;
 		uint8_t data[256];
@@ -953,6 +1009,8 @@ static int run_client(void)
 	if (opt.cost)
 		CALLGRIND_START_INSTRUMENTATION;
 	client_connect(max_size);
+	if (opt.flow_ctrl)
+		enable_flow_ctrl();
 	if (opt.cost) {
 		perf_cq_calibrate();
 		printf("nd_perf_calibrate prov=%s cq_read=%lu cq_read_empty=%lu\n", opt.prov,

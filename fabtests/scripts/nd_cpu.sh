@@ -8,7 +8,11 @@
 # every call: its CQ reads, of fi_inject's traffic and of fi_send's, since
 # the verbs provider there injects no more than 2 bytes and its reads of
 # the first are of send completions too; and its posts, fi_recv's with
-# the credit write that tells the peer of the receive).
+# the credit write that tells the peer of the receive). On Soft-RoCE it also
+# measures fi_inject, fi_send and fi_recv with ofi_rxm's flow control on
+# (nd_perf -F: the calls rxm makes under MPI, on both providers, which
+# both offer it), where libfabric is 1.x: 2.x's rxm marks its credit
+# messages with a flag nd cannot see, and nd offers no flow control there.
 #
 # With --budget FILE, nd's figures are held to FILE (fabtests/test_configs/nd/cpu-budget):
 # one line per row, "ROW PROVIDER OTHER", and the script prints a PASS:
@@ -21,7 +25,8 @@
 #   ND_BENCH_CPU_ITERS      iterations per row (default 200)
 #   ND_BENCH_CPU_PROVIDERS  providers measured (default "verbs nd")
 #   ND_BENCH_CPU_ROWS       only these rows (keys: inject inject_write cq_read
-#                           send write read recv; on iWARP iwarp_cq_read,
+#                           send write read recv flow_inject flow_send
+#                           flow_recv; on iWARP iwarp_cq_read,
 #                           iwarp_cq_read_send and iwarp_ before the
 #                           others)
 #   ND_BENCH_CPU_DIR        keep the callgrind files here (default: a
@@ -165,6 +170,13 @@ else
 		"read|fi_read, descriptor (read_lat)|read_lat|perf_read|read|"
 		"recv|fi_recv, descriptor (send_lat)|send_lat|perf_recv|recv|"
 	)
+	if fi_info --version 2>/dev/null | grep -q '^libfabric: 1\.'; then
+		rows+=(
+			"flow_inject|fi_inject, ofi_rxm's flow control|send_lat|perf_send|send|-F"
+			"flow_send|fi_send, descriptor, flow control|send_lat|perf_send|send|-I 0 -F"
+			"flow_recv|fi_recv, descriptor, flow control|send_lat|perf_recv|recv|-F"
+		)
+	fi
 fi
 
 printf '\nCPU cost (%s): instructions per call under callgrind (user space only), 8-byte messages, %s iterations\n' \
@@ -214,6 +226,8 @@ while read -r row max_provider max_other _; do
 	row_transport=roce
 	[[ $row == iwarp_* ]] && row_transport=iwarp
 	[ "$row_transport" = "$transport" ] || continue
+	# Flow control's rows where nd offers it (libfabric 1.x, above).
+	[[ $row != flow_* ]] || printf '%s\n' "${rows[@]}" | grep -q "^$row|" || continue
 	if [ -n "${ND_BENCH_CPU_ROWS:-}" ]; then
 		key=${row%_empty}
 		key=${key%_hit}
