@@ -253,6 +253,7 @@ constexpr bool takes_peer_receive(ibv_wr_opcode opcode) noexcept
 }
 
 /* Why DataPath::slow_rx sends fi_recv to post_rx. */
+
 namespace SlowRx {
 constexpr uint8_t not_ready = 1;	/* before INIT: receives wait in nd */
 constexpr uint8_t locked = 2;		/* the receive lock (SAFE, ENDPOINT, FID) */
@@ -265,6 +266,24 @@ constexpr uint8_t op_flags = 32;
 /* ofi_rxm's flow control is on: each post may owe the peer credits. */
 constexpr uint8_t flow = 64;
 } // namespace SlowRx
+
+/* What the one-buffer calls' fast paths keep themselves (nd_ep_post_one.h,
+ * nd_ep_inject.h), each with entry points of its own, so that an endpoint
+ * that keeps nothing tests nothing for them: nothing; iWARP's receive
+ * credits (set at fi_enable); ofi_rxm's flow credits (set when rxm enables
+ * them, nd_ep_flow.cpp). Where it is the endpoint's one reason for the
+ * slow path, its bits are the ones those fast paths expect. */
+enum class Keeps : uint8_t { nothing, receive_credits, flow_credits };
+
+constexpr uint8_t slow_tx_kept(Keeps keeps) noexcept
+{
+	return keeps == Keeps::receive_credits ? SlowTx::credits : keeps == Keeps::flow_credits ? SlowTx::flow : 0;
+}
+
+constexpr uint8_t slow_rx_kept(Keeps keeps) noexcept
+{
+	return keeps == Keeps::receive_credits ? SlowRx::iwarp : keeps == Keeps::flow_credits ? SlowRx::flow : 0;
+}
 
 /*
  * Send-queue requests posted with FI_MORE: their ring slots are committed at
@@ -527,9 +546,8 @@ struct Endpoint {
 	void credits_after_post(bool took_receive) noexcept;
 	ssize_t link_error(const char *call) const;
 	/* fi_inject and its kin (nd_ep_inject.h), and their slow paths. */
-	/* Credits: the entry points of an endpoint with receive credits
-	 * (ep_credit_msg_ops), whose fast paths keep them. */
-	template <ibv_wr_opcode Op, bool Credits = false>
+	/* K: what the entry point's fast path keeps (Keeps). */
+	template <ibv_wr_opcode Op, Keeps K = Keeps::nothing>
 	ssize_t post_inline(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
 			    uint64_t remote_key);
 	template <ibv_wr_opcode Op>
@@ -541,10 +559,10 @@ struct Endpoint {
 	ssize_t inject_refused(const void *buf, size_t len, uint64_t remote_key, const char *call) const;
 	/* fi_send, fi_write, fi_read and fi_recv of one buffer
 	 * (nd_ep_post_one.h), and where what they do not take goes. */
-	template <ibv_wr_opcode Op, bool Credits = false, typename General>
+	template <ibv_wr_opcode Op, Keeps K = Keeps::nothing, typename General>
 	ssize_t post_one(const void *buf, size_t len, void *desc, uint64_t remote_addr, uint64_t remote_key,
 			 void *context, uint64_t flags, bool report, const char *call, General &&general);
-	template <bool Credits = false>
+	template <Keeps K = Keeps::nothing>
 	ssize_t post_recv_one(void *buf, size_t len, void *desc, void *context);
 	/* post_recv_one's way to post_rx, out of its frame. */
 	[[gnu::noinline]] ssize_t post_rx_one_general(void *buf, size_t len, void *desc, void *context, uint64_t flags);
@@ -643,6 +661,10 @@ extern fi_ops_rma ep_rma_ops;
  * their fast paths keep the credits (nd_ep_post_one.h, nd_ep_inject.h). */
 extern fi_ops_msg ep_credit_msg_ops;
 extern fi_ops_rma ep_credit_rma_ops;
+/* And for one with ofi_rxm's flow control on, set when rxm enables it
+ * (nd_ep_flow.cpp): their fast paths keep its credits. */
+extern fi_ops_msg ep_flow_msg_ops;
+extern fi_ops_rma ep_flow_rma_ops;
 /* nd_ep_atomic.cpp: the adapter's atomics (nd_atomic.h). */
 extern fi_ops_atomic ep_atomic_ops;
 /* A framed endpoint's (nd_ep_tagged.cpp). */

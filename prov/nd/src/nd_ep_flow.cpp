@@ -7,6 +7,7 @@
 #include "nd_ep.h"
 #include "nd_flow_ctrl.h"
 
+#include <atomic>
 #include <mutex>
 
 namespace nd {
@@ -35,7 +36,8 @@ uint64_t Endpoint::flow_credits_due() noexcept
  * A handler that fails leaves the credits owed, for the next receive. */
 void Endpoint::send_flow_credits(uint64_t credits) noexcept
 {
-	if (const ssize_t ret = domain->send_credits(&ep, credits)) {
+	ssize_t (*send)(fid_ep *, uint64_t) = domain->send_credits;
+	if (const ssize_t ret = send ? send(&ep, credits) : -FI_ENOSYS) {
 		ND_INFO(FI_LOG_EP_DATA, "endpoint %p: ofi_rxm could not send %llu credits (%zd); owed again\n",
 			static_cast<void *>(this), static_cast<unsigned long long>(credits), ret);
 		std::lock_guard<OptionalLock> guard(data.rx.lock);
@@ -95,6 +97,14 @@ int flow_enable(fid_ep *ep_fid, uint64_t threshold) noexcept
 			ep->data.flow.set_threshold(threshold ? threshold : 1);
 			ep->data.set_slow_rx(SlowRx::flow, true);
 		}
+		/* Entry points whose fast paths keep the credits, where they are
+		 * the endpoint's one reason for the slow path (nd_ep_post_one.h);
+		 * the endpoint's own tables (flow_available: unframed, not
+		 * iWARP's) send every call to the general path from here on,
+		 * which keeps them too, so a call that read the old table is
+		 * right either way. */
+		std::atomic_ref<fi_ops_msg *>(ep->ep.msg).store(&ep_flow_msg_ops, std::memory_order_release);
+		std::atomic_ref<fi_ops_rma *>(ep->ep.rma).store(&ep_flow_rma_ops, std::memory_order_release);
 		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: ofi_rxm's flow control on, credits told %llu at a time\n",
 			static_cast<void *>(ep), static_cast<unsigned long long>(threshold));
 		ep->tell_flow_credits();

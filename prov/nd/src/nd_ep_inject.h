@@ -38,7 +38,7 @@ constexpr const char *inject_call_name(ibv_wr_opcode op) noexcept
  * ibv_post_send, so nothing has to live across one and the entry point
  * saves almost no registers; a lock or a full ring go through
  * post_inline_slow. */
-template <ibv_wr_opcode Op, bool Credits>
+template <ibv_wr_opcode Op, Keeps K>
 [[gnu::always_inline]] inline ssize_t Endpoint::post_inline(const void *buf, size_t len, uint32_t imm_data, uint64_t remote_addr,
 			      uint64_t remote_key)
 {
@@ -46,9 +46,9 @@ template <ibv_wr_opcode Op, bool Credits>
 		      Op == IBV_WR_RDMA_WRITE_WITH_IMM);
 	/* One compare for the link and everything the fast path defers (a
 	 * lock, credits, a shared context, requests held back, a counter, a
-	 * fence); Credits: receive credits, which this path then keeps
-	 * (nd_ep_post_one.h). */
-	const bool open = Credits ? data.link.open_with(SlowTx::credits) : data.link.open();
+	 * fence), but what this path keeps (K: receive or flow credits,
+	 * as nd_ep_post_one.h's do). */
+	const bool open = data.link.open_with(slow_tx_kept(K));
 	/* len - 1 wraps for a zero-byte inject, which takes the slow path:
 	 * the fast path's request always has one inline entry. */
 	if (__builtin_expect(!open || len - 1 >= data.max_inline || !buf || remote_key > UINT32_MAX, 0)) {
@@ -73,13 +73,22 @@ template <ibv_wr_opcode Op, bool Credits>
 	if (__builtin_expect(queue.full_at(head), 0))
 		return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key);
 	/* As post_one's (nd_ep_post_one.h). */
-	if constexpr (Credits && (Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM)) {
+	if constexpr (K == Keeps::receive_credits && (Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM)) {
 		if (__builtin_expect(!data.credits->can_send(), 0))
 			return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key); /* says why */
 		const ssize_t ret =
 			post_inline_request<Op, false>(queue, head, buf, len, imm_data, remote_addr, remote_key);
 		if (ret == 0)
 			data.credits->count_sent(1);
+		return ret;
+	}
+	if constexpr (K == Keeps::flow_credits && takes_peer_receive(Op)) {
+		if (__builtin_expect(!data.flow.take_kept(), 0))
+			return post_inline_slow<Op>(buf, len, imm_data, remote_addr, remote_key); /* says why */
+		const ssize_t ret =
+			post_inline_request<Op, false>(queue, head, buf, len, imm_data, remote_addr, remote_key);
+		if (__builtin_expect(ret != 0, 0))
+			data.flow.give_back();
 		return ret;
 	}
 	return post_inline_request<Op, false>(queue, head, buf, len, imm_data, remote_addr, remote_key);

@@ -42,11 +42,11 @@ ssize_t send_common(Endpoint *ep, const iovec *iov, void **desc, size_t count, v
 	return ep->post_tx(r);
 }
 
-template <bool Credits>
+template <Keeps K>
 ssize_t ep_recv(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
-	return ep->post_recv_one<Credits>(buf, len, desc, context);
+	return ep->post_recv_one<K>(buf, len, desc, context);
 }
 
 ssize_t ep_recvv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -65,14 +65,14 @@ ssize_t ep_recvmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
 	return ep_of(fep)->post_rx(msg->msg_iov, msg->desc, msg->iov_count, msg->context, flags);
 }
 
-template <bool Credits>
+template <Keeps K>
 ssize_t ep_send(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t,
 		void *context) noexcept
 {
 	Endpoint *ep = ep_of(fep);
 	const uint64_t flags = ep->data.tx.op_flags;
 	const bool report = wants_completion(ep, flags);
-	return ep->post_one<IBV_WR_SEND, Credits>(buf, len, desc, 0, 0, context, flags, report, "fi_send", [&] {
+	return ep->post_one<IBV_WR_SEND, K>(buf, len, desc, 0, 0, context, flags, report, "fi_send", [&] {
 		iovec iov{const_cast<void *>(buf), len};
 		return send_common(ep, &iov, &desc, 1, context, flags, false, 0, report, "fi_send");
 	});
@@ -98,10 +98,10 @@ ssize_t ep_sendmsg(fid_ep *fep, const fi_msg *msg, uint64_t flags) noexcept
 			   "fi_sendmsg");
 }
 
-template <bool Credits>
+template <Keeps K>
 ssize_t ep_inject(fid_ep *fep, const void *buf, size_t len, fi_addr_t) noexcept
 {
-	return ep_of(fep)->post_inline<IBV_WR_SEND, Credits>(buf, len, 0, 0, 0);
+	return ep_of(fep)->post_inline<IBV_WR_SEND, K>(buf, len, 0, 0, 0);
 }
 
 ssize_t ep_senddata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64_t data,
@@ -118,19 +118,19 @@ ssize_t ep_injectdata(fid_ep *fep, const void *buf, size_t len, uint64_t data, f
 	return ep_of(fep)->post_inline<IBV_WR_SEND_WITH_IMM>(buf, len, imm_of(data), 0, 0);
 }
 
-/* Credits: an endpoint with receive credits' table (nd_ep.h). */
-template <bool Credits>
+/* K: what the table's fast paths keep (nd_ep.h). */
+template <Keeps K>
 constexpr fi_ops_msg msg_ops() noexcept
 {
 	return {
 		.size = sizeof(fi_ops_msg),
-		.recv = ep_recv<Credits>,
+		.recv = ep_recv<K>,
 		.recvv = ep_recvv,
 		.recvmsg = ep_recvmsg,
-		.send = ep_send<Credits>,
+		.send = ep_send<K>,
 		.sendv = ep_sendv,
 		.sendmsg = ep_sendmsg,
-		.inject = ep_inject<Credits>,
+		.inject = ep_inject<K>,
 		.senddata = ep_senddata,
 		.injectdata = ep_injectdata,
 	};
@@ -138,7 +138,8 @@ constexpr fi_ops_msg msg_ops() noexcept
 
 } // namespace
 
-fi_ops_msg ep_msg_ops = msg_ops<false>();
-fi_ops_msg ep_credit_msg_ops = msg_ops<true>();
+fi_ops_msg ep_msg_ops = msg_ops<Keeps::nothing>();
+fi_ops_msg ep_credit_msg_ops = msg_ops<Keeps::receive_credits>();
+fi_ops_msg ep_flow_msg_ops = msg_ops<Keeps::flow_credits>();
 
 } // namespace nd

@@ -25,14 +25,18 @@
 namespace nd {
 
 /* `general` is the call's own general path (send_common, rma), taken for
- * anything this one does not. Credits: the endpoint keeps receive credits
- * (iWARP), its one slow-transmit bit SlowTx::credits: a send needs one of
- * the peer's receives, counted once posted. A count of this side's that
- * found the ring full (ReceiveCredits::write_pending) is not looked at
- * here, as post_tx does: only an endpoint without a send lock comes here,
- * where the ring being full is the one reason for it, and the retirement
- * of the requests that filled it sends it (QueueHooks::room). */
-template <ibv_wr_opcode Op, bool Credits, typename General>
+ * anything this one does not. K (Keeps): receive_credits: the endpoint
+ * keeps receive credits (iWARP), its one slow-transmit bit
+ * SlowTx::credits: a send needs one of the peer's receives, counted once
+ * posted. A count of this side's that found the ring full
+ * (ReceiveCredits::write_pending) is not looked at here, as post_tx does:
+ * only an endpoint without a send lock comes here, where the ring being
+ * full is the one reason for it, and the retirement of the requests that
+ * filled it sends it (QueueHooks::room). flow_credits: ofi_rxm's flow
+ * control (SlowTx::flow): a send takes one of the credits the peer told,
+ * given back if it is not posted; the last is for rxm's own credit
+ * messages (sent with flags, so never here). */
+template <ibv_wr_opcode Op, Keeps K, typename General>
 [[gnu::always_inline]] inline ssize_t Endpoint::post_one(const void *buf, size_t len, void *desc,
 							 uint64_t remote_addr, uint64_t remote_key, void *context,
 							 uint64_t flags, bool report, const char *call, General &&general)
@@ -41,7 +45,7 @@ template <ibv_wr_opcode Op, bool Credits, typename General>
 	constexpr bool is_read = Op == IBV_WR_RDMA_READ;
 	constexpr uint32_t cq_flags = Op == IBV_WR_SEND ? FI_SEND | FI_MSG : is_read ? FI_RMA | FI_READ : FI_RMA | FI_WRITE;
 	/* The link first: before fi_enable there is no send queue. */
-	const bool open = Credits ? data.link.open_with(SlowTx::credits) : data.link.open();
+	const bool open = data.link.open_with(slow_tx_kept(K));
 	if (__builtin_expect(!open ||
 			     bindings.extras || (flags & FI_INJECT) || !buf || len > data.max_msg ||
 			     remote_key > UINT32_MAX || (report && !bindings.user_tx_cq),
@@ -53,9 +57,12 @@ template <ibv_wr_opcode Op, bool Credits, typename General>
 	if (__builtin_expect((!inline_data && !desc) || queue.full_at(head) ||
 			     (is_read && queue.reads_in_flight() >= conn.effective.outbound), 0))
 		return general();
-	if constexpr (Credits && Op == IBV_WR_SEND)
+	if constexpr (K == Keeps::receive_credits && Op == IBV_WR_SEND)
 		if (__builtin_expect(!data.credits->can_send(), 0))
 			return general(); /* -FI_EAGAIN, and why */
+	if constexpr (K == Keeps::flow_credits && Op == IBV_WR_SEND)
+		if (__builtin_expect(!data.flow.take_kept(), 0))
+			return general(); /* the same */
 	const SendClaim request{context, cq_flags, static_cast<uint32_t>(len), report, report};
 	/* A shared budget's count is post_tx's (SlowTx::shared). */
 	const Claimed claimed =
@@ -76,24 +83,32 @@ template <ibv_wr_opcode Op, bool Credits, typename General>
 		wr.wr.rdma.remote_addr = remote_addr;
 		wr.wr.rdma.rkey = static_cast<uint32_t>(remote_key);
 	}
-	if constexpr (Credits && Op == IBV_WR_SEND) {
+	if constexpr (K == Keeps::receive_credits && Op == IBV_WR_SEND) {
 		const ssize_t ret = submit<true>(wr, call);
 		if (ret == 0)
 			data.credits->count_sent(1);
+		return ret;
+	}
+	if constexpr (K == Keeps::flow_credits && Op == IBV_WR_SEND) {
+		const ssize_t ret = submit<true>(wr, call);
+		if (__builtin_expect(ret != 0, 0))
+			data.flow.give_back();
 		return ret;
 	}
 	return submit<true>(wr, call);
 }
 
 /* fi_recv: its flags are rx.op_flags, whose bearing fi_enable fixed
- * (SlowRx::op_flags, recv_reports). Credits: the endpoint keeps receive
- * credits (iWARP: SlowRx::iwarp its one bit), and tells the peer of the
- * receive, as post_rx does; siw's receive of one buffer with bytes needs
- * nothing else. */
-template <bool Credits>
+ * (SlowRx::op_flags, recv_reports). receive_credits: the endpoint keeps
+ * receive credits (iWARP: SlowRx::iwarp its one bit), and tells the peer
+ * of the receive, as post_rx does; siw's receive of one buffer with bytes
+ * needs nothing else. flow_credits: ofi_rxm's flow control (SlowRx::flow
+ * its one bit): the receives posted are told to the peer through rxm's
+ * handler once the threshold of them is owed, as post_rx does. */
+template <Keeps K>
 [[gnu::always_inline]] inline ssize_t Endpoint::post_recv_one(void *buf, size_t len, void *desc, void *context)
 {
-	constexpr uint8_t fast_rx = Credits ? SlowRx::iwarp : 0;
+	constexpr uint8_t fast_rx = slow_rx_kept(K);
 	if (__builtin_expect(data.slow_rx.load(std::memory_order_relaxed) != fast_rx || !buf || !desc || len > data.max_msg ||
 			     data.link.ended(), 0))
 		return post_rx_one_general(buf, len, desc, context, data.rx.op_flags);
@@ -117,9 +132,12 @@ template <bool Credits>
 	if (const int rc = post_recv(data.qp.get(), &wr, &bad); __builtin_expect(rc != 0, 0))
 		return post_recv_failed(rc);
 	/* FI_MORE: the next receive call tells the peer of both. */
-	if constexpr (Credits)
+	if constexpr (K == Keeps::receive_credits)
 		if (!(data.rx.op_flags & FI_MORE))
 			tell_peer_posted(h + 1);
+	if constexpr (K == Keeps::flow_credits)
+		if (const uint64_t owed = data.flow.due(h + 1); __builtin_expect(owed != 0, 0))
+			send_flow_credits(owed);
 	return 0;
 }
 

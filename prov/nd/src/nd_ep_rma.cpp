@@ -87,14 +87,14 @@ ssize_t remote_of(const fi_msg_rma *msg, const char *call, Remote *out)
 
 /* fi_read and fi_write of one buffer, and their iov and msg forms: one
  * body per form, the opcode its only difference. */
-template <ibv_wr_opcode Op, bool Credits>
+template <ibv_wr_opcode Op, Keeps K>
 [[gnu::always_inline]] inline ssize_t rma_one(fid_ep *fep, void *buf, size_t len, void *desc, uint64_t addr,
 					      uint64_t key, void *context, const char *call)
 {
 	Endpoint *ep = ep_of(fep);
 	const uint64_t flags = ep->data.tx.op_flags;
 	const bool report = wants_completion(ep, flags);
-	return ep->post_one<Op, Credits>(buf, len, desc, addr, key, context, flags, report, call, [&] {
+	return ep->post_one<Op, K>(buf, len, desc, addr, key, context, flags, report, call, [&] {
 		iovec iov{buf, len};
 		return rma(ep, Op, &iov, &desc, 1, {addr, key}, 0, context, flags, report, call);
 	});
@@ -120,11 +120,11 @@ ssize_t rma_message(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags, ibv_wr_o
 		   wants_completion(ep, flags), call);
 }
 
-template <bool Credits>
+template <Keeps K>
 ssize_t ep_read(fid_ep *fep, void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		uint64_t key, void *context) noexcept
 {
-	return rma_one<IBV_WR_RDMA_READ, Credits>(fep, buf, len, desc, addr, key, context, "fi_read");
+	return rma_one<IBV_WR_RDMA_READ, K>(fep, buf, len, desc, addr, key, context, "fi_read");
 }
 
 ssize_t ep_readv(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -138,12 +138,12 @@ ssize_t ep_readmsg(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags) noexcept
 	return rma_message(fep, msg, flags, IBV_WR_RDMA_READ, "fi_readmsg");
 }
 
-template <bool Credits>
+template <Keeps K>
 ssize_t ep_write(fid_ep *fep, const void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		 uint64_t key, void *context) noexcept
 {
 	/* Never written through: the device reads it. */
-	return rma_one<IBV_WR_RDMA_WRITE, Credits>(fep, const_cast<void *>(buf), len, desc, addr, key, context, "fi_write");
+	return rma_one<IBV_WR_RDMA_WRITE, K>(fep, const_cast<void *>(buf), len, desc, addr, key, context, "fi_write");
 }
 
 ssize_t ep_writev(fid_ep *fep, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -159,11 +159,11 @@ ssize_t ep_writemsg(fid_ep *fep, const fi_msg_rma *msg, uint64_t flags) noexcept
 			   "fi_writemsg");
 }
 
-template <bool Credits>
+template <Keeps K>
 ssize_t ep_inject_write(fid_ep *fep, const void *buf, size_t len, fi_addr_t, uint64_t addr,
 			uint64_t key) noexcept
 {
-	return ep_of(fep)->post_inline<IBV_WR_RDMA_WRITE, Credits>(buf, len, 0, addr, key);
+	return ep_of(fep)->post_inline<IBV_WR_RDMA_WRITE, K>(buf, len, 0, addr, key);
 }
 
 ssize_t ep_writedata(fid_ep *fep, const void *buf, size_t len, void *desc, uint64_t data,
@@ -182,19 +182,19 @@ ssize_t ep_inject_writedata(fid_ep *fep, const void *buf, size_t len, uint64_t d
 		buf, len, htonl(static_cast<uint32_t>(data)), addr, key);
 }
 
-/* Credits: an endpoint with receive credits' table (nd_ep.h). */
-template <bool Credits>
+/* K: what the table's fast paths keep (nd_ep.h). */
+template <Keeps K>
 constexpr fi_ops_rma rma_ops() noexcept
 {
 	return {
 		.size = sizeof(fi_ops_rma),
-		.read = ep_read<Credits>,
+		.read = ep_read<K>,
 		.readv = ep_readv,
 		.readmsg = ep_readmsg,
-		.write = ep_write<Credits>,
+		.write = ep_write<K>,
 		.writev = ep_writev,
 		.writemsg = ep_writemsg,
-		.inject = ep_inject_write<Credits>,
+		.inject = ep_inject_write<K>,
 		.writedata = ep_writedata,
 		.injectdata = ep_inject_writedata,
 	};
@@ -202,7 +202,8 @@ constexpr fi_ops_rma rma_ops() noexcept
 
 } // namespace
 
-fi_ops_rma ep_rma_ops = rma_ops<false>();
-fi_ops_rma ep_credit_rma_ops = rma_ops<true>();
+fi_ops_rma ep_rma_ops = rma_ops<Keeps::nothing>();
+fi_ops_rma ep_credit_rma_ops = rma_ops<Keeps::receive_credits>();
+fi_ops_rma ep_flow_rma_ops = rma_ops<Keeps::flow_credits>();
 
 } // namespace nd

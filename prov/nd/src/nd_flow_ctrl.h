@@ -81,6 +81,15 @@ public:
 		--peer_;
 		return true;
 	}
+	/* The same for a fast path, which runs only once credits are kept
+	 * (SlowTx::flow) and never for a priority message. */
+	bool take_kept() noexcept
+	{
+		if (peer_ <= 1)
+			return false;
+		--peer_;
+		return true;
+	}
 	/* A message taken for that was not posted after all. */
 	void give_back() noexcept
 	{
@@ -105,29 +114,46 @@ public:
 	}
 
 	/* Receiver, under the receive lock. enable's half. */
-	void set_threshold(uint64_t threshold) noexcept { threshold_ = threshold; }
+	void set_threshold(uint64_t threshold) noexcept
+	{
+		threshold_ = threshold;
+		update_tell_at();
+	}
 	/* What to tell the peer now, with `posted` receives posted in all:
 	 * all it is owed (every receive but the one it starts with, less what
 	 * it was told), once that is at least the threshold; 0 otherwise. The
-	 * amount counts as told (give it back with not_told). */
+	 * amount counts as told (give it back with not_told). Every receive
+	 * post asks: one compare until the threshold is reached. */
 	uint64_t due(uint64_t posted) noexcept
 	{
-		if (threshold_ == kUnlimited || posted <= told_ + 1)
+		if (posted < tell_at_)
 			return 0;
 		const uint64_t owed = posted - 1 - told_;
-		if (owed < threshold_)
-			return 0;
 		told_ += owed;
+		update_tell_at();
 		return owed;
 	}
 	/* The handler could not send them: owed again. */
-	void not_told(uint64_t credits) noexcept { told_ -= credits; }
+	void not_told(uint64_t credits) noexcept
+	{
+		told_ -= credits;
+		update_tell_at();
+	}
 
 private:
+	/* The posted count from which the threshold is owed: the one receive
+	 * the peer starts with, what it was told, and the threshold (never,
+	 * before enable). */
+	void update_tell_at() noexcept
+	{
+		tell_at_ = threshold_ >= kUnlimited - 1 - told_ ? kUnlimited : told_ + 1 + threshold_;
+	}
+
 	uint64_t peer_ = kUnlimited;
 	uint64_t saved_ = 0;
 	uint64_t told_ = 0;
 	uint64_t threshold_ = kUnlimited;
+	uint64_t tell_at_ = kUnlimited;
 };
 
 } // namespace nd

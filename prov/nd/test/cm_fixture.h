@@ -141,11 +141,13 @@ struct CmFixture {
 	fid_pep *pep = nullptr;
 	sockaddr_storage listen_addr{};
 	uint64_t hint_caps = 0;		/* asked for besides nd_hints()'s */
+	fi_threading hint_threading = FI_THREAD_UNSPEC; /* the provider's default when unspecified */
 
 	void open(const char *ip = nullptr, int backlog = -1)
 	{
 		InfoPtr hints = nd_hints();
 		hints->caps |= hint_caps;
+		hints->domain_attr->threading = hint_threading;
 		cr_assert_eq(getinfo(ip ? ip : guest_ip(), "0", FI_SOURCE, hints.get(), &info), 0);
 		cr_assert_eq(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
 		cr_assert_eq(fi_domain(fabric, info.get(), &domain, nullptr), 0);

@@ -189,14 +189,15 @@ long long stream_to_a_slow_receiver(DataFixture &f, Side c, Side s, Buffer &src,
 	return hw_counter("rcvd_rnr_err") - rnr_before;
 }
 
-} // namespace
-
 /* rxm's order: receives posted, connected, enabled with a threshold on both
  * sides; the server's receives, less the one each side starts with, go to
- * the client in one credit message; the client then sends exactly that. */
-Test(flow, credits_gate_messages_and_the_receives_posted_are_told)
+ * the client in one credit message; the client then sends exactly that.
+ * Under `threading`: FI_THREAD_DOMAIN (MPICH's) takes the one-buffer calls'
+ * fast paths, FI_THREAD_SAFE the general ones under the endpoint's locks. */
+void credits_gate_messages(fi_threading threading)
 {
 	DataFixture f;
+	f.hint_threading = threading;
 	f.open();
 	FlowCtrlOps *ops = open_flow_ctrl(f);
 	if (!ops)
@@ -261,6 +262,18 @@ Test(flow, credits_gate_messages_and_the_receives_posted_are_told)
 	close_pair(f, c, s);
 }
 
+} // namespace
+
+Test(flow, credits_gate_messages_and_the_receives_posted_are_told)
+{
+	credits_gate_messages(FI_THREAD_DOMAIN);
+}
+
+Test(flow, credits_gate_messages_on_locked_endpoints_too)
+{
+	credits_gate_messages(FI_THREAD_SAFE);
+}
+
 /* Credits come before this side enabled (the peer was quicker): kept for
  * then. A handler that fails (rxm's queue full) leaves them owed, and the
  * next receive tells them all. */
@@ -298,7 +311,8 @@ Test(flow, early_credits_are_kept_and_unsent_ones_told_with_the_next_receive)
 /* The point of it all: rxm over nd sends only into receives the peer
  * posted, so the device never answers receiver-not-ready (each answer
  * stalls the connection for the RNR timer). The same stream without flow
- * control meets it: the counter is shown to see it. */
+ * control meets it: the counter is shown to see it. Under MPICH's
+ * FI_THREAD_DOMAIN: the fast paths, the handler called from fi_recv's. */
 Test(flow, a_sender_held_to_credits_never_meets_receiver_not_ready)
 {
 	constexpr int kReceives = 8;
@@ -306,6 +320,7 @@ Test(flow, a_sender_held_to_credits_never_meets_receiver_not_ready)
 	long long without = 0;
 	{
 		DataFixture f;
+		f.hint_threading = FI_THREAD_DOMAIN;
 		f.open();
 		Buffer &src = f.buffer(64 * kMessages);
 		Buffer &dst = f.buffer(64 * kReceives);
@@ -316,6 +331,7 @@ Test(flow, a_sender_held_to_credits_never_meets_receiver_not_ready)
 		close_pair(f, c, s);
 	}
 	DataFixture f;
+	f.hint_threading = FI_THREAD_DOMAIN;
 	f.open();
 	FlowCtrlOps *ops = open_flow_ctrl(f);
 	if (!ops)

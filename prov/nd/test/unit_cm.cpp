@@ -658,6 +658,35 @@ Test(flow_ctrl, the_receiver_tells_what_is_owed_from_the_threshold_on)
 	/* The handler failed: owed again, with what was posted since. */
 	flow.not_told(64);
 	cr_assert_eq(flow.due(128 + 65), 65u);
+	cr_assert_eq(flow.due(128 + 65), 0u);
+}
+
+Test(flow_ctrl, a_threshold_beyond_any_count_never_tells_and_never_wraps)
+{
+	nd::FlowCredits flow;
+	flow.set_threshold(UINT64_MAX - 1);
+	cr_assert_eq(flow.due(UINT64_MAX - 1), 0u);
+	flow.set_threshold(UINT64_MAX / 4);
+	cr_assert_eq(flow.due(1000), 0u);
+	cr_assert_eq(flow.due(UINT64_MAX / 4), 0u, "owed one less than the threshold");
+	cr_assert_eq(flow.due(UINT64_MAX / 4 + 1), UINT64_MAX / 4);
+	flow.set_threshold(1);
+	cr_assert_eq(flow.due(UINT64_MAX / 4 + 1), 0u, "told already");
+	cr_assert_eq(flow.due(UINT64_MAX / 4 + 2), 1u, "threshold one: every receive");
+}
+
+Test(flow_ctrl, a_fast_path_takes_all_but_the_last_credit)
+{
+	nd::FlowCredits flow;
+	flow.start_sending();
+	flow.add(2);
+	cr_assert(flow.take_kept());
+	cr_assert(flow.take_kept());
+	cr_assert_not(flow.take_kept(), "the last is a priority message's");
+	cr_assert_eq(flow.peer(), 1u);
+	cr_assert(flow.take(true));
+	cr_assert_not(flow.take_kept());
+	cr_assert_eq(flow.peer(), 0u);
 }
 
 Test(flow_ctrl, both_sides_together_never_send_past_the_receives_posted)
