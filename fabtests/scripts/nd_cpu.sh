@@ -123,9 +123,15 @@ object_costs() {
 cg_run() { # PROVIDER TEST FUNCTION EXTRA
 	local prov=$1 test=$2 fn=$3 extra=$4 out server
 	port=$((port + 1))
-	timeout 300 "$perf" -p "$prov" -s -q -a "$ip" -P "$port" </dev/null >/dev/null 2>&1 &
+	timeout 300 "$perf" -p "$prov" -s -a "$ip" -P "$port" </dev/null >"$cgdir/server.out" 2>&1 &
 	server=$!
-	sleep 0.2
+	# Until it listens (the client retries a refused connect for 10 s
+	# only, and a guest whose CPUs other guests share starts it slowly),
+	# at most 60 s.
+	for _ in $(seq 600); do
+		grep -q 'listening' "$cgdir/server.out" 2>/dev/null || ! kill -0 "$server" 2>/dev/null && break
+		sleep 0.1
+	done
 	# shellcheck disable=SC2086
 	out=$(timeout 600 valgrind --tool=callgrind --callgrind-out-file="$cgdir/$prov.$test.$fn$extra" \
 		--toggle-collect="$fn" --dump-after=perf_cq_calibrate --instr-atstart=no \
