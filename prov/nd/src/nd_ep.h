@@ -253,7 +253,6 @@ constexpr bool takes_peer_receive(ibv_wr_opcode opcode) noexcept
 }
 
 /* Why DataPath::slow_rx sends fi_recv to post_rx. */
-
 namespace SlowRx {
 constexpr uint8_t not_ready = 1;	/* before INIT: receives wait in nd */
 constexpr uint8_t locked = 2;		/* the receive lock (SAFE, ENDPOINT, FID) */
@@ -590,11 +589,9 @@ struct Endpoint {
 	void flush_pending_credits() noexcept;
 	/* ofi_rxm's flow control (nd_ep_flow.cpp): the receives the peer is
 	 * owed, reckoned under the receive lock (counted as told), and told
-	 * through rxm's handler with no lock of nd's held; tell_flow_credits
-	 * does both. */
+	 * through rxm's handler with no lock of nd's held. */
 	uint64_t flow_credits_due() noexcept;
 	void send_flow_credits(uint64_t credits) noexcept;
-	void tell_flow_credits() noexcept;
 	bool flow_available() const noexcept;
 	ssize_t no_credit(const char *call) const noexcept;
 	ssize_t no_flow_credit(const char *call) const noexcept;

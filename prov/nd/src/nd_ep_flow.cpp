@@ -28,12 +28,13 @@ bool Endpoint::flow_available() const noexcept
  * from the receive ring's posted count. */
 uint64_t Endpoint::flow_credits_due() noexcept
 {
-	return domain->send_credits ? data.flow.due(data.rx.queue->posted_acquire()) : 0;
+	return data.flow.due(data.rx.queue->posted_acquire());
 }
 
 /* Through rxm's handler, which sends a credit message of its own on this
  * endpoint (fi_sendmsg with FI_PRIORITY): called with no lock of nd's held.
- * A handler that fails leaves the credits owed, for the next receive. */
+ * A handler that fails, or none set, leaves the credits owed, for the next
+ * receive. */
 void Endpoint::send_flow_credits(uint64_t credits) noexcept
 {
 	ssize_t (*send)(fid_ep *, uint64_t) = domain->send_credits;
@@ -43,17 +44,6 @@ void Endpoint::send_flow_credits(uint64_t credits) noexcept
 		std::lock_guard<OptionalLock> guard(data.rx.lock);
 		data.flow.not_told(credits);
 	}
-}
-
-void Endpoint::tell_flow_credits() noexcept
-{
-	uint64_t credits;
-	{
-		std::lock_guard<OptionalLock> guard(data.rx.lock);
-		credits = flow_credits_due();
-	}
-	if (credits)
-		send_flow_credits(credits);
 }
 
 namespace {
@@ -92,10 +82,12 @@ int flow_enable(fid_ep *ep_fid, uint64_t threshold) noexcept
 			ep->data.flow.start_sending();
 			ep->data.link.set_slow_tx(static_cast<uint8_t>(ep->data.link.slow_tx() | SlowTx::flow));
 		}
+		uint64_t owed;
 		{
 			std::lock_guard<OptionalLock> guard(ep->data.rx.lock);
 			ep->data.flow.set_threshold(threshold ? threshold : 1);
 			ep->data.set_slow_rx(SlowRx::flow, true);
+			owed = ep->flow_credits_due();
 		}
 		/* Entry points whose fast paths keep the credits, where they are
 		 * the endpoint's one reason for the slow path (nd_ep_post_one.h);
@@ -107,7 +99,8 @@ int flow_enable(fid_ep *ep_fid, uint64_t threshold) noexcept
 		std::atomic_ref<fi_ops_rma *>(ep->ep.rma).store(&ep_flow_rma_ops, std::memory_order_release);
 		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: ofi_rxm's flow control on, credits told %llu at a time\n",
 			static_cast<void *>(ep), static_cast<unsigned long long>(threshold));
-		ep->tell_flow_credits();
+		if (owed)
+			ep->send_flow_credits(owed);
 		return 0;
 	});
 }

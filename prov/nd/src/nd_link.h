@@ -28,7 +28,7 @@ enum class LinkState : uint8_t {
  *
  * The same atomic word holds the endpoint's slow-transmit bits (SlowTx in
  * nd_ep.h: a send lock, a shared context, credits, requests held back), so
- * that a post tests "up, and nothing to defer" with one compare (open()).
+ * that a post tests "up, and nothing to defer" with one compare (open_with()).
  * Both halves change only by compare-and-swap, each keeping the other.
  */
 class Link {
@@ -49,14 +49,10 @@ public:
 	{
 		return word_.load(order) >= static_cast<uint16_t>(LinkState::down) << 8;
 	}
-	/* Up, with no slow-transmit bit: a post may take its fast path. */
-	bool open() const noexcept
-	{
-		return word_.load(std::memory_order_relaxed) == kOpen;
-	}
-	/* Up, with exactly these slow-transmit bits: the fast path of an
-	 * endpoint whose one reason for the slow path is something that fast
-	 * path handles itself (iWARP's receive credits: nd_ep_post_one.h). */
+	/* Up, with exactly these slow-transmit bits: a post may take its fast
+	 * path (no bit at all; or, for an endpoint whose one reason for the
+	 * slow path is something that fast path handles itself, that bit:
+	 * Keeps in nd_ep.h). */
 	bool open_with(uint8_t bits) const noexcept
 	{
 		return word_.load(std::memory_order_relaxed) == (kOpen | bits);

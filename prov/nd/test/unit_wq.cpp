@@ -216,12 +216,12 @@ Test(link, its_state_and_the_slow_transmit_bits_share_a_word_without_mixing)
 {
 	Link link;
 	cr_assert_eq(link.state(), LinkState::idle);
-	cr_assert_not(link.open(), "idle is not open");
+	cr_assert_not(link.open_with(0), "idle is not open");
 	cr_assert_not(link.ended());
 	link.on(Link::Event::ready);
-	cr_assert(link.open(), "up with no slow bit is open");
+	cr_assert(link.open_with(0), "up with no slow bit is open");
 	link.set_slow_tx(5);
-	cr_assert_not(link.open(), "a slow bit closes the fast path");
+	cr_assert_not(link.open_with(0), "a slow bit closes the fast path");
 	cr_assert_eq(link.state(), LinkState::up);
 	cr_assert_eq(link.slow_tx(), 5);
 	cr_assert(link.on(Link::Event::flushed));
@@ -235,9 +235,9 @@ Test(link, its_state_and_the_slow_transmit_bits_share_a_word_without_mixing)
 	cr_assert_eq(link.state(), LinkState::broken);
 	link.set_slow_tx(0);
 	cr_assert_eq(link.state(), LinkState::broken, "the slow bits keep the state");
-	cr_assert_not(link.open());
+	cr_assert_not(link.open_with(0));
 	link.on(Link::Event::ready);
-	cr_assert(link.open());
+	cr_assert(link.open_with(0));
 }
 
 Test(work_queue, a_real_failure_breaks_the_link)
