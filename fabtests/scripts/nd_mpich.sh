@@ -51,6 +51,14 @@
 #   ND_MPICH_ONLY              only these programs, DIR/TEST separated by
 #                              spaces (each with all its variants; unset:
 #                              every one), to look at a few again
+#   ND_MPICH_PARTS             each directory's tests in this many parts
+#                              (every PARTS-th test from the k-th), each
+#                              run and told as it ends, so that a run
+#                              stopped part way keeps what it ran; compare
+#                              runs each part over nd, then over verbs (1)
+#   ND_MPICH_FIRST_PART        the part of the first DIR to start from,
+#                              1-based: to go on with a run that was
+#                              stopped (1)
 #   ND_MPICH_FINALIZE_RUNS     finalize runs (5)
 #   ND_MPICH_FINALIZE_TIMEOUT  seconds a finalize run may take (30)
 #   ND_MPICH_HOSTS             nd-node0,nd-node1,...: the suite's ranks are
@@ -169,8 +177,8 @@ judge() {
 # differ only by their arguments, which runtests prints (-verbose) before
 # each run, in the order of its TAP lines. A failed run's output goes to
 # RESULTS.out.
-run_dir() { # DIR RESULTS
-	local dir=$1 results=$2 list tap=$work/tap out=$work/out
+run_dir() { # DIR RESULTS [PART PARTS]
+	local dir=$1 results=$2 part=${3:-0} parts=${4:-1} list tap=$work/tap out=$work/out
 	[ -f "$suite_root/$dir/testlist" ] || { fail "$dir: no testlist in $mpich/test/mpi/$dir"; return 1; }
 	# The tests of 2 to 4 processes (those of one do not reach the
 	# network); in the check tier every STRIDE-th of them from OFFSET, and
@@ -178,7 +186,7 @@ run_dir() { # DIR RESULTS
 	list=$suite_root/$dir/testlist.nd
 	awk -v v="$version" -v t="$transport" -v dir="$dir" -v expect="$expect" \
 		-v tier="${ND_MPICH_TIER:-check}" -v stride="${ND_MPICH_STRIDE:-24}" -v offset="${ND_MPICH_OFFSET:-0}" \
-		-v only="${ND_MPICH_ONLY:-}" '
+		-v only="${ND_MPICH_ONLY:-}" -v part="$part" -v parts="$parts" '
 		BEGIN {
 			n_only = split(only, o, /[ \t]+/)
 			for (i = 1; i <= n_only; i++) wanted[o[i]] = 1
@@ -199,10 +207,13 @@ run_dir() { # DIR RESULTS
 			k = dir "/" f[1] " " f[2]
 			for (i = 3; i <= n; i++) if (f[i] ~ /^arg=/) k = k " " substr(f[i], 5)
 			for (i = 3; i <= n; i++) if (f[i] ~ /^env=/) k = k " env:" substr(f[i], 5)
-			if (tier == "check" && (k in listed)) { print k " (" listed[k] ")" > "/dev/stderr"; next }
+			if (tier == "check" && (k in listed)) { if (part == 0) print k " (" listed[k] ")" > "/dev/stderr"; next }
+			if (parts > 1 && (selected++ % parts) != part) next
 			print
 		}' "$suite_root/$dir/testlist" >"$list" 2>"$work/slow" || { fail "$dir: filtering its testlist"; return 1; }
 	sed 's/^/    left to the full tier (listed in mpich.expect): /' "$work/slow"
+	# A part (or an ND_MPICH_ONLY list) may hold none of this directory.
+	[ -s "$list" ] || return 0
 	rm -f "$tap"
 	(cd "$suite_root/$dir" && MPITEST_TIMEOUT=${ND_MPICH_TIMEOUT:-60} "$suite_root/runtests" -srcdir=. \
 		-tests="$(basename "$list")" -mpiexec="$mpiexec" -verbose \
@@ -247,33 +258,48 @@ run_dir() { # DIR RESULTS
 		"$tap" | head -200 >>"$results.out"
 }
 
-# run_suite RESULTS JUDGE DIR...: every DIR over FI_PROVIDER into RESULTS.
-# Each step's time is printed: the runs are a part of the stage's time.
-# Each directory's runs are told as it ends, so that a long run stopped
-# part way still names what it ran: with JUDGE "judge", each judged against
-# mpich.expect (nd's runs); with "list", those that did not pass, as they
-# ended (a provider run beside nd's, not judged).
+# run_part DIR PART RESULTS JUDGE: part PART (0-based) of DIR's tests over
+# FI_PROVIDER into RESULTS, told as it ends: with JUDGE "judge", each run
+# judged against mpich.expect (nd's runs); with "list", those that did not
+# pass (a provider run beside nd's, not judged). Its time is printed: the
+# runs are a part of the stage's time.
+run_part() {
+	local dir=$1 part=$2 results=$3 verdicts=$4 parts=${ND_MPICH_PARTS:-1} start=$SECONDS before label result key seconds
+	before=$(wc -l <"$results")
+	run_dir "$dir" "$results" "$part" "$parts"
+	label=$dir
+	((parts == 1)) || label="$dir (part $((part + 1)) of $parts)"
+	echo "    $label over $FI_PROVIDER: $(tail -n +"$((before + 1))" "$results" | passed_of "$dir" -) passed, in $((SECONDS - start)) s"
+	while IFS=$'\t' read -r result key seconds; do
+		if [ "$verdicts" = judge ]; then
+			judge "$key" "$result" "$seconds"
+		elif [ "$result" != Pass ]; then
+			echo "    $FI_PROVIDER: $key ($seconds s): $result"
+		fi
+	done < <(tail -n +"$((before + 1))" "$results")
+}
+
+# suite_copy: the suite where runtests may write.
+suite_copy() {
+	local start=$SECONDS
+	[ -d "$suite_root" ] && return
+	cp -a "$mpich/test/mpi" "$suite_root" || die "copying the suite to a writable folder failed"
+	echo "    the suite copied to a writable folder in $((SECONDS - start)) s"
+}
+
+# run_suite RESULTS JUDGE DIR...: every DIR over FI_PROVIDER into RESULTS,
+# part by part (ND_MPICH_PARTS), each part told as it ends (run_part).
 run_suite() {
-	local results=$1 verdicts=$2 dir start=$SECONDS before result key seconds
+	local results=$1 verdicts=$2 dir part first=$((${ND_MPICH_FIRST_PART:-1} - 1))
 	shift 2
 	: >"$results"
 	: >"$results.out"
-	if ! [ -d "$suite_root" ]; then
-		cp -a "$mpich/test/mpi" "$suite_root" || die "copying the suite to a writable folder failed"
-		echo "    the suite copied to a writable folder in $((SECONDS - start)) s"
-	fi
+	suite_copy
 	for dir in "$@"; do
-		start=$SECONDS
-		before=$(wc -l <"$results")
-		run_dir "$dir" "$results"
-		echo "    $dir over $FI_PROVIDER: $(passed_of "$dir" "$results") passed, in $((SECONDS - start)) s"
-		while IFS=$'\t' read -r result key seconds; do
-			if [ "$verdicts" = judge ]; then
-				judge "$key" "$result" "$seconds"
-			elif [ "$result" != Pass ]; then
-				echo "    $FI_PROVIDER: $key ($seconds s): $result"
-			fi
-		done < <(tail -n +"$((before + 1))" "$results")
+		for ((part = first; part < ${ND_MPICH_PARTS:-1}; part++)); do
+			run_part "$dir" "$part" "$results" "$verdicts"
+		done
+		first=0
 	done
 }
 
@@ -338,12 +364,24 @@ passed_of() {
 # test that verbs passes fails over nd. verbs runs with FI_UNIVERSE_SIZE=64,
 # without which it does not start on Soft-RoCE.
 compare() {
-	local dirs=("$@") dir
+	local dirs=("$@") dir part first=$((${ND_MPICH_FIRST_PART:-1} - 1))
 	((${#dirs[@]})) || dirs=("${suite_dirs[@]}")
 	echo "== MPICH $version's test suite, nd;ofi_rxm beside verbs;ofi_rxm (FI_UNIVERSE_SIZE=64), tier ${ND_MPICH_TIER:-check}"
-	run_suite "$work/nd.results" judge "${dirs[@]}"
+	# Part by part, nd's then verbs', so that a run stopped part way has
+	# both providers' runs of the same tests.
+	: >"$work/nd.results"
+	: >"$work/nd.results.out"
+	: >"$work/verbs.results"
+	: >"$work/verbs.results.out"
+	suite_copy
+	for dir in "${dirs[@]}"; do
+		for ((part = first; part < ${ND_MPICH_PARTS:-1}; part++)); do
+			run_part "$dir" "$part" "$work/nd.results" judge
+			FI_PROVIDER="verbs;ofi_rxm" FI_UNIVERSE_SIZE=64 run_part "$dir" "$part" "$work/verbs.results" list
+		done
+		first=0
+	done
 	failed_output "$work/nd.results" "$provider"
-	FI_PROVIDER="verbs;ofi_rxm" FI_UNIVERSE_SIZE=64 run_suite "$work/verbs.results" list "${dirs[@]}"
 	failed_output "$work/verbs.results" "verbs;ofi_rxm"
 	printf '    %-16s %-14s %s\n' directory "nd pass/run" "verbs pass/run"
 	for dir in "${dirs[@]}"; do
