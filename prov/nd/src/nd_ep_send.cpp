@@ -403,8 +403,16 @@ ssize_t Endpoint::submit_failed(int rc, ibv_send_wr *unposted, ibv_send_wr *firs
 	 * (they are the batch's own array). */
 	bool held_lost = false;
 	if (data.batch)
-		for (const ibv_send_wr *w = unposted; w; w = w->next)
-			held_lost = held_lost || (w >= data.batch->wr && w < data.batch->wr + SendBatch::kMaxRequests);
+		for (const ibv_send_wr *w = unposted; w; w = w->next) {
+			if (w < data.batch->wr || w >= data.batch->wr + SendBatch::kMaxRequests)
+				continue;
+			held_lost = true;
+			/* Its caller took a flow credit and returned; the
+			 * credit is given back here, as the caller of the
+			 * failed last request gives back its own. */
+			if (takes_peer_receive(w->opcode) && data.flow.enabled())
+				data.flow.give_back();
+		}
 	data.tx.queue->unclaim(unposted);
 	sync_fence();
 	/* nd's own request alone is info; the application's, or its held
