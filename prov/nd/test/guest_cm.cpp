@@ -965,3 +965,32 @@ Test(cm, requester_that_gives_up_before_the_endpoint_binds)
 	cr_assert_eq(fi_close(&c2->fid), 0);
 	f.close();
 }
+
+/* The same requester answered with fi_reject: the kernel takes no reject
+ * for a request whose requester gave up, and says nothing of it before an
+ * answer; fi_reject says so as fi_accept does (FI_ECONNABORTED), frees the
+ * request, and the listener goes on taking requests. */
+Test(cm, reject_of_a_requester_that_gave_up_is_aborted)
+{
+	CmFixture f;
+	f.open();
+	fid_ep *c = f.connecting_client();
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	cr_assert_eq(fi_close(&c->fid), 0, "the requester gives up (its CM rejects)");
+	expect_quiet(f.eq, 500);
+	const char why[] = "no";
+	int rc = fi_reject(f.pep, req.info->handle, why, sizeof why);
+	cr_assert_eq(rc, -FI_ECONNABORTED, "fi_reject: %d", rc);
+	rc = fi_reject(f.pep, req.info->handle, nullptr, 0);
+	cr_assert_eq(rc, -FI_EINVAL, "the handle is spent: %d", rc);
+	fi_freeinfo(req.info);
+
+	fid_ep *c2 = f.connecting_client();
+	Event req2 = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	cr_assert_eq(fi_reject(f.pep, req2.info->handle, why, sizeof why), 0);
+	fi_freeinfo(req2.info);
+	Event err = expect_error(f.eq, &c2->fid);
+	cr_assert_eq(err.err.err, FI_ECONNREFUSED);
+	cr_assert_eq(fi_close(&c2->fid), 0);
+	f.close();
+}
