@@ -1,5 +1,6 @@
 /* nd_cq.cpp: completion queues: open, read in every format, errors, waiting. */
 #include "nd_cq.h"
+#include "nd_device.h"
 #include "nd_domain.h"
 #include "nd_memlock.h"
 #include "nd_unsupported.h"
@@ -938,6 +939,8 @@ void CompletionQueue::look_for_stalls() noexcept
 	if (now - w.last_look < std::chrono::seconds(1))
 		return;
 	w.last_look = now;
+	/* Read once a look, and only for a queue past its first allowance. */
+	enum class Receiving { unread, yes, no } receiving = Receiving::unread;
 	for (StallWatch::Entry &e : w.queues) {
 		SendQueue &q = *e.queue;
 		const uint64_t tail = q.retired();
@@ -954,16 +957,31 @@ void CompletionQueue::look_for_stalls() noexcept
 		}
 		if (e.told)
 			continue;
-		const auto allowed = std::chrono::seconds(e.timeout_s) +
-				     std::chrono::milliseconds(outstanding_bytes(q, tail, head) / StallWatch::kBytesPerMs);
-		if (now - e.since < allowed)
+		const auto still = now - e.since;
+		const uint64_t bytes = outstanding_bytes(q, tail, head);
+		/* The counter is read from kArrivalsQuiet before the timeout
+		 * on, so that at the timeout it tells what arrived since. */
+		if (!StallWatch::lost(still + StallWatch::kArrivalsQuiet, e.timeout_s, bytes, false))
+			continue;
+		if (receiving == Receiving::unread) {
+			uint64_t reading = 0;
+			receiving = !domain->arrivals_path.empty() &&
+						    read_arrivals_counter(domain->arrivals_path, &reading) &&
+						    w.arrivals.receiving(reading, now)
+					    ? Receiving::yes
+					    : Receiving::no;
+		}
+		if (!StallWatch::lost(still, e.timeout_s, bytes, receiving == Receiving::yes))
 			continue;
 		e.told = true;
-		const auto still_s = std::chrono::duration_cast<std::chrono::seconds>(now - e.since).count();
-		ND_WARN(FI_LOG_CQ, "CQ %p: %llu request(s) of endpoint %p made no progress for %lld s "
-			"(FI_ND_PEER_TIMEOUT %d): the peer is taken as lost\n", static_cast<void *>(this),
-			static_cast<unsigned long long>(head - tail), q.owner(), static_cast<long long>(still_s),
-			e.timeout_s);
+		const auto still_s = std::chrono::duration_cast<std::chrono::seconds>(still).count();
+		ND_WARN(FI_LOG_CQ, "CQ %p: %llu request(s) of endpoint %p, %llu bytes, made no progress for %lld s "
+			"(FI_ND_PEER_TIMEOUT %d; the device %s): the peer is taken as lost\n", static_cast<void *>(this),
+			static_cast<unsigned long long>(head - tail), q.owner(), static_cast<unsigned long long>(bytes),
+			static_cast<long long>(still_s), e.timeout_s,
+			receiving == Receiving::yes	  ? "receiving, but past 30 times the timeout"
+			: domain->arrivals_path.empty() ? "counting no arrivals nd knows of"
+							  : "receiving nothing for 2 s");
 		/* Everything outstanding is flushed now, whether or not the
 		 * application reads its EQ; the EQ then ends the connection. */
 		q.end_stalled();

@@ -18,7 +18,9 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <chrono>
@@ -249,6 +251,35 @@ bool is_software_device(const std::string &name)
 {
 	const std::string ibdev = "/sys/class/infiniband/" + name;
 	return real_path(ibdev + "/device").empty() && !read_sysfs(ibdev + "/parent").empty();
+}
+
+std::string arrivals_counter_path(const std::string &name)
+{
+	const std::string ibdev = "/sys/class/infiniband/" + name;
+	const std::string own = ibdev + "/ports/1/hw_counters/rcvd_pkts";
+	if (!read_sysfs(own).empty())
+		return own;
+	const std::string parent = read_sysfs(ibdev + "/parent");
+	if (real_path(ibdev + "/device").empty() && !parent.empty()) {
+		const std::string netdev = "/sys/class/net/" + parent + "/statistics/rx_packets";
+		if (!read_sysfs(netdev).empty())
+			return netdev;
+	}
+	return {};
+}
+
+bool read_arrivals_counter(const std::string &path, uint64_t *value)
+{
+	const std::string text = read_sysfs(path);
+	if (text.empty())
+		return false;
+	char *end = nullptr;
+	errno = 0;
+	const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+	if (errno || end == text.c_str())
+		return false;
+	*value = v;
+	return true;
 }
 
 CmDataLimits transport_cm_limits(bool iwarp) noexcept

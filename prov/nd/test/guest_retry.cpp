@@ -158,6 +158,36 @@ Test(retry, out_of_range_values_keep_the_defaults)
 	close_connection(f, c, s);
 }
 
+/* A receiver late past FI_ND_PEER_TIMEOUT is still a live peer: its device
+ * answers each retry with a not-ready NAK, which the sender's device
+ * counts among its arrivals, so nd's watch (StallWatch) waits 30 timeouts
+ * instead of one, and the send completes once the receive is posted. The
+ * sender's CQ is read empty throughout, as the watch needs to look. */
+Test(retry, a_receiver_late_past_the_peer_timeout_is_waited_for_while_it_answers)
+{
+	unsetenv("FI_ND_RNR_RETRY");
+	unsetenv("FI_ND_RETRY_COUNT");
+	setenv("FI_ND_PEER_TIMEOUT", "2", 1);
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	Buffer &src = f.buffer(64);
+	Buffer &dst = f.buffer(64, 0xee);
+	auto want = pattern(64, 9);
+	src.fill(want);
+	int send_ctx, recv_ctx;
+	cr_assert_eq(fi_send(c.ep, src.data(), 64, src.desc(), 0, &send_ctx), 0);
+	/* Twice the timeout and the watch's look, plus its 2 s of quiet. */
+	expect_cq_empty(c.cq, 6000);
+	cr_assert_eq(fi_recv(s.ep, dst.data(), 64, dst.desc(), 0, &recv_ctx), 0);
+	fi_cq_data_entry r = wait_cq(s.cq);
+	fi_cq_data_entry done = wait_cq(c.cq);
+	cr_assert_eq(r.op_context, &recv_ctx);
+	cr_assert(dst.holds(want));
+	cr_assert_eq(done.op_context, &send_ctx);
+	close_connection(f, c, s);
+}
+
 /* A peer whose queue pair is gone answers nothing: Soft-RoCE drops packets
  * for a queue pair number it does not know, as a dead host would. The
  * client does not read its EQ, so it never learns of the disconnect and its
