@@ -939,8 +939,8 @@ void CompletionQueue::look_for_stalls() noexcept
 	if (now - w.last_look < std::chrono::seconds(1))
 		return;
 	w.last_look = now;
-	/* Read once a look, and only for a queue past its first allowance. */
-	enum class Receiving { unread, yes, no } receiving = Receiving::unread;
+	/* Read once a look, and only for a queue near its timeout. */
+	enum class Naks { unread, coming, none } naks = Naks::unread;
 	for (StallWatch::Entry &e : w.queues) {
 		SendQueue &q = *e.queue;
 		const uint64_t tail = q.retired();
@@ -959,29 +959,29 @@ void CompletionQueue::look_for_stalls() noexcept
 			continue;
 		const auto still = now - e.since;
 		const uint64_t bytes = outstanding_bytes(q, tail, head);
-		/* The counter is read from kArrivalsQuiet before the timeout
-		 * on, so that at the timeout it tells what arrived since. */
-		if (!StallWatch::lost(still + StallWatch::kArrivalsQuiet, e.timeout_s, bytes, false))
+		/* The count is read from kNakQuiet before the timeout on, so
+		 * that at the timeout it tells whether NAKs came since. */
+		if (!StallWatch::lost(still + StallWatch::kNakQuiet, e.timeout_s, bytes, false))
 			continue;
-		if (receiving == Receiving::unread) {
+		if (naks == Naks::unread) {
 			uint64_t reading = 0;
-			receiving = !domain->arrivals_path.empty() &&
-						    read_arrivals_counter(domain->arrivals_path, &reading) &&
-						    w.arrivals.receiving(reading, now)
-					    ? Receiving::yes
-					    : Receiving::no;
+			naks = !domain->not_ready_naks_path.empty() &&
+					       read_sysfs_counter(domain->not_ready_naks_path, &reading) &&
+					       w.naks.coming(reading, now)
+				       ? Naks::coming
+				       : Naks::none;
 		}
-		if (!StallWatch::lost(still, e.timeout_s, bytes, receiving == Receiving::yes))
+		if (!StallWatch::lost(still, e.timeout_s, bytes, naks == Naks::coming))
 			continue;
 		e.told = true;
 		const auto still_s = std::chrono::duration_cast<std::chrono::seconds>(still).count();
 		ND_WARN(FI_LOG_CQ, "CQ %p: %llu request(s) of endpoint %p, %llu bytes, made no progress for %lld s "
-			"(FI_ND_PEER_TIMEOUT %d; the device %s): the peer is taken as lost\n", static_cast<void *>(this),
+			"(FI_ND_PEER_TIMEOUT %d; %s): the peer is taken as lost\n", static_cast<void *>(this),
 			static_cast<unsigned long long>(head - tail), q.owner(), static_cast<unsigned long long>(bytes),
 			static_cast<long long>(still_s), e.timeout_s,
-			receiving == Receiving::yes	  ? "receiving, but past 30 times the timeout"
-			: domain->arrivals_path.empty() ? "counting no arrivals nd knows of"
-							  : "receiving nothing for 2 s");
+			naks == Naks::coming ? "not-ready NAKs still coming, past 30 times the timeout"
+			: domain->not_ready_naks_path.empty() ? "the device counts no not-ready NAKs"
+							      : "no not-ready NAK for 2 s");
 		/* Everything outstanding is flushed now, whether or not the
 		 * application reads its EQ; the EQ then ends the connection. */
 		q.end_stalled();

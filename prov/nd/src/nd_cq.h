@@ -192,22 +192,20 @@ private:
  * signaled request outstanding whose retired count has not moved for the
  * timeout, plus a second per 10 MB outstanding, is flushed, its first
  * request reports FI_ETIMEDOUT, and its endpoint is told the peer is lost
- * (FI_SHUTDOWN through the EQ). A request completes nothing until its
- * end, and an emulated or shaped wire can move a read at tens of KB/s
- * (two loaded Soft-RoCE guests did not move 6 MB in 20 s): while the
- * device is receiving packets (Domain::arrivals_path: the read's, or a
- * busy receiver's not-ready NAKs), the wait is 30 times the timeout (10
- * minutes at 20 s) plus that allowance. A silent peer sends nothing, so
- * where it was the device's one peer it is still found at the timeout;
- * among live peers, within the longer wait. Only an empty read looks: a
- * completion still unread means the peer answered. Under the CQ's lock.
+ * (FI_SHUTDOWN through the EQ). A receiver that is late is not lost: it
+ * answers each retry with a not-ready NAK. While the device keeps
+ * receiving those (Domain::not_ready_naks_path), the wait is 30 times the
+ * timeout (10 minutes at 20 s), as ofi_rxm without its flow control
+ * expects late receivers waited for; a peer that is gone sends none. Only
+ * an empty read looks: a completion still unread means the peer answered.
+ * Under the CQ's lock.
  */
 struct StallWatch {
 	static constexpr uint32_t kEmptyReadsPerLook = 64;	/* then a clock read */
 	static constexpr uint64_t kBytesPerMs = 10000;		/* 10 MB/s: allowance */
-	static constexpr int kReceivingTimeouts = 30;		/* the wait while receiving */
-	/* Packets within this long before a look: the device is receiving. */
-	static constexpr std::chrono::seconds kArrivalsQuiet{2};
+	static constexpr int kNotReadyTimeouts = 30;		/* the wait while NAKs come */
+	/* A NAK within this long before a look: the receiver is answering. */
+	static constexpr std::chrono::seconds kNakQuiet{2};
 	struct Entry {
 		SendQueue *queue;
 		uint64_t tail;			/* retired when last seen moving */
@@ -215,41 +213,41 @@ struct StallWatch {
 		int timeout_s;
 		bool told;			/* the endpoint was told */
 	};
-	/* The device's arrivals counter as last read, and when it was last
-	 * seen to change. */
-	struct Arrivals {
+	/* The device's count of not-ready NAKs as last read, and when it was
+	 * last seen to change. */
+	struct NakCount {
 		bool known = false;
 		uint64_t value = 0;
 		std::chrono::steady_clock::time_point changed{};
 
-		/* Notes a reading at `now`; whether packets arrived within
-		 * kArrivalsQuiet. The first reading (or one after the watch
-		 * last read long ago) gives the benefit of the doubt: a change
-		 * since is taken as now. */
-		bool receiving(uint64_t reading, std::chrono::steady_clock::time_point now) noexcept
+		/* Notes a reading at `now`; whether a NAK came within
+		 * kNakQuiet. The first reading (or one after the watch last read
+		 * long ago) gives the benefit of the doubt: a change since is
+		 * taken as now. */
+		bool coming(uint64_t reading, std::chrono::steady_clock::time_point now) noexcept
 		{
 			if (!known || reading != value) {
 				known = true;
 				value = reading;
 				changed = now;
 			}
-			return now - changed < kArrivalsQuiet;
+			return now - changed < kNakQuiet;
 		}
 	};
 	/* Whether a queue that has stood still `still` with `bytes`
 	 * outstanding is given up: past the timeout (30 of them while
-	 * `receiving`) and the allowance for its bytes at 10 MB/s. */
+	 * `naks_coming`) and the allowance for its bytes at 10 MB/s. */
 	static bool lost(std::chrono::steady_clock::duration still, int timeout_s, uint64_t bytes,
-			 bool receiving) noexcept
+			 bool naks_coming) noexcept
 	{
-		const int64_t wait_s = static_cast<int64_t>(timeout_s) * (receiving ? kReceivingTimeouts : 1);
+		const int64_t wait_s = static_cast<int64_t>(timeout_s) * (naks_coming ? kNotReadyTimeouts : 1);
 		return still >= std::chrono::seconds(wait_s) + std::chrono::milliseconds(bytes / kBytesPerMs);
 	}
 	std::vector<Entry> queues;
 	std::atomic<size_t> count{0};		/* queues.size(), for sread */
 	uint32_t empty_reads = 0;
 	std::chrono::steady_clock::time_point last_look{};
-	Arrivals arrivals;
+	NakCount naks;
 };
 
 /* One verbs CQ of a CompletionQueue, and what was reserved on it. */

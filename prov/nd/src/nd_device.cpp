@@ -253,22 +253,13 @@ bool is_software_device(const std::string &name)
 	return real_path(ibdev + "/device").empty() && !read_sysfs(ibdev + "/parent").empty();
 }
 
-std::string arrivals_counter_path(const std::string &name)
+std::string not_ready_naks_path(const std::string &name)
 {
-	const std::string ibdev = "/sys/class/infiniband/" + name;
-	const std::string own = ibdev + "/ports/1/hw_counters/rcvd_pkts";
-	if (!read_sysfs(own).empty())
-		return own;
-	const std::string parent = read_sysfs(ibdev + "/parent");
-	if (real_path(ibdev + "/device").empty() && !parent.empty()) {
-		const std::string netdev = "/sys/class/net/" + parent + "/statistics/rx_packets";
-		if (!read_sysfs(netdev).empty())
-			return netdev;
-	}
-	return {};
+	const std::string path = "/sys/class/infiniband/" + name + "/ports/1/hw_counters/rcvd_rnr_err";
+	return read_sysfs(path).empty() ? std::string() : path;
 }
 
-bool read_arrivals_counter(const std::string &path, uint64_t *value)
+bool read_sysfs_counter(const std::string &path, uint64_t *value)
 {
 	const std::string text = read_sysfs(path);
 	if (text.empty())

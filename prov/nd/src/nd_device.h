@@ -107,16 +107,15 @@ bool parse_pci_address(const std::string &text, PciAddress *out) noexcept;
  * network interface. */
 bool is_software_device(const std::string &name);
 
-/* The sysfs file that counts the packets the RDMA device `name` receives:
- * its own counter where it keeps one (Soft-RoCE's hw_counters/rcvd_pkts),
- * else, for a software device, its parent network interface's rx_packets
- * (soft-iWARP's TCP arrives there); empty where neither is known. The
- * stall watch (nd_cq.h) reads it to tell a slow transfer from a silent
- * peer. */
-std::string arrivals_counter_path(const std::string &name);
+/* The sysfs file that counts the receiver-not-ready NAKs the RDMA device
+ * `name` receives (hw_counters/rcvd_rnr_err: Soft-RoCE keeps it), empty
+ * where the device keeps no such count. The stall watch (nd_cq.h) reads it
+ * to tell a receiver that is late from a peer that is gone. */
+std::string not_ready_naks_path(const std::string &name);
 
-/* Reads a counter file of arrivals_counter_path; false if it cannot. */
-bool read_arrivals_counter(const std::string &path, uint64_t *value);
+/* Reads a counter file such as not_ready_naks_path's; false if it
+ * cannot. */
+bool read_sysfs_counter(const std::string &path, uint64_t *value);
 
 /*
  * Finds every RDMA adapter port that has an IP address, by asking rdma_cm

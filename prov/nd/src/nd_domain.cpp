@@ -222,13 +222,13 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 	domain->ack_timeout = retry.ack_timeout;
 	domain->stall_timeout_s = domain->iwarp || retry.retry_count == 7 ? params.peer_timeout_s : 0;
 	if (domain->stall_timeout_s)
-		domain->arrivals_path = arrivals_counter_path(info->domain_attr->name);
+		domain->not_ready_naks_path = not_ready_naks_path(info->domain_attr->name);
 	ND_INFO(FI_LOG_DOMAIN, "fi_domain(%s): %s: transport retry count %d, ACK timeout %d (-1: rdma_cm's), "
 		"requests that stand still end their connection after %d s (0: the transport's retries decide); "
-		"arrivals counted in %s\n",
+		"not-ready NAKs counted in %s\n",
 		info->domain_attr->name, domain->iwarp ? "iWARP" : soft_roce ? "Soft-RoCE" : "hardware",
 		retry.retry_count, retry.ack_timeout, domain->stall_timeout_s,
-		domain->arrivals_path.empty() ? "(none known)" : domain->arrivals_path.c_str());
+		domain->not_ready_naks_path.empty() ? "(no counter)" : domain->not_ready_naks_path.c_str());
 	switch (const int threading = api::enum_value(info->domain_attr->threading)) {
 	case FI_THREAD_UNSPEC:
 		domain->threading = FI_THREAD_SAFE;

@@ -65,9 +65,9 @@ struct Domain {
 	 * (FI_ND_PEER_TIMEOUT, StallWatch in nd_cq.h); 0 where the transport
 	 * gives up on a silent peer by itself (retry count below 7). */
 	int stall_timeout_s;
-	/* Where the device's arrivals are counted (arrivals_counter_path),
-	 * with stall_timeout_s; empty where unknown. */
-	std::string arrivals_path;
+	/* Where the device counts the not-ready NAKs it receives
+	 * (not_ready_naks_path), with stall_timeout_s; empty where unknown. */
+	std::string not_ready_naks_path;
 	/* ofi_rxm's flow control (nd_flow_ctrl.h): offered (FI_ND_FLOW_CTRL,
 	 * and a libfabric whose rxm marks its credit messages with the public
 	 * FI_PRIORITY), and rxm's handler that sends credits, set once when

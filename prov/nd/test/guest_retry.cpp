@@ -160,9 +160,10 @@ Test(retry, out_of_range_values_keep_the_defaults)
 
 /* A receiver late past FI_ND_PEER_TIMEOUT is still a live peer: its device
  * answers each retry with a not-ready NAK, which the sender's device
- * counts among its arrivals, so nd's watch (StallWatch) waits 30 timeouts
- * instead of one, and the send completes once the receive is posted. The
- * sender's CQ is read empty throughout, as the watch needs to look. */
+ * counts (hw_counters/rcvd_rnr_err), so nd's watch (StallWatch) waits 30
+ * timeouts instead of one, and the send completes once the receive is
+ * posted. The sender's CQ is read empty throughout, as the watch needs to
+ * look. */
 Test(retry, a_receiver_late_past_the_peer_timeout_is_waited_for_while_it_answers)
 {
 	unsetenv("FI_ND_RNR_RETRY");

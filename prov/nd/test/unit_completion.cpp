@@ -598,10 +598,9 @@ Test(completion_ring, a_large_ring_is_a_mapping_and_keeps_its_entries_when_it_be
 }
 
 /* The stall watch gives a queue that stands still the timeout plus a
- * second per 10 MB outstanding; while the device receives packets, 30
- * timeouts plus the same (two loaded Soft-RoCE guests did not move a 6 MB
- * read in 20 s, and the watch took the live peer for lost). */
-Test(stall_watch, a_slow_transfer_is_given_time_while_the_device_receives)
+ * second per 10 MB outstanding; while the device receives not-ready NAKs
+ * (a receiver that is late, not gone), 30 timeouts plus the same. */
+Test(stall_watch, a_receiver_that_answers_not_ready_is_waited_for_longer)
 {
 	using namespace std::chrono;
 	const uint64_t six_mb = 6'300'000;
@@ -609,44 +608,44 @@ Test(stall_watch, a_slow_transfer_is_given_time_while_the_device_receives)
 	cr_assert(StallWatch::lost(seconds(20), 20, 0, false), "a small request: the timeout alone");
 	cr_assert_not(StallWatch::lost(milliseconds(20'629), 20, six_mb, false), "6.3 MB: 630 ms more at 10 MB/s");
 	cr_assert(StallWatch::lost(milliseconds(20'630), 20, six_mb, false));
-	cr_assert_not(StallWatch::lost(seconds(599), 20, 0, true), "receiving: 30 timeouts");
+	cr_assert_not(StallWatch::lost(seconds(599), 20, 0, true), "NAKs coming: 30 timeouts");
 	cr_assert(StallWatch::lost(seconds(600), 20, 0, true));
-	cr_assert_not(StallWatch::lost(milliseconds(600'629), 20, six_mb, true), "receiving: 30 timeouts, 630 ms more");
+	cr_assert_not(StallWatch::lost(milliseconds(600'629), 20, six_mb, true), "30 timeouts, 630 ms more");
 	cr_assert(StallWatch::lost(milliseconds(600'630), 20, six_mb, true));
 	cr_assert(StallWatch::lost(seconds(3600), 3600, 0, false), "the largest timeout");
 	cr_assert_not(StallWatch::lost(seconds(3600), 3600, 0, true), "30 of the largest do not overflow");
 }
 
-/* The device is receiving while its counter changed within 2 s; the first
- * reading gives the benefit of the doubt, an unchanged one does not. */
-Test(stall_watch, the_device_receives_while_its_arrivals_counter_moves)
+/* NAKs are coming while the count changed within 2 s; the first reading
+ * gives the benefit of the doubt, an unchanged one does not. */
+Test(stall_watch, not_ready_naks_are_coming_while_their_count_moves)
 {
 	using namespace std::chrono;
-	StallWatch::Arrivals a;
+	StallWatch::NakCount n;
 	const steady_clock::time_point t0{seconds(1000)};
-	cr_assert(a.receiving(500, t0), "first reading: taken as a change now");
-	cr_assert(a.receiving(500, t0 + seconds(1)), "unchanged for 1 s: still within 2 s of the change");
-	cr_assert_not(a.receiving(500, t0 + seconds(2)), "unchanged for 2 s: nothing arrives");
-	cr_assert(a.receiving(501, t0 + seconds(3)), "moved");
-	cr_assert_not(a.receiving(501, t0 + seconds(60)), "read again long after, unchanged");
-	cr_assert(a.receiving(9000, t0 + seconds(61)), "read again long after, changed");
+	cr_assert(n.coming(500, t0), "first reading: taken as a change now");
+	cr_assert(n.coming(500, t0 + seconds(1)), "unchanged for 1 s: still within 2 s of the change");
+	cr_assert_not(n.coming(500, t0 + seconds(2)), "unchanged for 2 s: none come");
+	cr_assert(n.coming(501, t0 + seconds(3)), "moved");
+	cr_assert_not(n.coming(501, t0 + seconds(60)), "read again long after, unchanged");
+	cr_assert(n.coming(9000, t0 + seconds(61)), "read again long after, changed");
 }
 
-/* Where no counter is known (no such device here), the path is empty and
- * the watch keeps the 10 MB/s allowance. */
-Test(stall_watch, a_device_nd_cannot_find_has_no_arrivals_counter)
+/* Where the device keeps no count (no such device here), the path is empty
+ * and the watch waits one timeout. */
+Test(stall_watch, a_device_without_a_nak_count_has_no_path)
 {
-	cr_assert(arrivals_counter_path("nd-no-such-device").empty());
+	cr_assert(not_ready_naks_path("nd-no-such-device").empty());
 	uint64_t value = 7;
-	cr_assert_not(read_arrivals_counter("/nonexistent/rcvd_pkts", &value));
+	cr_assert_not(read_sysfs_counter("/nonexistent/rcvd_rnr_err", &value));
 	cr_assert_eq(value, 7u, "untouched when unread");
-	char path[] = "/tmp/nd-arrivals-XXXXXX";
+	char path[] = "/tmp/nd-naks-XXXXXX";
 	const int fd = mkstemp(path);
 	cr_assert_geq(fd, 0);
 	const char text[] = "18446744073709551000\n"; /* sysfs counters are u64 */
 	cr_assert_eq(write(fd, text, sizeof text - 1), static_cast<ssize_t>(sizeof text - 1));
 	close(fd);
-	cr_assert(read_arrivals_counter(path, &value));
+	cr_assert(read_sysfs_counter(path, &value));
 	cr_assert_eq(value, 18446744073709551000ull);
 	unlink(path);
 }
