@@ -80,6 +80,30 @@ void close_connection(DataFixture &f, Side c, Side s)
 	f.close_data();
 }
 
+/* A send posted `late_ms` before its receive: the client's CQ is read empty
+ * all that time (as nd's stall watch needs to look), then the message
+ * arrives whole and both sides complete. */
+void send_completes_for_a_late_receive(DataFixture &f, Side c, Side s, int late_ms, const char *what)
+{
+	Buffer &src = f.buffer(64);
+	Buffer &dst = f.buffer(64, 0xee);
+	auto want = pattern(64, 7);
+	src.fill(want);
+	int send_ctx, recv_ctx;
+	cr_assert_eq(fi_send(c.ep, src.data(), 64, src.desc(), 0, &send_ctx), 0);
+	expect_cq_empty(c.cq, late_ms);
+	cr_assert_eq(fi_recv(s.ep, dst.data(), 64, dst.desc(), 0, &recv_ctx), 0);
+	auto start = std::chrono::steady_clock::now();
+	fi_cq_data_entry r = wait_cq(s.cq);
+	fi_cq_data_entry done = wait_cq(c.cq);
+	cr_log_info("%s: send completed %lld ms after the receive, posted %d ms late\n", what, ms_since(start),
+		    late_ms);
+	cr_assert_eq(r.op_context, &recv_ctx);
+	cr_assert_eq(r.len, 64u);
+	cr_assert(dst.holds(want));
+	cr_assert_eq(done.op_context, &send_ctx);
+}
+
 } // namespace
 
 Test(retry, rnr_retry_0_fails_a_send_without_a_receive_at_once_with_enorx)
@@ -117,23 +141,7 @@ Test(retry, by_default_a_send_waits_for_a_receive_posted_late)
 	DataFixture f;
 	f.open();
 	auto [c, s] = f.connect_data();
-	Buffer &src = f.buffer(64);
-	Buffer &dst = f.buffer(64, 0xee);
-	auto want = pattern(64, 7);
-	src.fill(want);
-	int send_ctx, recv_ctx;
-	cr_assert_eq(fi_send(c.ep, src.data(), 64, src.desc(), 0, &send_ctx), 0);
-	expect_cq_empty(c.cq, 1500);
-	cr_assert_eq(fi_recv(s.ep, dst.data(), 64, dst.desc(), 0, &recv_ctx), 0);
-	auto start = std::chrono::steady_clock::now();
-	fi_cq_data_entry r = wait_cq(s.cq);
-	fi_cq_data_entry done = wait_cq(c.cq);
-	cr_log_info("default RNR retry: send completed %lld ms after the late receive\n",
-		    ms_since(start));
-	cr_assert_eq(r.op_context, &recv_ctx);
-	cr_assert_eq(r.len, 64u);
-	cr_assert(dst.holds(want));
-	cr_assert_eq(done.op_context, &send_ctx);
+	send_completes_for_a_late_receive(f, c, s, 1500, "default RNR retry");
 	close_connection(f, c, s);
 }
 
@@ -172,20 +180,8 @@ Test(retry, a_receiver_late_past_the_peer_timeout_is_waited_for_while_it_answers
 	DataFixture f;
 	f.open();
 	auto [c, s] = f.connect_data();
-	Buffer &src = f.buffer(64);
-	Buffer &dst = f.buffer(64, 0xee);
-	auto want = pattern(64, 9);
-	src.fill(want);
-	int send_ctx, recv_ctx;
-	cr_assert_eq(fi_send(c.ep, src.data(), 64, src.desc(), 0, &send_ctx), 0);
 	/* Twice the timeout and the watch's look, plus its 2 s of quiet. */
-	expect_cq_empty(c.cq, 6000);
-	cr_assert_eq(fi_recv(s.ep, dst.data(), 64, dst.desc(), 0, &recv_ctx), 0);
-	fi_cq_data_entry r = wait_cq(s.cq);
-	fi_cq_data_entry done = wait_cq(c.cq);
-	cr_assert_eq(r.op_context, &recv_ctx);
-	cr_assert(dst.holds(want));
-	cr_assert_eq(done.op_context, &send_ctx);
+	send_completes_for_a_late_receive(f, c, s, 6000, "FI_ND_PEER_TIMEOUT=2");
 	close_connection(f, c, s);
 }
 
