@@ -90,6 +90,9 @@ prefix=$mpich/prefix
 version=$(cat "$mpich/nd-mpich-done")
 version=${version%%-*}
 transport=${ND_GUEST_TRANSPORT:-roce}
+# Across nodes (ND_MPICH_HOSTS) mpich.expect's "nodes" lines apply too.
+nodes=0
+[ -z "${ND_MPICH_HOSTS:-}" ] || nodes=1
 expect=$srcdir/fabtests/test_configs/nd/mpich.expect
 
 export FI_PROVIDER_PATH=$builddir/.libs FI_PROVIDER=$provider
@@ -143,9 +146,9 @@ fi
 # transport for KEY ("DIR/TEST NP [ARGS]"), or nothing (must pass).
 # Lines: VERSION TRANSPORT RESULT DIR/TEST NP [ARGS...] # why
 expected() {
-	awk -v v="$version" -v t="$transport" -v key="$1" '
+	awk -v v="$version" -v t="$transport" -v nodes="$nodes" -v key="$1" '
 		{ sub(/[ \t]*#.*/, "") }
-		NF >= 5 && ($1 == "*" || $1 == v) && ($2 == "*" || $2 == t) {
+		NF >= 5 && ($1 == "*" || $1 == v) && ($2 == "*" || $2 == t || ($2 == "nodes" && nodes)) {
 			k = $4; for (i = 5; i <= NF; i++) k = k " " $i
 			if (k == key) { print $3; exit }
 		}' "$expect"
@@ -184,7 +187,7 @@ run_dir() { # DIR RESULTS [PART PARTS]
 	# network); in the check tier every STRIDE-th of them from OFFSET, and
 	# not those mpich.expect lists (Slow, Fail or Hang).
 	list=$suite_root/$dir/testlist.nd
-	awk -v v="$version" -v t="$transport" -v dir="$dir" -v expect="$expect" \
+	awk -v v="$version" -v t="$transport" -v nodes="$nodes" -v dir="$dir" -v expect="$expect" \
 		-v tier="${ND_MPICH_TIER:-check}" -v stride="${ND_MPICH_STRIDE:-24}" -v offset="${ND_MPICH_OFFSET:-0}" \
 		-v only="${ND_MPICH_ONLY:-}" -v part="$part" -v parts="$parts" '
 		BEGIN {
@@ -192,8 +195,8 @@ run_dir() { # DIR RESULTS [PART PARTS]
 			for (i = 1; i <= n_only; i++) wanted[o[i]] = 1
 			while ((getline line < expect) > 0) {
 				sub(/[ \t]*#.*/, "", line); n = split(line, f, /[ \t]+/)
-				if (n >= 5 && (f[1] == "*" || f[1] == v) && (f[2] == "*" || f[2] == t) && (f[3] == "Slow" || f[3] == "Fail" || f[3] == "Hang")) {
-					k = f[4]; for (i = 5; i <= n; i++) k = k " " f[i]; listed[k] = f[3]
+				if (n >= 5 && (f[1] == "*" || f[1] == v) && (f[2] == "*" || f[2] == t || (f[2] == "nodes" && nodes)) && (f[3] == "Slow" || f[3] == "Fail" || f[3] == "Hang")) {
+					k = f[4]; for (i = 5; i <= n; i++) k = k " " f[i]; if (!(k in listed)) listed[k] = f[3]
 				}
 			}
 			if (tier != "check") stride = 1
