@@ -55,7 +55,7 @@ constexpr ParamDefinition kParamDefinitions[] = {
 	 "with retry count 7, iWARP's TCP for minutes): seconds a connection's "
 	 "signaled requests may make no progress while its CQ is read empty "
 	 "before nd ends the connection (FI_ETIMEDOUT, FI_SHUTDOWN), plus 1 s "
-	 "per 10 MB outstanding, and 30 times as long while the device receives "
+	 "per MB outstanding, and 30 times as long while the device receives "
 	 "not-ready NAKs; 1..3600, 0: wait for ever (default 20)."},
 	{"ack_timeout", FI_PARAM_INT,
 	 "Local ACK timeout exponent: a packet is retransmitted after "

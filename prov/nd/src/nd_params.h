@@ -48,7 +48,7 @@ struct Params {
 	 * where the transport never gives up on a silent peer: Soft-RoCE with
 	 * retry count 7 (for ever) and iWARP (TCP retransmits for minutes).
 	 * Seconds a connection's signaled requests may stand still while its
-	 * CQ is read empty, plus a second per 10 MB outstanding (a long
+	 * CQ is read empty, plus a second per MB outstanding (a long
 	 * transfer completes nothing until its end); then the connection ends
 	 * as after exhausted retries. 0: never. 20 s waits out a receiver that
 	 * is late by that much (nd_node_loss: the survivor must learn within

@@ -598,7 +598,7 @@ Test(completion_ring, a_large_ring_is_a_mapping_and_keeps_its_entries_when_it_be
 }
 
 /* The stall watch gives a queue that stands still the timeout plus a
- * second per 10 MB outstanding; while the device receives not-ready NAKs
+ * second per MB outstanding; while the device receives not-ready NAKs
  * (a receiver that is late, not gone), 30 timeouts plus the same. */
 Test(stall_watch, a_receiver_that_answers_not_ready_is_waited_for_longer)
 {
@@ -606,12 +606,12 @@ Test(stall_watch, a_receiver_that_answers_not_ready_is_waited_for_longer)
 	const uint64_t six_mb = 6'300'000;
 	cr_assert_not(StallWatch::lost(seconds(19), 20, 0, false), "within the timeout");
 	cr_assert(StallWatch::lost(seconds(20), 20, 0, false), "a small request: the timeout alone");
-	cr_assert_not(StallWatch::lost(milliseconds(20'629), 20, six_mb, false), "6.3 MB: 630 ms more at 10 MB/s");
-	cr_assert(StallWatch::lost(milliseconds(20'630), 20, six_mb, false));
+	cr_assert_not(StallWatch::lost(milliseconds(26'299), 20, six_mb, false), "6.3 MB: 6.3 s more at 1 MB/s");
+	cr_assert(StallWatch::lost(milliseconds(26'300), 20, six_mb, false));
 	cr_assert_not(StallWatch::lost(seconds(599), 20, 0, true), "NAKs coming: 30 timeouts");
 	cr_assert(StallWatch::lost(seconds(600), 20, 0, true));
-	cr_assert_not(StallWatch::lost(milliseconds(600'629), 20, six_mb, true), "30 timeouts, 630 ms more");
-	cr_assert(StallWatch::lost(milliseconds(600'630), 20, six_mb, true));
+	cr_assert_not(StallWatch::lost(milliseconds(606'299), 20, six_mb, true), "30 timeouts, 6.3 s more");
+	cr_assert(StallWatch::lost(milliseconds(606'300), 20, six_mb, true));
 	cr_assert(StallWatch::lost(seconds(3600), 3600, 0, false), "the largest timeout");
 	cr_assert_not(StallWatch::lost(seconds(3600), 3600, 0, true), "30 of the largest do not overflow");
 }
