@@ -20,6 +20,16 @@
 
 namespace nd {
 
+/* Whether rdma_accept or rdma_reject failed because the requester gave up
+ * (closed, or timed out) before the answer: the kernel tells no event of
+ * that before an accept, and takes an answer only while the request is
+ * pending; IB's CM id is then no longer connecting (EINVAL), iWARP's MPA
+ * stream was closed (ECONNRESET). ND: aborted. */
+constexpr bool requester_gave_up(int err) noexcept
+{
+	return err == EINVAL || err == ECONNRESET;
+}
+
 struct PassiveEndpoint;
 
 struct ConnRequest {

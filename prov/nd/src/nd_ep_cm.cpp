@@ -4,6 +4,7 @@
  * NotifyDisconnect on rdma_cm, and the queue pair's state transitions.
  */
 #include "nd_async.h"
+#include "nd_conn_request.h"
 #include "nd_cq.h"
 #include "nd_domain.h"
 #include "nd_ep.h"
@@ -451,9 +452,7 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		int err = errno;
 		ND_WARN(FI_LOG_EP_CTRL, "fi_accept: rdma_accept: %s\n", std::strerror(err));
 		fsm.fail();
-		/* A requester that gave up: IB's CM id is no longer connecting
-		 * (EINVAL); iWARP's MPA stream was closed (ECONNRESET). */
-		return err == EINVAL || err == ECONNRESET ? -FI_ECONNABORTED : fi_error_of_errno(err);
+		return requester_gave_up(err) ? -FI_ECONNABORTED : fi_error_of_errno(err);
 	}
 	return 0;
 }

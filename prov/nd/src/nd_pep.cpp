@@ -352,13 +352,7 @@ int pep_reject(fid_pep *fpep, fid_t handle, const void *param, size_t paramlen) 
 			ret = -FI_ECONNABORTED;
 		} else if (rdma_reject(request->id, wire.data(), static_cast<uint8_t>(wire.size()))) {
 			int err = errno;
-			if (err == EINVAL || err == ECONNRESET) {
-				/* The kernel takes a reject only while the request is
-				 * pending: the requester gave up (closed, or timed
-				 * out), which it tells no event of before an accept:
-				 * IB's CM id is no longer connecting (EINVAL),
-				 * iWARP's MPA stream was closed (ECONNRESET). As
-				 * fi_accept: aborted. */
+			if (requester_gave_up(err)) {
 				ND_INFO(FI_LOG_EP_CTRL, "fi_reject: the requester already gave up (rdma_reject: %s)\n",
 					std::strerror(err));
 				ret = -FI_ECONNABORTED;
