@@ -290,20 +290,37 @@ suite_copy() {
 	echo "    the suite copied to a writable folder in $((SECONDS - start)) s"
 }
 
-# run_suite RESULTS JUDGE DIR...: every DIR over FI_PROVIDER into RESULTS,
-# part by part (ND_MPICH_PARTS), each part told as it ends (run_part).
-run_suite() {
-	local results=$1 verdicts=$2 dir part first=$((${ND_MPICH_FIRST_PART:-1} - 1))
-	shift 2
-	: >"$results"
-	: >"$results.out"
-	suite_copy
+# fresh_results RESULTS...: each RESULTS file, and its .out, empty.
+fresh_results() {
+	local results
+	for results in "$@"; do
+		: >"$results"
+		: >"$results.out"
+	done
+}
+
+# each_part STEP DIR...: STEP DIR PART for every part (ND_MPICH_PARTS) of
+# every DIR, in order, the first DIR from ND_MPICH_FIRST_PART.
+each_part() {
+	local step=$1 dir part first=$((${ND_MPICH_FIRST_PART:-1} - 1))
+	shift
 	for dir in "$@"; do
 		for ((part = first; part < ${ND_MPICH_PARTS:-1}; part++)); do
-			run_part "$dir" "$part" "$results" "$verdicts"
+			"$step" "$dir" "$part"
 		done
 		first=0
 	done
+}
+
+# run_suite RESULTS JUDGE DIR...: every DIR over FI_PROVIDER into RESULTS,
+# part by part, each part told as it ends (run_part).
+run_suite() {
+	local results=$1 verdicts=$2
+	shift 2
+	fresh_results "$results"
+	suite_copy
+	suite_part() { run_part "$1" "$2" "$results" "$verdicts"; }
+	each_part suite_part "$@"
 }
 
 suite_dirs=(attr coll comm datatype errhan pt2pt rma threads/pt2pt)
@@ -367,23 +384,18 @@ passed_of() {
 # test that verbs passes fails over nd. verbs runs with FI_UNIVERSE_SIZE=64,
 # without which it does not start on Soft-RoCE.
 compare() {
-	local dirs=("$@") dir part first=$((${ND_MPICH_FIRST_PART:-1} - 1))
+	local dirs=("$@") dir
 	((${#dirs[@]})) || dirs=("${suite_dirs[@]}")
 	echo "== MPICH $version's test suite, nd;ofi_rxm beside verbs;ofi_rxm (FI_UNIVERSE_SIZE=64), tier ${ND_MPICH_TIER:-check}"
 	# Part by part, nd's then verbs', so that a run stopped part way has
 	# both providers' runs of the same tests.
-	: >"$work/nd.results"
-	: >"$work/nd.results.out"
-	: >"$work/verbs.results"
-	: >"$work/verbs.results.out"
+	fresh_results "$work/nd.results" "$work/verbs.results"
 	suite_copy
-	for dir in "${dirs[@]}"; do
-		for ((part = first; part < ${ND_MPICH_PARTS:-1}; part++)); do
-			run_part "$dir" "$part" "$work/nd.results" judge
-			FI_PROVIDER="verbs;ofi_rxm" FI_UNIVERSE_SIZE=64 run_part "$dir" "$part" "$work/verbs.results" list
-		done
-		first=0
-	done
+	compare_part() {
+		run_part "$1" "$2" "$work/nd.results" judge
+		FI_PROVIDER="verbs;ofi_rxm" FI_UNIVERSE_SIZE=64 run_part "$1" "$2" "$work/verbs.results" list
+	}
+	each_part compare_part "${dirs[@]}"
 	failed_output "$work/nd.results" "$provider"
 	failed_output "$work/verbs.results" "verbs;ofi_rxm"
 	printf '    %-16s %-14s %s\n' directory "nd pass/run" "verbs pass/run"
