@@ -361,15 +361,27 @@ finalize() {
 	done
 }
 
+# cpi, with nd's info log: where nd offers ofi_rxm its flow control
+# (libfabric 1.x, a transport other than iWARP), rxm must have turned it
+# on, so that the suite after it runs the paths MPI jobs run on such NICs.
 cpi() {
-	local out=$work/cpi.log
+	local out=$work/cpi.log flow
 	echo "== MPICH's cpi over $provider"
 	"$prefix/bin/mpicc" -O2 -o "$work/cpi" "$mpich/examples/cpi.c" -lm || { fail "cpi did not compile"; return; }
-	if timeout -k 5 120 "$mpiexec" -n 2 "$work/cpi" >"$out" 2>&1 && grep -q "pi is approximately" "$out"; then
+	if FI_LOG_LEVEL=info FI_LOG_PROV=nd timeout -k 5 120 "$mpiexec" -n 2 "$work/cpi" >"$out" 2>&1 &&
+		grep -q "pi is approximately" "$out"; then
 		pass "cpi over $provider"
 	else
 		fail "cpi over $provider"
-		tail -10 "$out" | sed 's/^/    /'
+		grep -v '^libfabric:' "$out" | tail -10 | sed 's/^/    /'
+	fi
+	[[ $provider == nd\;ofi_rxm && $transport != iwarp ]] || return 0
+	fi_info --version 2>/dev/null | grep -q '^libfabric: 1\.' || return 0
+	flow=$(grep -c "ofi_rxm's flow control on" "$out")
+	if ((flow > 0)); then
+		pass "cpi: ofi_rxm's flow control on, on $flow endpoint(s)"
+	else
+		fail "cpi: nd offers ofi_rxm its flow control here, and no endpoint turned it on"
 	fi
 }
 
