@@ -28,6 +28,8 @@
 #             them, the counts per directory, and judged: nd passes at
 #             least as many, and none that verbs passes
 # Closes with "mpich: N passed, M failed"; exits non-zero on any failure.
+# In a guest, a rank that crashes leaves a core, and its threads'
+# backtraces (gdb) follow its test's output.
 #
 # The ranks share one host and talk through OFI, not shared memory
 # (MPIR_CVAR_NOLOCAL=1); nd's runs set nothing else: MPICH picks the AV
@@ -97,6 +99,10 @@ expect=$srcdir/fabtests/test_configs/nd/mpich.expect
 
 export FI_PROVIDER_PATH=$builddir/.libs FI_PROVIDER=$provider
 export MPIR_CVAR_NOLOCAL=1
+# libfabric 1.x loads libinfinipath (its psm provider), which catches
+# SIGSEGV in every process to print addresses and leaves no core: the
+# signal's own action leaves one, for crash_reports below.
+export IPATH_NO_BACKTRACE=1
 if [ -n "${ND_MPICH_HOSTS:-}" ]; then
 	# Across nodes: hydra starts the ranks over ssh, in this directory,
 	# which must be the same on every node (util/nd-cluster's shared one),
@@ -136,11 +142,43 @@ if [[ ${ND_GUEST:-0} == 1 && $(id -u) == 0 ]]; then
 	cat >"$work/as-user/mpiexec" <<-EOF
 		#!/bin/bash
 		source "$srcdir/util/lib/nd-common.sh"
+		ulimit -c unlimited
 		nd_exec_as_site_user "$prefix/bin/mpiexec" "\$@"
 	EOF
 	chmod 755 "$work/as-user/mpiexec"
 	mpiexec=$work/as-user/mpiexec
+	# A rank that crashes leaves its core here (the guest is thrown away
+	# after the run, so its core_pattern may change), for crash_reports.
+	cores=$work/cores
+	if ! { mkdir -p "$cores" && chmod 1777 "$cores" && echo "$cores/core.%p.%E" >/proc/sys/kernel/core_pattern; }; then
+		die "cannot keep the cores of crashed ranks in $cores"
+	fi
 fi
+
+# crash_reports: for each core a crashed rank left (in a guest run as
+# root: above), the program, and with gdb each thread's backtrace; the
+# cores are then removed (a guest's disk is its memory). A rank that
+# crashes fails its test already; this says where.
+cores=${cores:-}
+crash_reports() {
+	local core exe pid
+	[ -n "$cores" ] || return 0
+	for core in "$cores"/core.*; do
+		[ -f "$core" ] || continue
+		pid=${core#"$cores"/core.}
+		exe=${pid#*.}
+		pid=${pid%%.*}
+		exe=${exe//!//}
+		echo "    a rank crashed: $exe (pid $pid, core of $(($(stat -c %s "$core") / 1048576)) MiB)"
+		if command -v gdb >/dev/null; then
+			gdb -batch -q -nx -ex 'thread apply all bt 30' "$exe" "$core" 2>&1 |
+				grep -E '^(#[0-9]|Thread |Program terminated)' | head -120 | sed 's/^/      /'
+		else
+			echo "      (no gdb here for its backtrace)"
+		fi
+		rm -f "$core"
+	done
+}
 
 # expected KEY: the RESULT mpich.expect gives this MPICH version and
 # transport for KEY ("DIR/TEST NP [ARGS]"), or nothing (must pass).
@@ -259,6 +297,7 @@ run_dir() { # DIR RESULTS [PART PARTS]
 	# What failed runs printed (TAP's "##" lines), for the log.
 	awk '/^not ok/ { show = 1; print "    " $0; next } /^ok/ { show = 0 } show && /^ *##/ { print "      " $0 }' \
 		"$tap" | head -200 >>"$results.out"
+	crash_reports >>"$results.out"
 }
 
 # run_part DIR PART RESULTS JUDGE: part PART (0-based) of DIR's tests over
@@ -358,6 +397,7 @@ finalize() {
 			# What the ranks printed comes before hydra's ten-line notice.
 			tail -50 "$out" | sed 's/^/    /'
 		fi
+		crash_reports
 	done
 }
 
@@ -375,6 +415,7 @@ cpi() {
 		fail "cpi over $provider"
 		grep -v '^libfabric:' "$out" | tail -10 | sed 's/^/    /'
 	fi
+	crash_reports
 	[[ $provider == nd\;ofi_rxm && $transport != iwarp ]] || return 0
 	fi_info --version 2>/dev/null | grep -q '^libfabric: 1\.' || return 0
 	flow=$(grep -c "ofi_rxm's flow control on" "$out")
