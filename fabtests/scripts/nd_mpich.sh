@@ -255,49 +255,67 @@ run_dir() { # DIR RESULTS [PART PARTS]
 	sed 's/^/    left to the full tier (listed in mpich.expect): /' "$work/slow"
 	# A part (or an ND_MPICH_ONLY list) may hold none of this directory.
 	[ -s "$list" ] || return 0
-	rm -f "$tap"
-	(cd "$suite_root/$dir" && MPITEST_TIMEOUT=${ND_MPICH_TIMEOUT:-60} "$suite_root/runtests" -srcdir=. \
-		-tests="$(basename "$list")" -mpiexec="$mpiexec" -verbose \
-		-tapfile="$tap") >"$out" 2>&1
-	if ! [ -s "$tap" ]; then
-		fail "$dir: runtests wrote no results"
-		tail -20 "$out" | sed 's/^/    /'
-		return 1
-	fi
-	awk -v dir="$dir" '
-		# The command lines runtests prints (-verbose), in run order.
-		FNR == NR {
-			if ($0 ~ /^Env includes /) { env = $0; sub(/^Env includes */, "", env); next }
-			if ($0 ~ /mpiexec -n [0-9]+ /) {
-				sub(/.*mpiexec -n /, ""); np = $1
-				# Across nodes runtests puts MPITEST_MPIEXECARG (-hosts
-				# LIST) before the program: not part of the key.
-				prog = $0; sub(/^[0-9]+ +/, "", prog); sub(/^-hosts +[^ ]+ +/, "", prog); sub(/^\.\//, "", prog)
-				gsub(/  +/, " ", prog); sub(/ +$/, "", prog)
-				cmd[++ncmd] = prog " " np
-				envs[ncmd] = env; env = ""
+	# runtests ends a run early once more than half of its runs, and at
+	# least 5, timed out (its g_num_timeout_thresh): the tests it did not
+	# reach run in a new one, so that every test listed has a result.
+	local total done=0 ran
+	total=$(wc -l <"$list")
+	cp "$list" "$list.all"
+	while ((done < total)); do
+		tail -n +"$((done + 1))" "$list.all" >"$list"
+		rm -f "$tap"
+		(cd "$suite_root/$dir" && MPITEST_TIMEOUT=${ND_MPICH_TIMEOUT:-60} "$suite_root/runtests" -srcdir=. \
+			-tests="$(basename "$list")" -mpiexec="$mpiexec" -verbose \
+			-tapfile="$tap") >"$out" 2>&1
+		if ! [ -s "$tap" ]; then
+			fail "$dir: runtests wrote no results"
+			tail -20 "$out" | sed 's/^/    /'
+			return 1
+		fi
+		awk -v dir="$dir" '
+			# The command lines runtests prints (-verbose), in run order.
+			FNR == NR {
+				if ($0 ~ /^Env includes /) { env = $0; sub(/^Env includes */, "", env); next }
+				if ($0 ~ /mpiexec -n [0-9]+ /) {
+					sub(/.*mpiexec -n /, ""); np = $1
+					# Across nodes runtests puts MPITEST_MPIEXECARG (-hosts
+					# LIST) before the program: not part of the key.
+					prog = $0; sub(/^[0-9]+ +/, "", prog); sub(/^-hosts +[^ ]+ +/, "", prog); sub(/^\.\//, "", prog)
+					gsub(/  +/, " ", prog); sub(/ +$/, "", prog)
+					cmd[++ncmd] = prog " " np
+					envs[ncmd] = env; env = ""
+				}
+				next
 			}
-			next
-		}
-		# The "##" lines after a failed run (TAP) end with
-		# "APPLICATION TIMED OUT" when the launcher ended it: a Timeout.
-		/^ *## .*APPLICATION TIMED OUT/ { if (last) sub(/^Fail\t/, "Timeout\t", out[last]); next }
-		/^(not )?ok +[0-9]* *- / {
-			if ($0 ~ /# SKIP/) next
-			result = ($0 ~ /^not ok/) ? "Fail" : "Pass"
-			t = $0; sub(/.*time=/, "", t); t = sprintf("%.0f", t)
-			# "PROG ARGS NP" -> "DIR/PROG NP ARGS"
-			n = split(cmd[++i], f, " "); key = dir "/" f[1] " " f[n]
-			for (j = 2; j < n; j++) key = key " " f[j]
-			m = split(envs[i], e, " ")
-			for (j = 1; j <= m; j++) key = key " env:" e[j]
-			out[++last] = result "\t" key "\t" t
-		}
-		END { for (j = 1; j <= last; j++) print out[j] }' "$out" "$tap" >>"$results"
-	# What failed runs printed (TAP's "##" lines), for the log.
-	awk '/^not ok/ { show = 1; print "    " $0; next } /^ok/ { show = 0 } show && /^ *##/ { print "      " $0 }' \
-		"$tap" | head -200 >>"$results.out"
-	crash_reports >>"$results.out"
+			# The "##" lines after a failed run (TAP) end with
+			# "APPLICATION TIMED OUT" when the launcher ended it: a Timeout.
+			/^ *## .*APPLICATION TIMED OUT/ { if (last) sub(/^Fail\t/, "Timeout\t", out[last]); next }
+			/^(not )?ok +[0-9]* *- / {
+				if ($0 ~ /# SKIP/) next
+				result = ($0 ~ /^not ok/) ? "Fail" : "Pass"
+				t = $0; sub(/.*time=/, "", t); t = sprintf("%.0f", t)
+				# "PROG ARGS NP" -> "DIR/PROG NP ARGS"
+				n = split(cmd[++i], f, " "); key = dir "/" f[1] " " f[n]
+				for (j = 2; j < n; j++) key = key " " f[j]
+				m = split(envs[i], e, " ")
+				for (j = 1; j <= m; j++) key = key " env:" e[j]
+				out[++last] = result "\t" key "\t" t
+			}
+			END { for (j = 1; j <= last; j++) print out[j] }' "$out" "$tap" >>"$results"
+		# What failed runs printed (TAP's "##" lines), for the log.
+		awk '/^not ok/ { show = 1; print "    " $0; next } /^ok/ { show = 0 } show && /^ *##/ { print "      " $0 }' \
+			"$tap" | head -200 >>"$results.out"
+		crash_reports >>"$results.out"
+		ran=$(grep -cE '^(not )?ok +[0-9]* *- ' "$tap")
+		if ((ran == 0)); then
+			fail "$dir: runtests ran none of the $((total - done)) tests left"
+			tail -20 "$out" | sed 's/^/    /'
+			return 1
+		fi
+		done=$((done + ran))
+		((done >= total)) ||
+			echo "    $dir: runtests stopped after $done of $total ($(grep -m1 '^Terminating test' "$out")): the other $((total - done)) in a new run"
+	done
 }
 
 # run_part DIR PART RESULTS JUDGE: part PART (0-based) of DIR's tests over
