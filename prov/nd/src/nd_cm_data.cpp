@@ -61,7 +61,8 @@ void append_credit_offer(const CreditOffer &offer, std::vector<uint8_t> *wire)
 	}
 	bytes[16] = offer.inbound;
 	bytes[17] = offer.outbound;
-	bytes[18] = offer.data_slots_log2;
+	bytes[18] = static_cast<uint8_t>((offer.data_slots_log2 & ~kReadyHandshakeBit) |
+					 (offer.ready_handshake ? kReadyHandshakeBit : 0));
 	wire->insert(wire->end(), bytes, bytes + kCreditOfferBytes);
 }
 
@@ -83,7 +84,8 @@ bool read_credit_offer(const void *wire, size_t wire_len, CreditOffer *out) noex
 	}
 	offer.inbound = bytes[16];
 	offer.outbound = bytes[17];
-	offer.data_slots_log2 = bytes[18];
+	offer.data_slots_log2 = static_cast<uint8_t>(bytes[18] & ~kReadyHandshakeBit);
+	offer.ready_handshake = (bytes[18] & kReadyHandshakeBit) != 0;
 	*out = offer;
 	return true;
 }

@@ -60,12 +60,19 @@ struct CreditOffer {
 	uint8_t inbound = 0;	/* reads the offerer serves */
 	uint8_t outbound = 0;	/* reads the offerer issues */
 	uint8_t data_slots_log2 = 0;	/* remote CQ data's slots: 1 << this; 0: none */
+	/* The first-write handshake (nd_credits.h, "Who sends first"): a
+	 * connector's offer says it writes the accepter's ready word as its
+	 * first request once connected; an accepter's, that it waits for that
+	 * write before it sends. Carried in the high bit of data_slots_log2's
+	 * byte (kReadyHandshakeBit), which a count of slots never reaches. */
+	bool ready_handshake = false;
 	bool operator==(const CreditOffer &) const = default;
 };
 constexpr size_t kCreditOfferBytes = 19;
 static_assert(kCreditOfferBytes == sizeof(CreditOffer::addr) + sizeof(CreditOffer::rkey) + sizeof(CreditOffer::posted) +
 				   sizeof(CreditOffer::inbound) + sizeof(CreditOffer::outbound) +
 				   sizeof(CreditOffer::data_slots_log2));
+constexpr uint8_t kReadyHandshakeBit = 0x80;
 
 /* Appends `offer` to framed private data. */
 void append_credit_offer(const CreditOffer &offer, std::vector<uint8_t> *wire);

@@ -943,6 +943,12 @@ void CompletionQueue::look_for_stalls() noexcept
 	enum class Naks { unread, coming, none } naks = Naks::unread;
 	for (StallWatch::Entry &e : w.queues) {
 		SendQueue &q = *e.queue;
+		/* A credit write held for want of something no completion
+		 * announces (an iWARP accepter's, until the connector's ready
+		 * write lands: nd_credits.h) goes once that has come. */
+		q.tell_room();
+		if (e.timeout_s == 0)
+			continue; /* FI_ND_PEER_TIMEOUT=0: watched for that alone */
 		const uint64_t tail = q.retired();
 		const uint64_t head = q.posted_acquire();
 		/* Loaded after head, it may belong to a request claimed since. */

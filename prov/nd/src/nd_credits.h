@@ -50,6 +50,22 @@
  * once receive k - N has retired (the receive ring holds fewer than N),
  * whose slot was read and cleared first. Each slot names the message it
  * belongs to, so a slot not written for this receive is never taken.
+ *
+ * Who sends first. MPA (RFC 5044, 7.1.2) lets the responder send only
+ * after it has received the initiator's first FPDU: the initiator's
+ * adapter turns to RDMA mode only when it has read the MPA reply, and
+ * soft-iWARP, reading the reply's private data with room for four bytes
+ * more, fails the connection (a CONNECT_ERROR at the initiator, EPROTO in
+ * siw_recv_mpa_rr) when a message from the responder is already behind
+ * it, while the responder has its ESTABLISHED and carries on: messages it
+ * sends then are lost. siw offers no RTR frame (MPA's peer-to-peer mode)
+ * to do it for us. So the accepter waits, and the connector speaks first:
+ * once its connection is complete, its first request writes 1 into the
+ * accepter's ready word (CreditWords::ready, registered with the credit
+ * word); until the accepter sees it there, its sends and its credit writes
+ * wait (SlowTx::peer_first: -FI_EAGAIN, or held). Both offers say they
+ * take part (CreditOffer::ready_handshake), so neither waits for a peer
+ * that does not write.
  */
 #ifndef ND_CREDITS_H
 #define ND_CREDITS_H
@@ -62,6 +78,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -73,7 +90,13 @@ namespace nd {
 struct CreditWords {
 	alignas(64) volatile uint64_t granted;
 	alignas(64) volatile uint64_t outgoing;
+	volatile uint64_t ready_source;	/* 1: the source of the ready write */
+	/* Accepter: written 1 by the connector's first request ("Who sends
+	 * first", above). */
+	alignas(64) volatile uint64_t ready;
 };
+/* Where the peer's ready word is, from its credit word. */
+inline constexpr uint64_t kReadyOffset = offsetof(CreditWords, ready) - offsetof(CreditWords, granted);
 /* Where the peer's data slots start, from its credit word, and each
  * slot's size: its DataSlot word, then the length of an fi_writedata's
  * write (which the target reports, as RDMA_WRITE_WITH_IMM's byte_len). */
@@ -119,6 +142,10 @@ struct DataSlot {
  * already posted complete in transport time, so this is met only when the
  * link is dying. */
 inline constexpr std::chrono::milliseconds kCreditWriteWait{1000};
+/* How long an accepter's posts, together, wait for the connector's ready
+ * write before -FI_EAGAIN: a write already posted lands in transport
+ * time; the rest is the connector's application reading its EQ. */
+inline constexpr std::chrono::milliseconds kReadyWait{100};
 
 class ReceiveCredits {
 public:
@@ -145,6 +172,28 @@ public:
 		out->posted = static_cast<uint32_t>(posted);
 		out->data_slots_log2 =
 			data_slot_count_ ? static_cast<uint8_t>(__builtin_ctz(data_slot_count_)) : 0;
+	}
+
+	/* The first-write handshake ("Who sends first"). Connector: the
+	 * accepter waits for the write (its offer said so), the source and
+	 * target of which these give. */
+	void peer_waits_for_ready() noexcept { peer_waits_ = true; }
+	bool peer_waits() const noexcept { return peer_waits_; }
+	uintptr_t ready_source() noexcept
+	{
+		words_->ready_source = 1;
+		return reinterpret_cast<uintptr_t>(&words_->ready_source);
+	}
+	uint64_t peer_ready_addr() const noexcept { return peer_addr_ + kReadyOffset; }
+	/* Accepter: the connector's ready write has landed. */
+	bool peer_ready() const noexcept { return words_->ready != 0; }
+	/* Accepter: until when posts wait for it, kReadyWait from the first
+	 * that asked (`now`). */
+	std::chrono::steady_clock::time_point ready_wait_until(std::chrono::steady_clock::time_point now) noexcept
+	{
+		if (ready_wait_until_ == std::chrono::steady_clock::time_point{})
+			ready_wait_until_ = now + kReadyWait;
+		return ready_wait_until_;
 	}
 	/* The peer's offer. Written by the thread that makes the connection,
 	 * before the link goes up; read after the link is seen up (acquire),
@@ -253,6 +302,10 @@ private:
 	 * write_credits decides again under the lock). */
 	std::atomic<uint64_t> advertised_{0};
 	std::atomic<bool> pending_{false};
+	/* Connector: the accepter waits for the ready write. */
+	bool peer_waits_ = false;
+	/* Accepter: see ready_wait_until. */
+	std::chrono::steady_clock::time_point ready_wait_until_{};
 };
 
 } // namespace nd

@@ -242,6 +242,10 @@ constexpr uint8_t counted = 32;
 /* ofi_rxm's flow control is on (nd_flow_ctrl.h): a message the peer has no
  * receive for waits at the call. */
 constexpr uint8_t flow = 64;
+/* iWARP, accepter: the connector has not spoken first yet (nd_credits.h,
+ * "Who sends first"): nothing goes to the send queue until its ready
+ * write lands (Endpoint::peer_spoke). */
+constexpr uint8_t peer_first = 128;
 } // namespace SlowTx
 
 /* Whether a send-queue request takes one of the peer's receives (what
@@ -577,8 +581,20 @@ struct Endpoint {
 
 	/* Receive credits on iWARP (nd_ep_credits.cpp). */
 	bool wants_credits() const noexcept;
-	void add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limits);
-	void take_credit_offer(const std::optional<cm::CreditOffer> &offer);
+	/* `accepting`: this side is the accepter (the offer it takes is the
+	 * connector's, and the one it makes answers it). */
+	void add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limits, bool accepting);
+	void take_credit_offer(const std::optional<cm::CreditOffer> &offer, bool accepting);
+	/* Who sends first (nd_credits.h): the connector's first request, and
+	 * the accepter's test before any of its own (under the send lock;
+	 * `wait`: a post, which gives the write a moment to land). */
+	void write_ready() noexcept;
+	bool peer_spoke(bool wait) noexcept
+	{
+		return __builtin_expect(!(data.link.slow_tx() & SlowTx::peer_first), 1) || peer_spoke_slow(wait);
+	}
+	bool peer_spoke_slow(bool wait) noexcept;
+	ssize_t peer_not_ready(const char *call) const noexcept;
 	void advertise_credits(bool from_progress) noexcept;
 	void write_credits() noexcept;
 	/* The write of the count, and a receive's fast way to it

@@ -437,8 +437,8 @@ int Endpoint::accept(const void *param, size_t paramlen)
 		}
 		return ret;
 	}
-	take_credit_offer(setup->request_credit_offer);
-	add_credit_offer(&wire, conn.effective);
+	take_credit_offer(setup->request_credit_offer, true);
+	add_credit_offer(&wire, conn.effective, true);
 	rdma_conn_param param_out{};
 	param_out.private_data = wire.data();
 	param_out.private_data_len = static_cast<uint8_t>(wire.size());
@@ -493,6 +493,7 @@ int complete(Endpoint *ep)
 	if (ep->domain->iwarp) {
 		ep->data.link.on(Link::Event::ready);
 		ep->fsm.completed();
+		ep->write_ready(); /* first: the accepter waits for it */
 		ep->advertise_credits(false); /* receives posted since the offer */
 		return 0;
 	}
@@ -624,7 +625,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		}
 		const cm::ReadLimits offer = offered();
 		std::vector<uint8_t> &wire = setup->connect_wire;
-		add_credit_offer(&wire, offer);
+		add_credit_offer(&wire, offer, false);
 		rdma_conn_param param{};
 		param.private_data = wire.data();
 		param.private_data_len = static_cast<uint8_t>(wire.size());
@@ -657,7 +658,7 @@ void Endpoint::on_cm_event(const CmEventCopy &event)
 		conn.effective = cm::negotiate(offered(), granted_in, granted_out);
 		conn.negotiated = true;
 		const std::vector<uint8_t> response_data = unframed_copy(event, "connect response");
-		take_credit_offer(offer);
+		take_credit_offer(offer, false);
 		if (step.action == EpAction::report_response) {
 			post_event(cm_entry(this, FI_ND_CONNRESP, response_data));
 			return;

@@ -57,8 +57,10 @@ bool Endpoint::wants_credits() const noexcept
 
 /* iWARP: the private data of a connect or accept gets this side's offer:
  * its credits, if it keeps them, and `limits` (the connector's offered read
- * limits, the accepter's negotiated ones). */
-void Endpoint::add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limits)
+ * limits, the accepter's negotiated ones). Where it keeps them it takes
+ * part in the first-write handshake (nd_credits.h, "Who sends first"): a
+ * connector always, an accepter where the connector's offer asked. */
+void Endpoint::add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limits, bool accepting)
 {
 	if (!domain->iwarp)
 		return;
@@ -68,13 +70,17 @@ void Endpoint::add_credit_offer(std::vector<uint8_t> *wire, cm::ReadLimits limit
 	if (data.credits) {
 		const uint64_t posted = data.rx.queue->posted_acquire();
 		data.credits->offer(posted, &offer);
+		offer.ready_handshake = !accepting || (data.link.slow_tx() & SlowTx::peer_first);
+	} else if (accepting) {
+		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: keeps no receive credits (a shared receive context, FI_MULTI_RECV or FI_RM_DISABLED), so it has no ready word: a message it sends before the connector has completed may end the connection (fi_nd(7), iWARP)\n",
+			static_cast<void *>(this));
 	}
 	cm::append_credit_offer(offer, wire);
 }
 
 /* The peer's offer, from its connect or accept. A peer that made none (not
  * nd, or an nd without credits) leaves this side sending without them. */
-void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
+void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer, bool accepting)
 {
 	if (!data.credits)
 		return;
@@ -88,6 +94,69 @@ void Endpoint::take_credit_offer(const std::optional<cm::CreditOffer> &peer)
 	data.credits->take_offer(*peer);
 	ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: receive credits: the peer has %u receives posted\n",
 		static_cast<void *>(this), peer->posted);
+	if (!peer->ready_handshake)
+		return;
+	/* Before the link is up: nothing posts to the send queue yet. */
+	if (accepting)
+		data.link.set_slow_tx(static_cast<uint8_t>(data.link.slow_tx() | SlowTx::peer_first));
+	else
+		data.credits->peer_waits_for_ready();
+}
+
+/* Connector, once its connection is complete, before anything else goes
+ * to the send queue (it is empty): the write the accepter waits for. */
+void Endpoint::write_ready() noexcept
+{
+	ReceiveCredits *c = data.credits.get();
+	if (!c || !c->peer_waits())
+		return;
+	std::lock_guard<OptionalLock> guard(data.tx.lock);
+	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(
+		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, false});
+	ibv_sge sge;
+	sge.addr = c->ready_source();
+	sge.length = sizeof(uint64_t);
+	sge.lkey = c->lkey();
+	ibv_send_wr wr{};
+	wr.wr_id = reinterpret_cast<uintptr_t>(claimed.record);
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = claimed.send_flags;
+	wr.wr.rdma.remote_addr = c->peer_ready_addr();
+	wr.wr.rdma.rkey = c->peer_rkey();
+	if (submit(wr, "the ready write", true) != 0)
+		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: the ready write could not be posted: the accepter's sends wait until the link ends\n",
+			static_cast<void *>(this));
+}
+
+/* Accepter, under the send lock: whether the connector's ready write has
+ * landed, so that this side may send (nd_credits.h). Once seen, the
+ * endpoint's posts no longer ask. A post (`wait`) gives a write already on
+ * the wire its moment to land, up to kReadyWait from the first post that
+ * waited, so that a connector that has completed is not met with
+ * -FI_EAGAIN; a connector that has not read its EQ yet is. */
+bool Endpoint::peer_spoke_slow(bool wait) noexcept
+{
+	ReceiveCredits *c = data.credits.get();
+	if (wait && !c->peer_ready()) {
+		const auto until = c->ready_wait_until(std::chrono::steady_clock::now());
+		while (!c->peer_ready() && data.link.state(std::memory_order_acquire) == LinkState::up &&
+		       std::chrono::steady_clock::now() < until)
+			std::this_thread::yield(); /* the adapter's thread, on a software device */
+	}
+	if (!c->peer_ready())
+		return false;
+	data.link.set_slow_tx(static_cast<uint8_t>(data.link.slow_tx() & ~SlowTx::peer_first));
+	ND_INFO(FI_LOG_EP_DATA, "endpoint %p: the connector spoke first; this side sends now\n",
+		static_cast<void *>(this));
+	return true;
+}
+
+ssize_t Endpoint::peer_not_ready(const char *call) const noexcept
+{
+	ND_INFO(FI_LOG_EP_DATA, "%s: the connector has not completed its connection yet (iWARP: it sends first)\n", call);
+	return -FI_EAGAIN;
 }
 
 /* After receives were posted, and once the link is up: the count goes to
@@ -119,7 +188,9 @@ void Endpoint::advertise_credits(bool from_progress) noexcept
 	}
 	std::lock_guard<OptionalLock> guard(data.tx.lock);
 	write_credits();
-	if (!c->write_pending())
+	/* Held until the connector speaks first: its write, not room in the
+	 * ring, is what it waits for (the next post, or the CQ's look). */
+	if (!c->write_pending() || (data.link.slow_tx() & SlowTx::peer_first))
 		return;
 	const auto give_up = std::chrono::steady_clock::now() + kCreditWriteWait;
 	do {
@@ -164,6 +235,10 @@ void Endpoint::write_credits() noexcept
 	const uint64_t posted = data.rx.queue->posted_acquire();
 	if (!c->worth_writing(posted)) {
 		c->write_done();
+		return;
+	}
+	if (!peer_spoke(false)) {
+		c->hold_write();
 		return;
 	}
 	if (data.tx.queue->internal_full()) {

@@ -106,6 +106,8 @@ template <ibv_wr_opcode Op>
 	/* Again under the lock (see post_tx). */
 	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
 		return link_error(inject_call_name(Op));
+	if (!peer_spoke(true))
+		return peer_not_ready(inject_call_name(Op));
 	if (takes_receive && data.credits && !data.credits->can_send())
 		return no_credit(inject_call_name(Op));
 	if (data.tx.queue->no_room())

@@ -435,7 +435,9 @@ void Endpoint::linger() noexcept
 
 bool Endpoint::watches_stalls() const noexcept
 {
-	return domain->stall_timeout_s && bindings.tx_cq && !bindings.tx_cq->is_internal();
+	/* iWARP's credits are looked at too (CompletionQueue::look_for_stalls),
+	 * with the stall watch off. */
+	return (domain->stall_timeout_s || data.credits) && bindings.tx_cq && !bindings.tx_cq->is_internal();
 }
 
 } // namespace nd

@@ -95,6 +95,8 @@ ssize_t Endpoint::post_tx(const TxRequest &r)
 	 * ended the link since; nothing is posted to a queue pair in error. */
 	if (data.link.state(std::memory_order_relaxed) != LinkState::up)
 		return link_error(r.call);
+	if (!peer_spoke(true))
+		return peer_not_ready(r.call);
 	const bool takes_receive = r.opcode == IBV_WR_SEND || r.opcode == IBV_WR_SEND_WITH_IMM || data_in_slot;
 	if (data_in_slot && !data.credits->carries_data())
 		return no_immediate_data(r.call);

@@ -129,6 +129,71 @@ Test(msg, receives_posted_before_the_connection_are_kept)
 	f.close_data();
 }
 
+/*
+ * Who sends first (nd_credits.h): on iWARP the accepter is connected once
+ * its reply is sent, before the connector has read it, and a message of
+ * the accepter's that reaches the connector first ends the connection
+ * there (MPA). So the accepter's sends wait for the connector's first
+ * write, which it makes when it completes: with the connector completing
+ * by hand, the accepter's send is -FI_EAGAIN until it does, and then
+ * arrives. Elsewhere the accepter's queue pair is in RTS from its accept
+ * and its connection is reported when the connector's RTU comes; its
+ * first message, sent then, arrives as on iWARP.
+ */
+Test(msg, the_accepter_sends_once_the_connector_has_completed)
+{
+	DataFixture f;
+	f.open();
+	DataOptions o;
+	Side c, s;
+	c.ep = f.make_ep(f.info.get(), o, &c.cq);
+	int manual = 1;
+	cr_assert_eq(fi_setopt(&c.ep->fid, FI_OPT_ENDPOINT, FI_OPT_ND_MANUAL_COMPLETE, &manual, sizeof(manual)), 0);
+	cr_assert_eq(fi_enable(c.ep), 0);
+	Buffer &dst = f.buffer(64, 0xee);
+	int recv_ctx;
+	cr_assert_eq(fi_recv(c.ep, dst.data(), 64, dst.desc(), 0, &recv_ctx), 0);
+	cr_assert_eq(fi_connect(c.ep, &f.listen_addr, nullptr, 0), 0);
+	Event req = expect_event(f.eq, FI_CONNREQ, &f.pep->fid);
+	s.ep = f.make_ep(req.info, o, &s.cq);
+	fi_freeinfo(req.info);
+	cr_assert_eq(fi_enable(s.ep), 0);
+	cr_assert_eq(fi_accept(s.ep, nullptr, 0), 0);
+	expect_response(f.eq, &c.ep->fid, &s.ep->fid, f.iwarp());
+
+	Buffer &src = f.buffer(64);
+	const auto want = pattern(48, 7);
+	src.fill(want);
+	int send_ctx;
+	if (f.iwarp()) {
+		const ssize_t early = fi_send(s.ep, src.data(), want.size(), src.desc(), 0, &send_ctx);
+		cr_assert_eq(early, -FI_EAGAIN, "before the connector completes: %zd", early);
+		expect_cq_empty(c.cq);
+	}
+
+	cr_assert_eq(fi_nd_complete_connect(c.ep), 0);
+	for (int i = 0; i < (f.iwarp() ? 1 : 2); i++)
+		expect_event(f.eq, FI_CONNECTED, nullptr);
+	ssize_t ret;
+	const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+	while ((ret = fi_send(s.ep, src.data(), want.size(), src.desc(), 0, &send_ctx)) == -FI_EAGAIN &&
+	       std::chrono::steady_clock::now() < give_up) {
+		fi_cq_data_entry e;
+		fi_cq_read(s.cq, &e, 1);
+	}
+	cr_assert_eq(ret, 0, "once the connector has completed: %zd", ret);
+	fi_cq_data_entry r = wait_cq(c.cq);
+	cr_assert_eq(r.op_context, &recv_ctx);
+	cr_assert_eq(r.len, want.size());
+	cr_assert(dst.holds(want), "the accepter's message arrived whole");
+	cr_assert_eq(wait_cq(s.cq).op_context, &send_ctx);
+	send_and_check(f, c, s, 32, 3);
+	send_and_check(f, s, c, 32, 4);
+	close_side(c);
+	close_side(s);
+	f.close_data();
+}
+
 Test(msg, scatter_gather_up_to_the_iov_limit)
 {
 	DataFixture f;

@@ -5,6 +5,8 @@
  */
 #include <criterion/criterion.h>
 
+#include <chrono>
+#include <cstring>
 #include "nd_cm_data.h"
 #include "nd_credits.h"
 #include "nd_flow_ctrl.h"
@@ -13,7 +15,9 @@
 #include <rdma/fi_errno.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -102,6 +106,63 @@ Test(framing, credit_offer_follows_the_application_bytes)
 	const uint8_t hostile[] = {200, 1, 2, 3};
 	CreditOffer read;
 	cr_assert_not(read_credit_offer(hostile, sizeof(hostile), &read));
+}
+
+/* The first-write handshake's flag rides in the slot count's byte: each
+ * reads back as it was sent, with and without the other. */
+Test(framing, the_ready_handshake_flag_leaves_the_slot_count_alone)
+{
+	for (uint8_t slots : {0, 1, 8, 31})
+		for (bool ready : {false, true}) {
+			CreditOffer offer{0x1122334455667788ull, 0xa1b2c3d4u, 77, 16, 3, slots, ready};
+			std::vector<uint8_t> wire;
+			cr_assert_eq(frame(nullptr, 0, 229, &wire), 0);
+			append_credit_offer(offer, &wire);
+			cr_assert_eq(wire.size(), 1 + kCreditOfferBytes, "the offer's length is unchanged");
+			CreditOffer read;
+			cr_assert(read_credit_offer(wire.data(), wire.size(), &read));
+			cr_assert_eq(read.data_slots_log2, slots);
+			cr_assert_eq(read.ready_handshake, ready);
+		}
+	/* An offer from an nd that knew no handshake (its byte a count alone)
+	 * asks for none. */
+	std::vector<uint8_t> wire;
+	frame(nullptr, 0, 229, &wire);
+	append_credit_offer(CreditOffer{1, 2, 3, 4, 5, 8}, &wire);
+	cr_assert_not(credit_offer_of(wire)->ready_handshake);
+}
+
+/* The accepter's ready word is where the connector writes it (the peer's
+ * credit word + kReadyOffset), apart from the words the peer writes
+ * otherwise, and reads as written only once written. */
+Test(credits, the_ready_word_is_written_where_the_connector_aims)
+{
+	nd::CreditWords accepter_words{};
+	nd::ReceiveCredits accepter(&accepter_words, 256);
+	CreditOffer offer;
+	accepter.offer(4, &offer);
+	cr_assert_not(accepter.peer_ready(), "nothing written yet");
+	nd::CreditWords connector_words{};
+	nd::ReceiveCredits connector(&connector_words, 0);
+	connector.take_offer(offer);
+	cr_assert_not(connector.peer_waits(), "until the accepter's offer asks");
+	connector.peer_waits_for_ready();
+	cr_assert(connector.peer_waits());
+	const uint64_t target = connector.peer_ready_addr();
+	cr_assert_eq(target, reinterpret_cast<uintptr_t>(&accepter_words.ready));
+	cr_assert(target >= offer.addr + sizeof(uint64_t) && target + sizeof(uint64_t) <= offer.addr + nd::kDataSlotsOffset,
+		  "apart from the credit word and before the data slots");
+	/* The write: the source's 8 bytes at the target. */
+	const auto *source = reinterpret_cast<const uint64_t *>(connector.ready_source());
+	cr_assert_eq(*source, 1u);
+	std::memcpy(reinterpret_cast<void *>(target), source, sizeof(uint64_t));
+	cr_assert(accepter.peer_ready());
+	cr_assert_eq(accepter_words.granted, 0u, "the credit word untouched");
+	const auto first = std::chrono::steady_clock::now();
+	const auto until = accepter.ready_wait_until(first);
+	cr_assert(until == first + nd::kReadyWait);
+	cr_assert(accepter.ready_wait_until(first + std::chrono::seconds(5)) == until,
+		  "the wait is counted from the first post that waited");
 }
 
 /* The receiver writes its count whenever it rose: the sender may be
