@@ -943,10 +943,8 @@ void CompletionQueue::look_for_stalls() noexcept
 	enum class Naks { unread, coming, none } naks = Naks::unread;
 	for (StallWatch::Entry &e : w.queues) {
 		SendQueue &q = *e.queue;
-		/* A credit write held for want of something no completion
-		 * announces (an iWARP accepter's, until the connector's ready
-		 * write lands: nd_credits.h) goes once that has come. */
-		q.tell_room();
+		/* What waits for no completion (QueueHooks::look). */
+		q.tell_look();
 		if (e.timeout_s == 0)
 			continue; /* FI_ND_PEER_TIMEOUT=0: watched for that alone */
 		const uint64_t tail = q.retired();

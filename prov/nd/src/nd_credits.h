@@ -65,7 +65,11 @@
  * word); until the accepter sees it there, its sends and its credit writes
  * wait (SlowTx::peer_first: -FI_EAGAIN, or held). Both offers say they
  * take part (CreditOffer::ready_handshake), so neither waits for a peer
- * that does not write.
+ * that does not write. soft-iWARP's accept sends the reply before it hands
+ * the socket to the queue pair, and what arrives in between stays unread
+ * until more arrives: so the connector repeats the write at its CQ's
+ * looks, kReadyRepeats times (a repeat also wakes whatever of its own was
+ * left there).
  */
 #ifndef ND_CREDITS_H
 #define ND_CREDITS_H
@@ -146,6 +150,10 @@ inline constexpr std::chrono::milliseconds kCreditWriteWait{1000};
  * write before -FI_EAGAIN: a write already posted lands in transport
  * time; the rest is the connector's application reading its EQ. */
 inline constexpr std::chrono::milliseconds kReadyWait{100};
+/* How many times a connector repeats its ready write, once a CQ look
+ * (about a second apart), in case the first is left unread (ReceiveCredits::
+ * ready_written). */
+inline constexpr uint8_t kReadyRepeats = 5;
 
 class ReceiveCredits {
 public:
@@ -179,6 +187,18 @@ public:
 	 * target of which these give. */
 	void peer_waits_for_ready() noexcept { peer_waits_ = true; }
 	bool peer_waits() const noexcept { return peer_waits_; }
+	/* The write is repeated kReadyRepeats times, once a look: soft-iWARP
+	 * switches the accepter's socket to its queue pair only after sending
+	 * the reply, and bytes that arrive between the two wait unread in the
+	 * socket until more arrive (siw_accept). A repeat is those bytes. */
+	void ready_written() noexcept { ready_repeats_ = kReadyRepeats; }
+	bool take_ready_repeat() noexcept
+	{
+		if (ready_repeats_ == 0)
+			return false;
+		ready_repeats_--;
+		return true;
+	}
 	uintptr_t ready_source() noexcept
 	{
 		words_->ready_source = 1;
@@ -302,8 +322,9 @@ private:
 	 * write_credits decides again under the lock). */
 	std::atomic<uint64_t> advertised_{0};
 	std::atomic<bool> pending_{false};
-	/* Connector: the accepter waits for the ready write. */
+	/* Connector: the accepter waits for the ready write; repeats left. */
 	bool peer_waits_ = false;
+	uint8_t ready_repeats_ = 0;
 	/* Accepter: see ready_wait_until. */
 	std::chrono::steady_clock::time_point ready_wait_until_{};
 };

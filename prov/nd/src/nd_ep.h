@@ -589,6 +589,8 @@ struct Endpoint {
 	 * the accepter's test before any of its own (under the send lock;
 	 * `wait`: a post, which gives the write a moment to land). */
 	void write_ready() noexcept;
+	void repeat_ready() noexcept;
+	void post_ready_write(const char *why) noexcept;
 	bool peer_spoke(bool wait) noexcept
 	{
 		return __builtin_expect(!(data.link.slow_tx() & SlowTx::peer_first), 1) || peer_spoke_slow(wait);

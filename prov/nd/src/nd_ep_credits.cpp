@@ -111,6 +111,31 @@ void Endpoint::write_ready() noexcept
 	if (!c || !c->peer_waits())
 		return;
 	std::lock_guard<OptionalLock> guard(data.tx.lock);
+	post_ready_write("the ready write");
+	c->ready_written();
+}
+
+/* The CQ's look, under the CQ's lock: the connector's ready write again,
+ * while repeats are left (ReceiveCredits::ready_written). The send lock is
+ * only tried, as for credit writes from a poller; a ring without an
+ * internal slot free leaves it to the next look. */
+void Endpoint::repeat_ready() noexcept
+{
+	ReceiveCredits *c = data.credits.get();
+	if (!c->peer_waits() || data.link.state(std::memory_order_acquire) != LinkState::up)
+		return;
+	if (!data.tx.lock.try_lock())
+		return;
+	std::lock_guard<OptionalLock> guard(data.tx.lock, std::adopt_lock);
+	if (!data.tx.queue->internal_full() && c->take_ready_repeat())
+		post_ready_write("the ready write, repeated");
+}
+
+/* Under the send lock, with an internal slot free: one write of 1 into the
+ * accepter's ready word. */
+void Endpoint::post_ready_write(const char *why) noexcept
+{
+	ReceiveCredits *c = data.credits.get();
 	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(
 		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, false});
 	ibv_sge sge;
@@ -125,9 +150,9 @@ void Endpoint::write_ready() noexcept
 	wr.send_flags = claimed.send_flags;
 	wr.wr.rdma.remote_addr = c->peer_ready_addr();
 	wr.wr.rdma.rkey = c->peer_rkey();
-	if (submit(wr, "the ready write", true) != 0)
-		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: the ready write could not be posted: the accepter's sends wait until the link ends\n",
-			static_cast<void *>(this));
+	if (submit(wr, why, true) != 0)
+		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: %s could not be posted: the accepter's sends wait until the link ends\n",
+			static_cast<void *>(this), why);
 }
 
 /* Accepter, under the send lock: whether the connector's ready write has

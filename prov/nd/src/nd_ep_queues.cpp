@@ -57,10 +57,24 @@ void send_waiting_credits_locked(void *owner) noexcept
 	send_waiting_credits(owner);
 }
 
+/* The CQ's look (QueueHooks::look): a credit write held for want of
+ * something no completion announces (an iWARP accepter's, until the
+ * connector's ready write lands) goes once that has come; a connector
+ * repeats its ready write (nd_credits.h, "Who sends first"). */
+void look_at_credits(void *owner) noexcept
+{
+	auto *ep = static_cast<Endpoint *>(owner);
+	std::atomic_thread_fence(std::memory_order_seq_cst);
+	if (ep->data.credits->write_pending())
+		ep->advertise_credits(true);
+	ep->repeat_ready();
+}
+
 /* What a send queue tells its endpoint (nd_wq.h). */
-constexpr QueueHooks kSendHooks{ep_peer_lost, nullptr, stall_queue_pair};
-constexpr QueueHooks kSendHooksWithCredits{ep_peer_lost, send_waiting_credits, stall_queue_pair};
-constexpr QueueHooks kSendHooksWithCreditsLocked{ep_peer_lost, send_waiting_credits_locked, stall_queue_pair};
+constexpr QueueHooks kSendHooks{ep_peer_lost, nullptr, stall_queue_pair, nullptr};
+constexpr QueueHooks kSendHooksWithCredits{ep_peer_lost, send_waiting_credits, stall_queue_pair, look_at_credits};
+constexpr QueueHooks kSendHooksWithCreditsLocked{ep_peer_lost, send_waiting_credits_locked, stall_queue_pair,
+						 look_at_credits};
 
 } // namespace
 

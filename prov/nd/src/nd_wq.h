@@ -178,6 +178,10 @@ struct QueueHooks {
 	/* The CQ's StallWatch (nd_cq.h), under the CQ's lock: nothing moved
 	 * for too long; the queue pair goes to the error state. */
 	void (*stall)(void *owner) noexcept = nullptr;
+	/* The CQ's look (about once a second while it is read: StallWatch),
+	 * under the CQ's lock: what waits for no completion (nd_credits.h:
+	 * held credit writes, the connector's repeated ready write). */
+	void (*look)(void *owner) noexcept = nullptr;
 };
 
 /* What retiring a queue's requests touches besides the ring, handed to the
@@ -351,6 +355,11 @@ public:
 	{
 		if (hooks_ && hooks_->room)
 			hooks_->room(owner_);
+	}
+	void tell_look() const noexcept
+	{
+		if (hooks_ && hooks_->look)
+			hooks_->look(owner_);
 	}
 	void tell_stall() const noexcept
 	{

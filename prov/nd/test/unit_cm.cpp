@@ -163,6 +163,11 @@ Test(credits, the_ready_word_is_written_where_the_connector_aims)
 	cr_assert(until == first + nd::kReadyWait);
 	cr_assert(accepter.ready_wait_until(first + std::chrono::seconds(5)) == until,
 		  "the wait is counted from the first post that waited");
+	cr_assert_not(connector.take_ready_repeat(), "no repeat before the first write");
+	connector.ready_written();
+	for (int i = 0; i < nd::kReadyRepeats; i++)
+		cr_assert(connector.take_ready_repeat(), "repeat %d", i + 1);
+	cr_assert_not(connector.take_ready_repeat(), "kReadyRepeats in all");
 }
 
 /* The receiver writes its count whenever it rose: the sender may be
