@@ -136,8 +136,11 @@ void Endpoint::repeat_ready() noexcept
 void Endpoint::post_ready_write(const char *why) noexcept
 {
 	ReceiveCredits *c = data.credits.get();
+	/* Signaled: it retires by itself, so that a connector that sends
+	 * nothing else leaves nothing outstanding for its close to wait on
+	 * (soft-iWARP never completes a drain marker posted after the flush). */
 	const Claimed claimed = data.tx.queue->claim<SendKind::internal>(
-		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, false});
+		SendClaim{nullptr, 0, static_cast<uint32_t>(sizeof(uint64_t)), false, true});
 	ibv_sge sge;
 	sge.addr = c->ready_source();
 	sge.length = sizeof(uint64_t);
@@ -153,6 +156,8 @@ void Endpoint::post_ready_write(const char *why) noexcept
 	if (submit(wr, why, true) != 0)
 		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: %s could not be posted: the accepter's sends wait until the link ends\n",
 			static_cast<void *>(this), why);
+	else
+		c->count_ready_write();
 }
 
 /* Accepter, under the send lock: whether the connector's ready write has

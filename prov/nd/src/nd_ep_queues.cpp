@@ -389,7 +389,13 @@ ibv_send_wr Endpoint::claim_close_marker(ibv_wr_opcode opcode) noexcept
  */
 void Endpoint::post_drain_marker() noexcept
 {
-	if (!data.tx.queue || !data.qp || data.tx.queue->outstanding() == 0)
+	if (!data.tx.queue || !data.qp)
+		return;
+	/* Completions already in the CQ retire their requests first: a ring
+	 * whose last request completed needs no marker. */
+	if (data.tx.queue->outstanding() != 0 && bindings.tx_cq)
+		bindings.tx_cq->progress();
+	if (data.tx.queue->outstanding() == 0)
 		return;
 	/* The linger marker is still out: signaled, it is flushed last and
 	 * drains the ring as this one would (one slot, one CQ entry kept). */
@@ -427,6 +433,10 @@ void Endpoint::linger() noexcept
 	constexpr int kLingerMs = 2000;
 	if (!data.tx.queue || !data.qp || !bindings.tx_cq || bindings.stx() || data.tx.queue->outstanding() == 0 ||
 	    fsm.state() != EpState::connected || data.link.state() != LinkState::up)
+		return;
+	/* An iWARP connector that sent nothing but its ready writes
+	 * (nd_credits.h) has nothing of the application's on the wire. */
+	if (data.credits && data.credits->only_ready_writes(data.tx.queue->posted_acquire()))
 		return;
 	if (!reserve_close_marker("requests still on the wire may be flushed"))
 		return;
