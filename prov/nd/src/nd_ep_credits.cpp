@@ -122,7 +122,9 @@ void Endpoint::write_ready() noexcept
 void Endpoint::repeat_ready() noexcept
 {
 	ReceiveCredits *c = data.credits.get();
-	if (!c->peer_waits() || data.link.state(std::memory_order_acquire) != LinkState::up)
+	/* The link first: it goes up after the peer's offer was taken (by the
+	 * thread reading the EQ), and peer_waits is read only after it. */
+	if (data.link.state(std::memory_order_acquire) != LinkState::up || !c->peer_waits())
 		return;
 	if (!data.tx.lock.try_lock())
 		return;

@@ -435,9 +435,13 @@ void Endpoint::linger() noexcept
 	    fsm.state() != EpState::connected || data.link.state() != LinkState::up)
 		return;
 	/* An iWARP connector that sent nothing but its ready writes
-	 * (nd_credits.h) has nothing of the application's on the wire. */
-	if (data.credits && data.credits->only_ready_writes(data.tx.queue->posted_acquire()))
-		return;
+	 * (nd_credits.h) has nothing of the application's on the wire. Under
+	 * the send lock: a CQ's look may be posting a repeat. */
+	if (data.credits) {
+		std::lock_guard<OptionalLock> guard(data.tx.lock);
+		if (data.credits->only_ready_writes(data.tx.queue->posted_acquire()))
+			return;
+	}
 	if (!reserve_close_marker("requests still on the wire may be flushed"))
 		return;
 	{
