@@ -192,10 +192,6 @@ public:
 	 * the reply, and bytes that arrive between the two wait unread in the
 	 * socket until more arrive (siw_accept). A repeat is those bytes. */
 	void ready_written() noexcept { ready_repeats_ = kReadyRepeats; }
-	/* Each ready write posted; whether the send queue's `posted` requests
-	 * are all ready writes (nothing of the application's to linger for). */
-	void count_ready_write() noexcept { ready_writes_++; }
-	bool only_ready_writes(uint64_t posted) const noexcept { return ready_writes_ && posted == ready_writes_; }
 	bool take_ready_repeat() noexcept
 	{
 		if (ready_repeats_ == 0)
@@ -329,7 +325,6 @@ private:
 	/* Connector: the accepter waits for the ready write; repeats left. */
 	bool peer_waits_ = false;
 	uint8_t ready_repeats_ = 0;
-	uint64_t ready_writes_ = 0;
 	/* Accepter: see ready_wait_until. */
 	std::chrono::steady_clock::time_point ready_wait_until_{};
 };

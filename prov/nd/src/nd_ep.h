@@ -483,6 +483,7 @@ struct Endpoint {
 	ibv_send_wr claim_close_marker(ibv_wr_opcode opcode) noexcept;
 	/* Its send queue is in its CQ's StallWatch (nd_cq.h). */
 	bool watches_stalls() const noexcept;
+	bool send_queue_idle() noexcept;
 
 	/* Sending (nd_ep_send.cpp). */
 	ssize_t post_tx(const TxRequest &request);

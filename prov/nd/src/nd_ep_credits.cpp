@@ -158,8 +158,6 @@ void Endpoint::post_ready_write(const char *why) noexcept
 	if (submit(wr, why, true) != 0)
 		ND_WARN(FI_LOG_EP_CTRL, "endpoint %p: %s could not be posted: the accepter's sends wait until the link ends\n",
 			static_cast<void *>(this), why);
-	else
-		c->count_ready_write();
 }
 
 /* Accepter, under the send lock: whether the connector's ready write has

@@ -63,11 +63,8 @@ void send_waiting_credits_locked(void *owner) noexcept
  * repeats its ready write (nd_credits.h, "Who sends first"). */
 void look_at_credits(void *owner) noexcept
 {
-	auto *ep = static_cast<Endpoint *>(owner);
-	std::atomic_thread_fence(std::memory_order_seq_cst);
-	if (ep->data.credits->write_pending())
-		ep->advertise_credits(true);
-	ep->repeat_ready();
+	send_waiting_credits_locked(owner);
+	static_cast<Endpoint *>(owner)->repeat_ready();
 }
 
 /* What a send queue tells its endpoint (nd_wq.h). */
@@ -389,13 +386,7 @@ ibv_send_wr Endpoint::claim_close_marker(ibv_wr_opcode opcode) noexcept
  */
 void Endpoint::post_drain_marker() noexcept
 {
-	if (!data.tx.queue || !data.qp)
-		return;
-	/* Completions already in the CQ retire their requests first: a ring
-	 * whose last request completed needs no marker. */
-	if (data.tx.queue->outstanding() != 0 && bindings.tx_cq)
-		bindings.tx_cq->progress();
-	if (data.tx.queue->outstanding() == 0)
+	if (!data.tx.queue || !data.qp || send_queue_idle())
 		return;
 	/* The linger marker is still out: signaled, it is flushed last and
 	 * drains the ring as this one would (one slot, one CQ entry kept). */
@@ -431,17 +422,9 @@ void Endpoint::post_drain_marker() noexcept
 void Endpoint::linger() noexcept
 {
 	constexpr int kLingerMs = 2000;
-	if (!data.tx.queue || !data.qp || !bindings.tx_cq || bindings.stx() || data.tx.queue->outstanding() == 0 ||
+	if (!data.tx.queue || !data.qp || !bindings.tx_cq || bindings.stx() || send_queue_idle() ||
 	    fsm.state() != EpState::connected || data.link.state() != LinkState::up)
 		return;
-	/* An iWARP connector that sent nothing but its ready writes
-	 * (nd_credits.h) has nothing of the application's on the wire. Under
-	 * the send lock: a CQ's look may be posting a repeat. */
-	if (data.credits) {
-		std::lock_guard<OptionalLock> guard(data.tx.lock);
-		if (data.credits->only_ready_writes(data.tx.queue->posted_acquire()))
-			return;
-	}
 	if (!reserve_close_marker("requests still on the wire may be flushed"))
 		return;
 	{
@@ -459,6 +442,17 @@ void Endpoint::linger() noexcept
 	data.lingered = true; /* the marker is still out */
 	ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) still unconfirmed after %d ms; the disconnect flushes them\n",
 		static_cast<unsigned long long>(data.tx.queue->outstanding()), kLingerMs);
+}
+
+/* Whether nothing is outstanding on the send queue once the completions
+ * already in its CQ have retired their requests (a signaled request that
+ * completed, as an iWARP connector's ready write, leaves nothing for the
+ * close markers to wait on). */
+bool Endpoint::send_queue_idle() noexcept
+{
+	if (data.tx.queue->outstanding() != 0 && bindings.tx_cq)
+		bindings.tx_cq->progress();
+	return data.tx.queue->outstanding() == 0;
 }
 
 bool Endpoint::watches_stalls() const noexcept
