@@ -717,7 +717,7 @@ bool CompletionQueue::complete(ibv_wc &wc, CqEntry *out) noexcept
 	return true;
 }
 
-void CompletionQueue::progress_locked()
+bool CompletionQueue::progress_locked()
 {
 	assert_held(lock, "CompletionQueue::progress_locked");
 	ibv_wc wc[kPollBatch];
@@ -730,7 +730,7 @@ void CompletionQueue::progress_locked()
 						    ? static_cast<size_t>(capacity) - ready.size()
 						    : 0;
 			if (!internal && room == 0)
-				return;
+				return false;
 			const int want = internal ? kPollBatch
 						  : static_cast<int>(std::min<size_t>(room, kPollBatch));
 			int n = poll_cq(slot.cq.get(), want, wc);
@@ -757,6 +757,7 @@ void CompletionQueue::progress_locked()
 				break;
 		}
 	}
+	return true;
 }
 
 int CompletionQueue::progress()
@@ -785,6 +786,14 @@ bool CompletionQueue::drain(const WorkQueue &queue, int timeout_ms)
 			return false;
 		std::this_thread::sleep_for(std::chrono::microseconds(200));
 	}
+}
+
+bool CompletionQueue::retire_after_synchronous_flush(SendQueue &queue)
+{
+	std::lock_guard<OptionalLock> guard(lock);
+	if (!progress_locked())
+		return false;
+	return queue.outstanding() == 0 || queue.retire_completed_unsignaled();
 }
 
 /* Nothing to return: says whether errors wait, and lets the stall watch

@@ -450,6 +450,12 @@ public:
 	/* Polls until no record of `queue` is outstanding or `timeout_ms`
 	 * passes; true when the queue drained. */
 	bool drain(const WorkQueue &queue, int timeout_ms);
+	/* After a synchronous flush (Domain::synchronous_flush): reads the
+	 * verbs CQs to their end, then retires what of `queue` is left
+	 * outstanding (SendQueue::retire_completed_unsignaled); true when
+	 * nothing of it is outstanding now. False where the software queues
+	 * had no room for all (what is left may yet complete). */
+	bool retire_after_synchronous_flush(SendQueue &queue);
 
 	ssize_t readerr(fi_cq_err_entry *buf, uint64_t flags);
 	ssize_t sread(void *buf, size_t count, const void *cond, int timeout, bool with_src,
@@ -477,7 +483,9 @@ private:
 	/* Sizes the rings for `total` entries in all (above); throws
 	 * std::bad_alloc. Under lock, or before the CQ is shared. */
 	void size_rings(int total);
-	void progress_locked();
+	/* true when it read every verbs CQ to its end; false when the
+	 * software queues filled first. */
+	bool progress_locked();
 	/* StallWatch's look (at most once a second), from a read that found
 	 * nothing or a wait that timed out. Under the lock. */
 	void look_for_stalls() noexcept;

@@ -199,6 +199,9 @@ int open_domain_impl(fid_fabric *f, fi_info *info, fid_domain **out, void *conte
 				       static_cast<uint32_t>(attr.max_qp_init_rd_atom)};
 	domain->iwarp = domain->context->device->transport_type == IBV_TRANSPORT_IWARP;
 	domain->atomics = !domain->iwarp && attr.atomic_cap != IBV_ATOMIC_NONE;
+	/* siw's vendor id is "bmt" in ASCII (its author's initials). */
+	constexpr uint32_t kSoftIwarpVendorId = 0x626d74;
+	domain->synchronous_flush = domain->iwarp && attr.vendor_id == kSoftIwarpVendorId;
 	domain->max_cqe = attr.max_cqe;
 	domain->max_srq_wr = attr.max_srq_wr;
 	/* 0 on devices that do not say (the limit is then max_sge). */

@@ -45,6 +45,12 @@ struct Domain {
 	/* What the application may send with connect, accept and reject. */
 	CmDataLimits cm_limits;
 	bool iwarp;
+	/* soft-iWARP's: moving a queue pair to the error state completes
+	 * every request still on it into the CQ before ibv_modify_qp returns,
+	 * and a request posted afterwards never completes (it stays in the
+	 * ring the library shares with the kernel). Endpoint::post_drain_marker
+	 * decides by it. */
+	bool synchronous_flush;
 	/* The adapter's 64-bit fetch-and-add and compare-and-swap
 	 * (nd_atomic.h); never on iWARP. */
 	bool atomics;

@@ -365,6 +365,7 @@ struct DataPath {
 	}
 	bool marker_reserved = true;		/* tx.reserved counts the close marker's */
 	bool lingered = false;			/* fi_close's linger marker is still out */
+	bool moved_to_error = false;		/* flush_queue_pair's ibv_modify_qp succeeded */
 	/* Whether fi_recv's receives report a CQ entry: rx's op_flags and the
 	 * CQ binding decide it at fi_enable (post_recv_one). */
 	bool recv_reports = true;

@@ -303,7 +303,11 @@ void Endpoint::flush_queue_pair() noexcept
 		post_deferred("flushing the queue pair");
 	ibv_qp_attr attr{};
 	attr.qp_state = IBV_QPS_ERR;
-	ibv_modify_qp(data.qp.get(), &attr, IBV_QP_STATE);
+	if (int rc = ibv_modify_qp(data.qp.get(), &attr, IBV_QP_STATE))
+		ND_INFO(FI_LOG_EP_CTRL, "endpoint %p: ibv_modify_qp(IBV_QPS_ERR): %s\n", static_cast<void *>(this),
+			std::strerror(rc));
+	else
+		data.moved_to_error = true;
 	/* Receives still waiting for INIT go to the error state's flush. */
 	if (!data.recv_ready() && data.rx.queue)
 		post_pending_receives_locked();

@@ -383,6 +383,9 @@ ibv_send_wr Endpoint::claim_close_marker(ibv_wr_opcode opcode) noexcept
  * send ring may still count them. A signaled request posted to the queue
  * pair in the error state completes (flushed) after all of them, and its
  * completion retires the whole ring: the way the kernel drains a QP.
+ * Where the device never completes such a request (Domain::
+ * synchronous_flush), its flush has already completed everything still on
+ * the queue pair, and what is left is retired without one.
  */
 void Endpoint::post_drain_marker() noexcept
 {
@@ -392,6 +395,13 @@ void Endpoint::post_drain_marker() noexcept
 	 * drains the ring as this one would (one slot, one CQ entry kept). */
 	if (data.lingered)
 		return;
+	if (domain->synchronous_flush && data.moved_to_error) {
+		if (!bindings.tx_cq->retire_after_synchronous_flush(*data.tx.queue))
+			ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) still out after the flush (a signaled one or a read); "
+				"waiting for their completions\n",
+				static_cast<unsigned long long>(data.tx.queue->outstanding()));
+		return;
+	}
 	if (!reserve_close_marker("the flush alone drains the send queue"))
 		return;
 	std::lock_guard<OptionalLock> guard(data.tx.lock);

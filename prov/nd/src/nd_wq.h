@@ -659,6 +659,26 @@ public:
 	}
 	/* The stall watch's: head just after the last signaled request. */
 	uint64_t last_signaled_end() const noexcept { return signaled_head(); }
+	/*
+	 * After a flush that put a completion for every request still on the
+	 * queue pair into the CQ (Domain::synchronous_flush), with the CQ read
+	 * to its end: what is still outstanding left the queue pair before the
+	 * flush, unsignaled, and never completes. Retires it, under the CQ's
+	 * lock; false, retiring nothing, while a signaled request or a read
+	 * is out (a read waits for its response, and its completion may come
+	 * yet).
+	 */
+	bool retire_completed_unsignaled() noexcept
+	{
+		if (signaled_outstanding() || reads_in_flight() != 0)
+			return false;
+		const uint64_t t = tail_.load(std::memory_order_relaxed);
+		const uint64_t h = head_.load(std::memory_order_acquire);
+		tail_.store(h, std::memory_order_release);
+		if (SendBudget *b = budget())
+			b->give_back(h - t);
+		return true;
+	}
 	/* The ring or the shared budget is full (the slow paths' check). */
 	bool no_room() const noexcept
 	{

@@ -12,8 +12,12 @@
 
 #include <rdma/fi_rma.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <functional>
+#include <string>
 #include <thread>
 
 namespace nd::test {
@@ -221,6 +225,42 @@ struct DataFixture : CmFixture {
 		close();
 	}
 };
+
+/* What the process writes to stderr (libfabric's log) while it lives. */
+class StderrCapture {
+public:
+	StderrCapture() : file_(std::tmpfile()), saved_(dup(STDERR_FILENO))
+	{
+		cr_assert_not_null(file_);
+		std::fflush(stderr);
+		cr_assert_geq(dup2(fileno(file_), STDERR_FILENO), 0);
+	}
+	~StderrCapture() { restore(); }
+	std::string text()
+	{
+		restore();
+		std::string out;
+		std::rewind(file_);
+		char chunk[512];
+		for (size_t got; (got = std::fread(chunk, 1, sizeof(chunk), file_)) > 0;)
+			out.append(chunk, got);
+		return out;
+	}
+
+private:
+	void restore()
+	{
+		if (saved_ < 0)
+			return;
+		std::fflush(stderr);
+		dup2(saved_, STDERR_FILENO);
+		close(saved_);
+		saved_ = -1;
+	}
+	FILE *file_;
+	int saved_;
+};
+
 
 inline void close_side(Side s) { cr_assert_eq(fi_close(&s.ep->fid), 0); }
 

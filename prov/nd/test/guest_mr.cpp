@@ -103,41 +103,6 @@ size_t pinned_bytes()
 	return kib * 1024;
 }
 
-/* What the process writes to stderr (libfabric's log) while it lives. */
-class StderrCapture {
-public:
-	StderrCapture() : file_(std::tmpfile()), saved_(dup(STDERR_FILENO))
-	{
-		cr_assert_not_null(file_);
-		std::fflush(stderr);
-		cr_assert_geq(dup2(fileno(file_), STDERR_FILENO), 0);
-	}
-	~StderrCapture() { restore(); }
-	std::string text()
-	{
-		restore();
-		std::string out;
-		std::rewind(file_);
-		char chunk[512];
-		for (size_t got; (got = std::fread(chunk, 1, sizeof(chunk), file_)) > 0;)
-			out.append(chunk, got);
-		return out;
-	}
-
-private:
-	void restore()
-	{
-		if (saved_ < 0)
-			return;
-		std::fflush(stderr);
-		dup2(saved_, STDERR_FILENO);
-		close(saved_);
-		saved_ = -1;
-	}
-	FILE *file_;
-	int saved_;
-};
-
 } // namespace
 
 Test(mr, a_registration_past_the_memory_lock_limit_is_enomem_and_says_why)

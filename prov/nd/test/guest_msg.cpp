@@ -635,6 +635,47 @@ Test(msg, close_flushes_outstanding_receives)
 	f.close_data();
 }
 
+/*
+ * Sends that the queue pair finished unsignaled (injects) leave nothing
+ * outstanding once the endpoint closes after its peer: no completion
+ * retires them, so close must. On soft-iWARP a request posted after the
+ * flush never completes, and a drain marker made close wait 2 s and leave
+ * the records to the CQ ("not flushed yet"), once per such connection.
+ */
+Test(msg, close_after_the_peer_leaves_nothing_of_completed_injects)
+{
+	setenv("FI_LOG_LEVEL", "warn", 1); /* read when libfabric starts */
+	DataFixture f;
+	f.open();
+	auto [c, s] = f.connect_data();
+	const int k = 8;
+	Buffer &dst = f.buffer(64 * k);
+	for (int i = 0; i < k; i++)
+		cr_assert_eq(fi_recv(s.ep, dst.data() + 64 * i, 64, dst.desc(), 0, nullptr), 0);
+	for (int i = 0; i < k; i++) {
+		const std::vector<uint8_t> msg = pattern(64, static_cast<uint8_t>(i));
+		cr_assert_eq(fi_inject(c.ep, msg.data(), msg.size(), 0), 0, "inject %d", i);
+	}
+	for (int i = 0; i < k; i++) {
+		fi_cq_data_entry e = wait_cq(s.cq);
+		cr_assert_eq(e.len, 64u);
+	}
+	for (int i = 0; i < k; i++)
+		cr_assert(std::equal(dst.bytes.begin() + 64 * i, dst.bytes.begin() + 64 * (i + 1),
+				     pattern(64, static_cast<uint8_t>(i)).begin()),
+			  "message %d arrived whole", i);
+	close_side(s);
+	Event ev = next_event(f.eq);
+	cr_assert_eq(ev.rc >= 0 ? ev.type : 0u, static_cast<uint32_t>(FI_SHUTDOWN), "the peer's close: rc %zd", ev.rc);
+	cr_assert_eq(ev.fid, &c.ep->fid);
+	StderrCapture capture;
+	close_side(c);
+	const std::string log = capture.text();
+	cr_assert(log.find("not flushed") == std::string::npos, "close left requests to the CQ: %s", log.c_str());
+	expect_cq_empty(c.cq);
+	f.close_data();
+}
+
 /* fi_cancel takes back what nd still holds (receives posted before the
  * connection, or behind a multi-receive buffer), each completing with
  * FI_ECANCELED, and says -FI_ENOENT for what the adapter holds. */

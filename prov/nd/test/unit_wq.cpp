@@ -553,6 +553,37 @@ Test(send_protocol, a_claimed_record_reports_and_retires_what_it_was_given)
 	cr_assert_not(queue.signaled_outstanding());
 }
 
+/* After soft-iWARP's flush (Domain::synchronous_flush): an unsignaled run
+ * that no completion will ever retire goes at once; a signaled request or
+ * a read still out keeps the queue waiting, since its completion may come. */
+Test(send_protocol, after_a_synchronous_flush_only_an_unsignaled_run_without_reads_retires_by_itself)
+{
+	SendQueue queue(64);
+	queue.set_signal_interval(100);
+	const SendClaim write{nullptr, FI_RMA | FI_WRITE, 8, false, false};
+	for (int i = 0; i < 5; i++)
+		queue.claim<SendKind::send_or_write>(write);
+	cr_assert_not(queue.signaled_outstanding());
+	cr_assert(queue.retire_completed_unsignaled());
+	cr_assert_eq(queue.outstanding(), 0u);
+
+	/* A signaled request out: its completion (flushed or not) retires the run. */
+	queue.claim<SendKind::send_or_write>(write);
+	queue.claim<SendKind::send_or_write>(SendClaim{ctx(1), FI_SEND | FI_MSG, 8, true, true});
+	queue.claim<SendKind::send_or_write>(write);
+	cr_assert_not(queue.retire_completed_unsignaled());
+	cr_assert_eq(queue.outstanding(), 3u, "nothing retired while a signaled request is out");
+
+	/* An unsignaled read out: its response may still come. */
+	SendQueue reads(64);
+	reads.set_signal_interval(100);
+	reads.claim<SendKind::read>(SendClaim{nullptr, FI_RMA | FI_READ, 8, false, false}, 8);
+	reads.claim<SendKind::send_or_write>(write);
+	cr_assert_eq(reads.reads_in_flight(), 1u);
+	cr_assert_not(reads.retire_completed_unsignaled());
+	cr_assert_eq(reads.outstanding(), 2u);
+}
+
 /*
  * The undo: a chain whose third request fails to post (ibv_post_send names
  * it) leaves the queue as if only the first two had been claimed. A twin
