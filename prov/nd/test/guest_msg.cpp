@@ -27,6 +27,16 @@ TestSuite(msg, .timeout = 120);
 
 namespace {
 
+/* k receives of `each` bytes on `side`, one after another in a new buffer,
+ * the i-th with the buffer's address plus i as its context. */
+Buffer &post_receives(DataFixture &f, Side side, int k, size_t each)
+{
+	Buffer &dst = f.buffer(each * k);
+	for (int i = 0; i < k; i++)
+		cr_assert_eq(fi_recv(side.ep, dst.data() + each * i, each, dst.desc(), 0, dst.data() + i), 0);
+	return dst;
+}
+
 /* An fi_msg of one iov. */
 fi_msg one_iov_msg(iovec *iov, void **desc, void *context)
 {
@@ -619,9 +629,7 @@ Test(msg, close_flushes_outstanding_receives)
 	f.open();
 	auto [c, s] = f.connect_data();
 	const int k = 8;
-	Buffer &dst = f.buffer(64 * k);
-	for (int i = 0; i < k; i++)
-		cr_assert_eq(fi_recv(s.ep, dst.data() + 64 * i, 64, dst.desc(), 0, dst.data() + i), 0);
+	post_receives(f, s, k, 64);
 	close_side(s);
 	std::set<void *> seen;
 	for (int i = 0; i < k; i++) {
@@ -649,9 +657,7 @@ Test(msg, close_after_the_peer_leaves_nothing_of_completed_injects)
 	f.open();
 	auto [c, s] = f.connect_data();
 	const int k = 8;
-	Buffer &dst = f.buffer(64 * k);
-	for (int i = 0; i < k; i++)
-		cr_assert_eq(fi_recv(s.ep, dst.data() + 64 * i, 64, dst.desc(), 0, nullptr), 0);
+	Buffer &dst = post_receives(f, s, k, 64);
 	for (int i = 0; i < k; i++) {
 		const std::vector<uint8_t> msg = pattern(64, static_cast<uint8_t>(i));
 		cr_assert_eq(fi_inject(c.ep, msg.data(), msg.size(), 0), 0, "inject %d", i);
