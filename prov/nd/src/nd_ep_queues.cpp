@@ -397,8 +397,8 @@ void Endpoint::post_drain_marker() noexcept
 		return;
 	if (domain->synchronous_flush && data.moved_to_error) {
 		if (!bindings.tx_cq->retire_after_synchronous_flush(*data.tx.queue))
-			ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) still out after the flush (a signaled one or a read); "
-				"waiting for their completions\n",
+			ND_INFO(FI_LOG_EP_CTRL, "fi_close(ep): %llu request(s) still out after the flush (a signaled one, a read, or "
+				"completions the CQ has no room for yet); waiting for their completions\n",
 				static_cast<unsigned long long>(data.tx.queue->outstanding()));
 		return;
 	}

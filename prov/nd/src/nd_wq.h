@@ -672,11 +672,12 @@ public:
 	{
 		if (signaled_outstanding() || reads_in_flight() != 0)
 			return false;
-		const uint64_t t = tail_.load(std::memory_order_relaxed);
-		const uint64_t h = head_.load(std::memory_order_acquire);
-		tail_.store(h, std::memory_order_release);
+		if (outstanding() == 0)
+			return true;
+		/* As the last one's completion would have retired them. */
+		const uint64_t retired = retire_through(&record_at(posted_acquire() - 1));
 		if (SendBudget *b = budget())
-			b->give_back(h - t);
+			b->give_back(retired);
 		return true;
 	}
 	/* The ring or the shared budget is full (the slow paths' check). */

@@ -261,7 +261,6 @@ private:
 	int saved_;
 };
 
-
 inline void close_side(Side s) { cr_assert_eq(fi_close(&s.ep->fid), 0); }
 
 /* An fi_msg_rma of one iov and one remote range (fi_readmsg, fi_writemsg
