@@ -1,9 +1,9 @@
 #!/bin/bash
 # nd_imb.sh BUILDDIR OUTDIR: the Intel MPI Benchmarks (IMB-MPI1) over
 # "nd;ofi_rxm" beside "verbs;ofi_rxm", for Open MPI and for MPICH over OFI,
-# two ranks, in one boot. ND_IMB_ROUNDS rounds; odd rounds run nd first,
-# even rounds verbs first, so that a drift of the guest over the run falls
-# on both providers. Each IMB run's output is kept in OUTDIR/raw, and its
+# two ranks, in one boot. ND_IMB_ROUNDS rounds; odd rounds run nd first
+# (then its variants, ND_IMB_VARIANTS, then verbs), even rounds the other
+# way round, so that a drift of the guest over the run falls on all. Each IMB run's output is kept in OUTDIR/raw, and its
 # figures are appended to OUTDIR/imb.tsv, one per line:
 #   MPI PROVIDER ROUND BENCHMARK PROCESSES BYTES METRIC VALUE
 # (util/nd-plot imb-figures reads IMB's tables), and the RDMA device's
@@ -35,6 +35,11 @@
 #   ND_IMB_SIZES       message sizes in bytes ("0 1 4 16 64 256 1024 4096
 #                      16384 65536 262144 1048576 4194304")
 #   ND_IMB_ITERS       IMB's -iter, repetitions per size at most (200)
+#   ND_IMB_VARIANTS    runs of nd under other settings beside the two, in
+#                      the same rounds: NAME:VAR=VALUE[,VAR=VALUE...] a
+#                      word (e.g. "ack19:FI_ND_ACK_TIMEOUT=19"); each is
+#                      "nd-NAME" in the tables, judged beside verbs as nd
+#                      is, and OUTDIR/variants says what it set
 #   ND_IMB_TIME        IMB's -time, seconds per size at most (1)
 #   ND_MPI_TIMEOUT     seconds each IMB run may take (900)
 #   ND_IMB_WAIT        run by util/nd-cluster: seconds the other nodes wait
@@ -57,7 +62,9 @@ rounds=${ND_IMB_ROUNDS:-3}
 read -ra mpis <<<"${ND_IMB_MPIS:-openmpi mpich}"
 read -ra benchmarks <<<"${ND_IMB_BENCHMARKS:-PingPong PingPing Sendrecv Exchange Uniband Biband Allreduce Alltoall Bcast Barrier}"
 sizes=${ND_IMB_SIZES:-0 1 4 16 64 256 1024 4096 16384 65536 262144 1048576 4194304}
-providers=("nd;ofi_rxm" "verbs;ofi_rxm")
+# The runs of a round, in order: nd, its variants, verbs.
+providers=("nd;ofi_rxm")
+declare -A variant_settings=()
 hosts=
 ranks=2
 if [[ -n ${ND_NODES:-} ]]; then
@@ -75,7 +82,18 @@ fi
 
 mkdir -p "$out/raw" || die "cannot make $out/raw"
 : >"$out/imb.tsv"
-rm -f "$out/failures"
+rm -f "$out/failures" "$out/variants"
+setting_pattern='[A-Za-z_][A-Za-z0-9_]*=[^,]*'
+for word in ${ND_IMB_VARIANTS:-}; do
+	name=nd-${word%%:*} settings=${word#*:}
+	[[ $word == *:* && $name =~ ^nd-[a-z0-9][a-z0-9-]*$ && $settings =~ ^$setting_pattern(,$setting_pattern)*$ ]] ||
+		die "ND_IMB_VARIANTS: \"$word\" is not NAME:VAR=VALUE[,VAR=VALUE...] (NAME of a-z, 0-9 and -)"
+	[[ -z ${variant_settings[$name]:-} ]] || die "ND_IMB_VARIANTS: $name twice"
+	variant_settings[$name]=$settings
+	providers+=("$name;ofi_rxm")
+	echo "$name ${settings//,/ }" >>"$out/variants"
+done
+providers+=("verbs;ofi_rxm")
 # shellcheck disable=SC2086 # one size a word
 printf '%s\n' $sizes >"$out/sizes"
 
@@ -88,17 +106,27 @@ mpich_prefix=
 
 export FI_PROVIDER_PATH=$builddir/.libs FI_UNIVERSE_SIZE=64
 
-# launch MPI PROVIDER ARGS...: ARGS on the ranks of MPI over PROVIDER.
+# launch MPI PROVIDER ARGS...: ARGS on the ranks of MPI over PROVIDER; a
+# variant's name (nd-NAME;ofi_rxm) runs nd;ofi_rxm with its settings.
 launch() {
-	local mpi=$1 provider=$2
+	local mpi=$1 provider=$2 setting
+	local -a settings=() forward=(-x FI_PROVIDER_PATH -x FI_UNIVERSE_SIZE)
 	shift 2
+	if [[ -n ${variant_settings[${provider%%;*}]:-} ]]; then
+		IFS=, read -ra settings <<<"${variant_settings[${provider%%;*}]}"
+		provider="nd;ofi_rxm"
+	fi
 	(
+		for setting in "${settings[@]}"; do
+			export "${setting?}"
+			forward+=(-x "${setting%%=*}")
+		done
 		case $mpi in
 		openmpi)
 			nd_ompi_env "$provider"
 			if [[ -n $hosts ]]; then
 				exec timeout -k 10 "${ND_MPI_TIMEOUT:-900}" mpirun -np "$ranks" -H "$hosts" \
-					-x FI_PROVIDER_PATH -x FI_UNIVERSE_SIZE "$@"
+					"${forward[@]}" "$@"
 			fi
 			exec timeout -k 10 "${ND_MPI_TIMEOUT:-900}" mpirun -np 2 --oversubscribe "$@"
 			;;
@@ -133,7 +161,10 @@ counter_moves() {
 
 for ((round = 1; round <= rounds; round++)); do
 	order=("${providers[@]}")
-	((round % 2)) || order=("${providers[1]}" "${providers[0]}")
+	if ((round % 2 == 0)); then
+		order=()
+		for ((i = ${#providers[@]} - 1; i >= 0; i--)); do order+=("${providers[i]}"); done
+	fi
 	for mpi in "${mpis[@]}"; do
 		for provider in "${order[@]}"; do
 			raw=$out/raw/$mpi-${provider%%;*}-$round.txt

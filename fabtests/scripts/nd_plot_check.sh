@@ -105,6 +105,28 @@ for png in imb-openmpi-p2p.png imb-openmpi-coll.png; do
 	esac
 done
 
+# A variant of nd (nd_imb.sh runs nd under other settings), "nd-slow": PingPong at 8 B
+# 20-22 like verbs (within spread), its retries in round 2, its settings in
+# DIR/variants; nd's own tables stay as they were.
+cp -r "$work/imb" "$work/imb-variant"
+for r in 1 2 3; do
+	printf 'openmpi\tnd-slow;ofi_rxm\t%s\tPingPong\t2\t8\tusec\t%s\n' "$r" $((19 + r))
+done >>"$work/imb-variant/imb.tsv"
+printf 'openmpi\tnd-slow;ofi_rxm\t2\trxe0/1\tcompleter_retry_err\t5\n' >>"$work/imb-variant/counters.tsv"
+echo "nd-slow FI_ND_ACK_TIMEOUT=19" >"$work/imb-variant/variants"
+if "$plot" imb "$work/imb-variant" >"$work/imb-variant.md" 2>"$work/imb-variant.err"; then
+	pass "imb: a variant's tables and pictures made"
+else
+	fail "imb: a variant: exit status $? ($(head -3 "$work/imb-variant.err"))"
+fi
+expect "imb: nd's row beside a variant" "| PingPong | 8 | µs | 11.0 (10.0-12.0) | 21.0 (20.0-22.0) | 0.52 | better |" \
+	"$(grep -F '| PingPong | 8 |' "$work/imb-variant.md" | head -1)"
+expect "imb: the variant's row, judged beside verbs" "| PingPong | 8 | µs | 21.0 (20.0-22.0) | 21.0 (20.0-22.0) | 1.00 | within spread |" \
+	"$(sed -n '/^## openmpi, nd-slow: every size/,$p' "$work/imb-variant.md" | grep -F '| PingPong | 8 |')"
+expect "imb: the variant's settings named" 1 "$(grep -c 'nd-slow: FI_ND_ACK_TIMEOUT=19' "$work/imb-variant.md")"
+expect "imb: the variant's counters between nd's and verbs'" "| openmpi | \`completer_retry_err\` | 30, 0, 2 | 0, 5, 0 | 0, 0, 0 |" \
+	"$(grep -F 'completer_retry_err' "$work/imb-variant.md")"
+
 # nd_perf.sh's table.
 cat >"$work/perf.log" <<'EOF'
 test      |     size | unit   |        raw |      verbs |         nd |  nd/raw | nd/verbs
