@@ -3,8 +3,9 @@
 # "nd;ofi_rxm" beside "verbs;ofi_rxm", for Open MPI and for MPICH over OFI,
 # two ranks, in one boot. ND_IMB_ROUNDS rounds; odd rounds run nd first
 # (then its variants, ND_IMB_VARIANTS, then verbs), even rounds the other
-# way round, so that a drift of the guest over the run falls on all. Each IMB run's output is kept in OUTDIR/raw, and its
-# figures are appended to OUTDIR/imb.tsv, one per line:
+# way round, so that a drift of the guest over the run falls on all. Each
+# IMB run's output is kept in OUTDIR/raw, and its figures are appended to
+# OUTDIR/imb.tsv, one per line:
 #   MPI PROVIDER ROUND BENCHMARK PROCESSES BYTES METRIC VALUE
 # (util/nd-plot imb-figures reads IMB's tables), and the RDMA device's
 # counters that moved during it (Soft-RoCE's retransmits, duplicate

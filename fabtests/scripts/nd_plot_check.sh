@@ -105,9 +105,9 @@ for png in imb-openmpi-p2p.png imb-openmpi-coll.png; do
 	esac
 done
 
-# A variant of nd (nd_imb.sh runs nd under other settings), "nd-slow": PingPong at 8 B
-# 20-22 like verbs (within spread), its retries in round 2, its settings in
-# DIR/variants; nd's own tables stay as they were.
+# A variant of nd (nd_imb.sh runs nd under other settings), "nd-slow":
+# PingPong at 8 B 20-22 like verbs (within spread), its retries in round 2,
+# its settings in DIR/variants; nd's own tables stay as they were.
 cp -r "$work/imb" "$work/imb-variant"
 for r in 1 2 3; do
 	printf 'openmpi\tnd-slow;ofi_rxm\t%s\tPingPong\t2\t8\tusec\t%s\n' "$r" $((19 + r))
