@@ -371,7 +371,8 @@ struct DataPath {
 	bool recv_reports = true;
 	/* Every read_signal_every-th read is signaled: half the negotiated
 	 * outbound read limit (Endpoint::post_tx says why), fixed when the
-	 * queue pair goes to RTS. */
+	 * queue pair goes to RTS; on iWARP every read (nd_wq.h: a read may
+	 * complete after requests behind it, which wait for it to retire). */
 	uint32_t read_signal_every = 1;
 	/* IBV_SEND_FENCE where the endpoint's msg_order holds FI_ORDER_WAR or
 	 * FI_ORDER_SAR, else 0: an RC responder may run a send or write that

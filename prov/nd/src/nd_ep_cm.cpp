@@ -238,7 +238,10 @@ int Endpoint::move_queue_pair(ibv_qp_state state)
 	} else if (state == IBV_QPS_RTS) {
 		attr.max_rd_atomic = static_cast<uint8_t>(conn.effective.outbound);
 		mask |= IBV_QP_MAX_QP_RD_ATOMIC;
-		data.read_signal_every = std::max<uint32_t>(conn.effective.outbound / 2, 1);
+		/* On iWARP every read is signaled: a request behind a read that
+		 * completes before it waits for the read's own completion to
+		 * retire (WorkQueue::retire_in_read_order). */
+		data.read_signal_every = domain->iwarp ? 1 : std::max<uint32_t>(conn.effective.outbound / 2, 1);
 		/* rdma_cm fills the counts from the CM messages: the active
 		 * side's RNR count is the one the accepter sent, so each side's
 		 * own parameters are set here, where they govern its sends. */

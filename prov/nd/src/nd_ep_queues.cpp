@@ -184,6 +184,7 @@ int Endpoint::setup_data_path()
 						      : &kSendHooksWithCredits;
 	send_targets.owner = this;
 	send_targets.flush_breaks_link = domain->iwarp;
+	send_targets.reads_complete_late = domain->iwarp;
 	send_targets.counters[static_cast<size_t>(CounterKind::send)] = cells(bindings.counter(CounterKind::send));
 	send_targets.counters[static_cast<size_t>(CounterKind::read)] = cells(bindings.counter(CounterKind::read));
 	send_targets.counters[static_cast<size_t>(CounterKind::write)] = cells(bindings.counter(CounterKind::write));

@@ -296,6 +296,24 @@ void WorkQueue::apply_remote_data(const OpRecord &record, uint64_t *slot, uint64
 	}
 }
 
+uint64_t WorkQueue::retire_done_early() noexcept
+{
+	/* Requests other than reads complete in order among themselves: past
+	 * a signaled one that has not completed, none has. */
+	const uint64_t h = head_.load(std::memory_order_acquire);
+	const OpRecord *last = nullptr;
+	for (uint64_t seq = tail_.load(std::memory_order_relaxed); seq < h; seq++) {
+		const OpRecord &record = record_at(seq);
+		if (record.is_read())
+			break;
+		if (record.done_early())
+			last = &record;
+		else if (record.signaled())
+			break;
+	}
+	return last ? retire_through(last) : 0;
+}
+
 Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept
 {
 	/* Read before the slot is retired, when it may be reused. */
@@ -329,7 +347,7 @@ Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placeme
 		std::lock_guard<OptionalLock> guard(*extras_->pool_lock);
 		extras_->free_slots.push_back(static_cast<uint32_t>(&record - records_));
 	} else {
-		const uint64_t retired = retire_through(&record);
+		const uint64_t retired = retire_in_read_order(record);
 		if (SendBudget *b = budget())
 			b->give_back(retired);
 		tell_room();

@@ -8,7 +8,12 @@
  * (WorkQueue) whose slots are taken in posting order; an RC queue pair
  * completes each queue in that order, so a completion for slot s also
  * retires every earlier unsignaled slot (they succeeded: a failure would
- * have completed on its own, in order, first). Retiring is O(1), whatever
+ * have completed on its own, in order, first). soft-iWARP keeps that order
+ * except for reads: it completes a send or write once transmitted, ahead
+ * of a read posted before it that waits for its response. An iWARP send
+ * queue therefore signals every read, and a completion with a read before
+ * it still out only marks its record done; the read's completion retires
+ * through it (WorkQueue::retire_in_read_order). Retiring is O(1), whatever
  * the length of the unsignaled run: an unsignaled request never has a
  * counter to bump (binding a counter makes every request signaled), and
  * the reads among them are counted by marks (read_mark below), not one by
@@ -115,10 +120,14 @@ struct OpRecord {
 	/* Bit 2 (send queue): claiming it moved the fence mark (WorkQueue::
 	 * fence_after_reads), which unclaim gives back. */
 	static constexpr uint32_t kMovedFenceBit = 4;
+	/* Bit 3 (send queue): an RDMA read or an atomic. */
+	static constexpr uint32_t kReadBit = 8;
 
 	bool report() const noexcept { return seq_and_report & 1u; }
 	bool signaled() const noexcept { return seq_and_report & kSignaledBit; }
 	bool moved_fence() const noexcept { return seq_and_report & kMovedFenceBit; }
+	bool is_read() const noexcept { return seq_and_report & kReadBit; }
+	inline bool done_early() const noexcept; /* below */
 	uint32_t seq() const noexcept { return seq_and_report >> 8; }
 	void set_report(bool report) noexcept { seq_and_report = (seq_and_report & ~1u) | (report ? 1u : 0u); }
 	void set_seq(uint64_t seq) noexcept { seq_and_report = static_cast<uint32_t>(seq) << 8 | (seq_and_report & 1u); }
@@ -146,6 +155,15 @@ static_assert(kRecordCqFlags <= UINT32_MAX, "OpRecord::flags holds every CQ flag
  * page says: the buffer is released.) */
 constexpr uint32_t kPlacedByNd = 1u << 31;
 static_assert((kRecordCqFlags & kPlacedByNd) == 0, "kPlacedByNd is no CQ flag");
+/* OpRecord::flags' own bit, never reported (set after the CQ entry was
+ * taken from the record): a send-queue request that completed while a read
+ * before it was still out (soft-iWARP), whose slot waits for that read's
+ * completion to retire it (WorkQueue::retire_in_read_order). In flags, not
+ * seq_and_report, because flags is the reaper's alone once the request is
+ * posted, where the poster still reads seq_and_report (SendQueue::unclaim). */
+constexpr uint32_t kDoneEarly = 1u << 30;
+static_assert((kRecordCqFlags & kDoneEarly) == 0, "kDoneEarly is no CQ flag");
+inline bool OpRecord::done_early() const noexcept { return flags & kDoneEarly; }
 
 /* The send-queue requests that count against the read limit: RDMA reads
  * and the atomics, which read too. */
@@ -200,6 +218,10 @@ struct RetireTargets {
 	 * is up is then the failure (elsewhere the failed request completes
 	 * first, with its own status). */
 	bool flush_breaks_link = false;
+	/* iWARP, a send queue: a read may complete after requests posted
+	 * behind it (soft-iWARP), so they retire in read order
+	 * (WorkQueue::retire_in_read_order); every read must be signaled. */
+	bool reads_complete_late = false;
 };
 
 /* What a work completion means to the CQ, decided by WorkQueue::retire. */
@@ -399,6 +421,7 @@ public:
 		else
 			data_slots_ = kind_ == QueueKind::recv ? t.data_slots : nullptr;
 		flush_breaks_link_ = t.flush_breaks_link;
+		reads_complete_late_ = kind_ == QueueKind::send && t.reads_complete_late;
 		choose_retire_path();
 	}
 	/* An orphaned queue's (CompletionQueue::adopt_orphan): its endpoint
@@ -423,7 +446,7 @@ public:
 	 * framing and no room hook; the same but for iWARP's credits, remote
 	 * CQ data slots (a receive queue) or a room hook (a send queue), each
 	 * a small function of its own; retire_other for the rest. */
-	enum class RetirePath : uint8_t { plain, with_slot, with_room, other };
+	enum class RetirePath : uint8_t { plain, with_slot, iwarp_send, other };
 	RetirePath retire_path() const noexcept { return retire_path_; }
 	bool retires_inline() const noexcept { return retire_path_ == RetirePath::plain; }
 	/* A counter is bound to some of its requests. */
@@ -465,13 +488,13 @@ public:
 			queue->retire_through(record);
 			return done;
 		}
-		/* iWARP's sends: as plain, then the room hook, which sends a
-		 * credit write that found the ring full (one call, two loads and
-		 * a test when none waits). */
-		if (wc.status == IBV_WC_SUCCESS && path == RetirePath::with_room) {
+		/* iWARP's sends: in read order, then the room hook, which sends
+		 * a credit write that found the ring full (one call, two loads
+		 * and a test when none waits). */
+		if (wc.status == IBV_WC_SUCCESS && path == RetirePath::iwarp_send) {
 			const Retired done{record->context, record->flags, record->report()};
-			queue->retire_through(record);
-			queue->hooks_->room(queue->owner_); /* after: the credit write it sends takes a slot */
+			queue->retire_in_read_order(*record);
+			queue->tell_room(); /* after: the credit write it sends takes a slot */
 			return done;
 		}
 		return queue->retire_other(*record, wc, placement);
@@ -504,6 +527,34 @@ public:
 	/* The record of request `seq`, outstanding (held by the poster, or
 	 * under the CQ's lock). */
 	OpRecord &record_at(uint64_t seq) noexcept;
+
+	/*
+	 * retire_through for a queue whose reads may complete after requests
+	 * posted behind them (reads_complete_late_; else it is retire_through).
+	 * Reads complete in order among themselves, and every request before
+	 * a read has completed when the read does (it was transmitted before
+	 * the read's request was), so a read's completion retires through it,
+	 * and then through the requests after it that completed early. Any
+	 * other completion with a read before it still out (its read mark
+	 * past the reads retired: every read is signaled, so each one retires
+	 * itself) marks its record done and retires nothing yet. How many
+	 * slots retired.
+	 */
+	uint64_t retire_in_read_order(OpRecord &record) noexcept
+	{
+		if (!reads_complete_late_)
+			return retire_through(&record);
+		if (record.is_read()) {
+			const uint64_t retired = retire_through(&record);
+			return retired + retire_done_early();
+		}
+		const uint32_t reads_out = record.read_mark - reads_retired_.load(std::memory_order_relaxed);
+		if (__builtin_expect(static_cast<int32_t>(reads_out) > 0, 0)) {
+			record.flags |= kDoneEarly;
+			return 0;
+		}
+		return retire_through(&record);
+	}
 
 	/* Retires every slot up to and including `last` (earlier ones were
 	 * unsignaled, see above), and the reads posted up to it; how many. A
@@ -539,16 +590,17 @@ protected:
 	void choose_retire_path() noexcept
 	{
 		const bool plain = kind_ != QueueKind::shared_recv && !counted_ && !budget() && !multi() && !framing();
-		/* iWARP's receive credits: a receive queue's remote CQ data
-		 * slots, a send queue's room hook (credit writes waiting for a
-		 * slot). */
+		/* iWARP's: a receive queue's remote CQ data slots; a send
+		 * queue's read order, and its room hook (credit writes waiting
+		 * for a slot). */
 		const bool slots = kind_ == QueueKind::recv && data_slots_;
 		const bool room = kind_ == QueueKind::send && hooks_ && hooks_->room;
-		retire_path_ = !plain ? RetirePath::other
-			       : slots ? RetirePath::with_slot
-			       : room	 ? RetirePath::with_room
-					 : RetirePath::plain;
+		retire_path_ = !plain		       ? RetirePath::other
+			       : slots		       ? RetirePath::with_slot
+			       : room || reads_complete_late_ ? RetirePath::iwarp_send
+						       : RetirePath::plain;
 	}
+
 	/* Publishes the slot claimed at h. */
 	[[gnu::always_inline]] void publish(uint64_t h) noexcept { head_.store(h + 1, std::memory_order_release); }
 	/* Gives back the last n slots claimed, when posting them failed. */
@@ -571,7 +623,8 @@ protected:
 	QueueKind kind_;
 	bool counted_ = false;		/* a counter is bound to some of its requests */
 	RetirePath retire_path_ = RetirePath::plain; /* choose_retire_path's */
-	bool flush_breaks_link_ = false; /* RetireTargets' */
+	bool flush_breaks_link_ : 1 = false; /* RetireTargets' */
+	bool reads_complete_late_ : 1 = false; /* RetireTargets' (kept by an orphan: its device's) */
 	std::atomic<bool> stalled_{false};
 	uint8_t internal_slots_ = 0;	/* beyond depth, for the provider's own */
 	/* A send queue's: every signal_interval_-th request is signaled
@@ -625,6 +678,9 @@ private:
 		if (__builtin_expect(word != 0, 0))
 			apply_remote_data(record, slot, word, wc);
 	}
+	/* retire_in_read_order's, after a read retired: through the last
+	 * request before the next read that completed early (nd_wq.cpp). */
+	uint64_t retire_done_early() noexcept;
 	/* retire() for a failure, a counted queue, a pool, or a buffer nd
 	 * places messages in (nd_wq.cpp). */
 	Retired retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept;
@@ -813,7 +869,8 @@ private:
 		constexpr bool is_read = Kind == SendKind::read;
 		constexpr uint32_t signal_flag = Signaled ? IBV_SEND_SIGNALED : 0;
 		OpRecord &record = records_[h & mask_];
-		record.seq_and_report = static_cast<uint32_t>(h) << 8 | signal_flag | (request.report ? 1u : 0u);
+		record.seq_and_report = static_cast<uint32_t>(h) << 8 | signal_flag | (is_read ? OpRecord::kReadBit : 0u) |
+					(request.report ? 1u : 0u);
 		record.context = request.context;
 		record.flags = request.flags;
 		record.len = request.len;

@@ -351,7 +351,7 @@ Test(work_queue, a_send_queue_with_a_room_hook_tells_it_after_retiring)
 	targets.owner = ctx(5);
 	queue.set_targets(targets);
 	cr_assert_not(queue.retires_inline());
-	cr_assert(queue.retire_path() == WorkQueue::RetirePath::with_room);
+	cr_assert(queue.retire_path() == WorkQueue::RetirePath::iwarp_send);
 	room_queue = &queue;
 	room_seen = 99;
 	post(queue, ctx(1), kSendFlags, false);
@@ -361,6 +361,171 @@ Test(work_queue, a_send_queue_with_a_room_hook_tells_it_after_retiring)
 	cr_assert_eq(done.context, ctx(2));
 	cr_assert(done.report);
 	cr_assert_eq(room_seen, 1u, "told with the first two retired, the third outstanding");
+}
+
+/*
+ * iWARP's send queue (RetireTargets::reads_complete_late): soft-iWARP
+ * completes a send or write once transmitted, ahead of a read before it
+ * that waits for its response. A completion with a read before it still
+ * out is reported, but retires nothing until the read's completion, which
+ * retires through it; in posting order a completion retires the read's
+ * slot with it (what a RoCE queue does, below).
+ */
+namespace {
+
+OpRecord &claim_signaled(SendQueue &queue, void *context, uint32_t flags)
+{
+	const SendClaim request{context, flags, 8, true, true};
+	if (flags & FI_READ)
+		return *queue.claim<SendKind::read>(request, 1).record;
+	return *queue.claim<SendKind::send_or_write>(request).record;
+}
+
+SendQueue &late_reads(SendQueue &queue)
+{
+	RetireTargets targets;
+	targets.reads_complete_late = true;
+	queue.set_targets(targets);
+	return queue;
+}
+
+} // namespace
+
+Test(work_queue, on_iwarp_a_completion_ahead_of_a_read_waits_for_the_read_to_retire)
+{
+	SendQueue queue(16);
+	late_reads(queue);
+	queue.set_signal_interval(100);
+	cr_assert(queue.retire_path() == WorkQueue::RetirePath::iwarp_send);
+	OpRecord &read0 = claim_signaled(queue, ctx(1), kReadFlags);
+	OpRecord &write1 = claim_signaled(queue, ctx(2), kWriteFlags);
+	post(queue, ctx(3), kSendFlags, false); /* unsignaled */
+	OpRecord &send3 = claim_signaled(queue, ctx(4), kSendFlags);
+	OpRecord &read4 = claim_signaled(queue, ctx(5), kReadFlags);
+	OpRecord &write5 = claim_signaled(queue, ctx(6), kWriteFlags);
+	cr_assert(read0.is_read() && !write1.is_read());
+
+	Retired done = retire_copy(completion_of(write1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
+	cr_assert_eq(done.context, ctx(2), "reported at once");
+	cr_assert_eq(queue.outstanding(), 6u, "nothing retires ahead of the read");
+	cr_assert_eq(queue.reads_in_flight(), 2u);
+	cr_assert_eq(retire_copy(completion_of(send3)).context, ctx(4));
+	cr_assert_eq(queue.outstanding(), 6u);
+
+	done = retire_copy(completion_of(read0, IBV_WC_SUCCESS, IBV_WC_RDMA_READ));
+	cr_assert_eq(done.context, ctx(1));
+	cr_assert_eq(queue.outstanding(), 2u, "the read retires through the requests that completed early");
+	cr_assert_eq(queue.reads_in_flight(), 1u);
+
+	cr_assert_eq(retire_copy(completion_of(write5, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE)).context, ctx(6));
+	cr_assert_eq(queue.outstanding(), 2u);
+	cr_assert_eq(retire_copy(completion_of(read4, IBV_WC_SUCCESS, IBV_WC_RDMA_READ)).context, ctx(5));
+	cr_assert_eq(queue.outstanding(), 0u);
+	cr_assert_eq(queue.reads_in_flight(), 0u);
+}
+
+Test(work_queue, on_iwarp_a_read_flushed_after_a_later_write_completed_retires_both)
+{
+	SendQueue queue(16);
+	late_reads(queue);
+	queue.set_signal_interval(100);
+	OpRecord &read0 = claim_signaled(queue, ctx(1), kReadFlags);
+	OpRecord &write1 = claim_signaled(queue, ctx(2), kWriteFlags);
+	retire_copy(completion_of(write1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
+	cr_assert_eq(queue.outstanding(), 2u);
+	const Retired done = retire_copy(completion_of(read0, IBV_WC_WR_FLUSH_ERR, IBV_WC_RDMA_READ));
+	cr_assert_eq(done.context, ctx(1));
+	cr_assert_eq(queue.outstanding(), 0u);
+	cr_assert_eq(queue.reads_in_flight(), 0u);
+}
+
+Test(work_queue, elsewhere_a_completion_retires_every_slot_before_it)
+{
+	SendQueue queue(16);
+	queue.set_signal_interval(100);
+	claim_signaled(queue, ctx(1), kReadFlags);
+	OpRecord &write1 = claim_signaled(queue, ctx(2), kWriteFlags);
+	retire_copy(completion_of(write1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
+	cr_assert_eq(queue.outstanding(), 0u, "RC order: the read before it is done");
+}
+
+/* soft-iWARP's order, many times over a ring that wraps and grows: reads
+ * complete in order among themselves, the rest in order among themselves,
+ * each read any time after the requests before it. Every completion
+ * reports its own context exactly once, and a slot retires only once its
+ * request and every one before it completed (so no slot still in flight
+ * is claimed again, which reported contexts twice: docs/mpi.md). */
+Test(work_queue, on_iwarp_reads_completing_late_never_free_a_slot_in_flight)
+{
+	SendQueue queue(64, 0, 4);
+	late_reads(queue);
+	queue.set_signal_interval(4);
+	/* By request number: what it is, and whether it has completed (an
+	 * unsignaled one with the signaled one after it). */
+	std::vector<OpRecord *> records;
+	std::vector<uint8_t> is_read, signaled, completed;
+	uint64_t reported = 0, early = 0;
+	uint32_t rng = 12345;
+	const auto next_random = [&rng] {
+		rng = rng * 1103515245u + 12345u;
+		return (rng >> 16) & 0x7fff;
+	};
+	/* The first signaled request of a stream not yet completed. */
+	const auto first_open = [&](bool read) {
+		size_t i = 0;
+		while (i < records.size() && (completed[i] || !signaled[i] || is_read[i] != read))
+			i++;
+		return i;
+	};
+	for (int step = 0; step < 20000; step++) {
+		/* Half the steps post, an eighth may complete a read. */
+		const unsigned what = next_random() % 8;
+		if (what < 4 && queue.full() && queue.growth())
+			cr_assert(queue.grow());
+		if (what < 4 && !queue.full()) {
+			const bool read = next_random() % 3 == 0;
+			const SendClaim request{ctx(records.size() + 1), read ? kReadFlags : kWriteFlags, 8, true, false};
+			OpRecord *record = read ? queue.claim<SendKind::read>(request, 1).record
+						: queue.claim<SendKind::send_or_write>(request).record;
+			records.push_back(record);
+			is_read.push_back(read);
+			signaled.push_back(record->signaled());
+			completed.push_back(0);
+			cr_assert(!read || record->signaled(), "every read is signaled");
+			continue;
+		}
+		/* A read completes once every request before it has (they were
+		 * sent first); any other once the others before it have. */
+		const size_t read = first_open(true), other = first_open(false);
+		bool read_may = read < records.size();
+		for (size_t i = 0; read_may && i < read; i++)
+			read_may = completed[i] || !signaled[i];
+		const bool other_may = other < records.size();
+		size_t seq;
+		if (read_may && (!other_may || what == 4))
+			seq = read;
+		else if (other_may)
+			seq = other;
+		else
+			continue;
+		early += !is_read[seq] && read < seq;
+		const Retired done = retire_copy(
+			completion_of(*records[seq], IBV_WC_SUCCESS, is_read[seq] ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE));
+		cr_assert_eq(done.context, ctx(seq + 1), "step %d: request %zu reported as %p", step, seq,
+			     done.context);
+		reported++;
+		completed[seq] = 1;
+		for (size_t i = seq; i-- > 0 && !completed[i] && !signaled[i];)
+			completed[i] = 1;
+		size_t open = 0;
+		while (open < records.size() && completed[open])
+			open++;
+		cr_assert_geq(queue.outstanding(), records.size() - open,
+			      "step %d: %lu slots held, but requests from %zu on (%zu) have not completed", step,
+			      static_cast<unsigned long>(queue.outstanding()), open, records.size() - open);
+	}
+	cr_assert_gt(reported, 1500u, "%lu completions", static_cast<unsigned long>(reported));
+	cr_assert_gt(early, 50u, "%lu completions ahead of a read", static_cast<unsigned long>(early));
 }
 
 Test(work_queue, an_orphan_stops_counting)
