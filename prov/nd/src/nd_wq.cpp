@@ -296,22 +296,29 @@ void WorkQueue::apply_remote_data(const OpRecord &record, uint64_t *slot, uint64
 	}
 }
 
-uint64_t WorkQueue::retire_done_early() noexcept
+uint64_t WorkQueue::retire_read_or_wait(OpRecord &record) noexcept
 {
+	if (!record.is_read()) {
+		record.flags |= kDoneEarly;
+		return 0;
+	}
+	uint64_t retired = retire_through(&record);
 	/* Requests other than reads complete in order among themselves: past
 	 * a signaled one that has not completed, none has. */
 	const uint64_t h = head_.load(std::memory_order_acquire);
 	const OpRecord *last = nullptr;
 	for (uint64_t seq = tail_.load(std::memory_order_relaxed); seq < h; seq++) {
-		const OpRecord &record = record_at(seq);
-		if (record.is_read())
+		const OpRecord &later = record_at(seq);
+		if (later.is_read())
 			break;
-		if (record.done_early())
-			last = &record;
-		else if (record.signaled())
+		if (later.done_early())
+			last = &later;
+		else if (later.signaled())
 			break;
 	}
-	return last ? retire_through(last) : 0;
+	if (last)
+		retired += retire_through(last);
+	return retired;
 }
 
 Retired WorkQueue::retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept

@@ -493,8 +493,8 @@ public:
 		 * and a test when none waits). */
 		if (wc.status == IBV_WC_SUCCESS && path == RetirePath::iwarp_send) {
 			const Retired done{record->context, record->flags, record->report()};
-			queue->retire_in_read_order(*record);
-			queue->tell_room(); /* after: the credit write it sends takes a slot */
+			queue->retire_behind_reads(*record);
+			queue->hooks_->room(queue->owner_); /* after: the credit write it sends takes a slot */
 			return done;
 		}
 		return queue->retire_other(*record, wc, placement);
@@ -542,18 +542,18 @@ public:
 	 */
 	uint64_t retire_in_read_order(OpRecord &record) noexcept
 	{
-		if (!reads_complete_late_)
-			return retire_through(&record);
-		if (record.is_read()) {
-			const uint64_t retired = retire_through(&record);
-			return retired + retire_done_early();
-		}
+		return reads_complete_late_ ? retire_behind_reads(record) : retire_through(&record);
+	}
+	/* retire_in_read_order of a queue whose reads complete late. The
+	 * common case inline: no read at or before the record is out (a read
+	 * counts itself in its read mark, so its own completion goes out of
+	 * line). */
+	[[gnu::always_inline]] uint64_t retire_behind_reads(OpRecord &record) noexcept
+	{
 		const uint32_t reads_out = record.read_mark - reads_retired_.load(std::memory_order_relaxed);
-		if (__builtin_expect(static_cast<int32_t>(reads_out) > 0, 0)) {
-			record.flags |= kDoneEarly;
-			return 0;
-		}
-		return retire_through(&record);
+		if (__builtin_expect(static_cast<int32_t>(reads_out) <= 0, 1))
+			return retire_through(&record);
+		return retire_read_or_wait(record);
 	}
 
 	/* Retires every slot up to and including `last` (earlier ones were
@@ -595,10 +595,11 @@ protected:
 		 * for a slot). */
 		const bool slots = kind_ == QueueKind::recv && data_slots_;
 		const bool room = kind_ == QueueKind::send && hooks_ && hooks_->room;
-		retire_path_ = !plain		       ? RetirePath::other
-			       : slots		       ? RetirePath::with_slot
-			       : room || reads_complete_late_ ? RetirePath::iwarp_send
-						       : RetirePath::plain;
+		retire_path_ = !plain				? RetirePath::other
+			       : slots				? RetirePath::with_slot
+			       : room && reads_complete_late_	? RetirePath::iwarp_send
+			       : room || reads_complete_late_	? RetirePath::other
+								: RetirePath::plain;
 	}
 
 	/* Publishes the slot claimed at h. */
@@ -678,9 +679,10 @@ private:
 		if (__builtin_expect(word != 0, 0))
 			apply_remote_data(record, slot, word, wc);
 	}
-	/* retire_in_read_order's, after a read retired: through the last
-	 * request before the next read that completed early (nd_wq.cpp). */
-	uint64_t retire_done_early() noexcept;
+	/* retire_behind_reads' rare part (nd_wq.cpp): a read retires through
+	 * itself and the requests after it that completed early; any other
+	 * request is marked done and waits. */
+	uint64_t retire_read_or_wait(OpRecord &record) noexcept;
 	/* retire() for a failure, a counted queue, a pool, or a buffer nd
 	 * places messages in (nd_wq.cpp). */
 	Retired retire_other(OpRecord &record, ibv_wc &wc, Placement *placement) noexcept;

@@ -351,6 +351,9 @@ Test(work_queue, a_send_queue_with_a_room_hook_tells_it_after_retiring)
 	targets.owner = ctx(5);
 	queue.set_targets(targets);
 	cr_assert_not(queue.retires_inline());
+	cr_assert(queue.retire_path() == WorkQueue::RetirePath::other, "a room hook on a queue whose reads complete in order");
+	targets.reads_complete_late = true;
+	queue.set_targets(targets);
 	cr_assert(queue.retire_path() == WorkQueue::RetirePath::iwarp_send);
 	room_queue = &queue;
 	room_seen = 99;
@@ -381,11 +384,19 @@ OpRecord &claim_signaled(SendQueue &queue, void *context, uint32_t flags)
 	return *queue.claim<SendKind::send_or_write>(request).record;
 }
 
-SendQueue &late_reads(SendQueue &queue)
+void no_room(void *) noexcept {}
+
+/* An iWARP send queue's targets: with a room hook (an endpoint with
+ * receive credits), it retires on the inline path, else on the other. */
+SendQueue &late_reads(SendQueue &queue, bool room = true)
 {
+	static constexpr QueueHooks hooks{nullptr, no_room, nullptr};
 	RetireTargets targets;
 	targets.reads_complete_late = true;
+	if (room)
+		targets.hooks = &hooks;
 	queue.set_targets(targets);
+	cr_assert(queue.retire_path() == (room ? WorkQueue::RetirePath::iwarp_send : WorkQueue::RetirePath::other));
 	return queue;
 }
 
@@ -396,7 +407,6 @@ Test(work_queue, on_iwarp_a_completion_ahead_of_a_read_waits_for_the_read_to_ret
 	SendQueue queue(16);
 	late_reads(queue);
 	queue.set_signal_interval(100);
-	cr_assert(queue.retire_path() == WorkQueue::RetirePath::iwarp_send);
 	OpRecord &read0 = claim_signaled(queue, ctx(1), kReadFlags);
 	OpRecord &write1 = claim_signaled(queue, ctx(2), kWriteFlags);
 	post(queue, ctx(3), kSendFlags, false); /* unsignaled */
@@ -427,7 +437,7 @@ Test(work_queue, on_iwarp_a_completion_ahead_of_a_read_waits_for_the_read_to_ret
 Test(work_queue, on_iwarp_a_read_flushed_after_a_later_write_completed_retires_both)
 {
 	SendQueue queue(16);
-	late_reads(queue);
+	late_reads(queue, false);
 	queue.set_signal_interval(100);
 	OpRecord &read0 = claim_signaled(queue, ctx(1), kReadFlags);
 	OpRecord &write1 = claim_signaled(queue, ctx(2), kWriteFlags);
@@ -449,16 +459,20 @@ Test(work_queue, elsewhere_a_completion_retires_every_slot_before_it)
 	cr_assert_eq(queue.outstanding(), 0u, "RC order: the read before it is done");
 }
 
+namespace {
+
 /* soft-iWARP's order, many times over a ring that wraps and grows: reads
  * complete in order among themselves, the rest in order among themselves,
  * each read any time after the requests before it. Every completion
  * reports its own context exactly once, and a slot retires only once its
  * request and every one before it completed (so no slot still in flight
- * is claimed again, which reported contexts twice: docs/mpi.md). */
-Test(work_queue, on_iwarp_reads_completing_late_never_free_a_slot_in_flight)
+ * is claimed again, which reported contexts twice: docs/mpi.md). `room`:
+ * the inline retire path (an endpoint with receive credits), else the
+ * other. */
+void reads_completing_late(bool room)
 {
 	SendQueue queue(64, 0, 4);
-	late_reads(queue);
+	late_reads(queue, room);
 	queue.set_signal_interval(4);
 	/* By request number: what it is, and whether it has completed (an
 	 * unsignaled one with the signaled one after it). */
@@ -526,6 +540,14 @@ Test(work_queue, on_iwarp_reads_completing_late_never_free_a_slot_in_flight)
 	}
 	cr_assert_gt(reported, 1500u, "%lu completions", static_cast<unsigned long>(reported));
 	cr_assert_gt(early, 50u, "%lu completions ahead of a read", static_cast<unsigned long>(early));
+}
+
+} // namespace
+
+Test(work_queue, on_iwarp_reads_completing_late_never_free_a_slot_in_flight)
+{
+	for (const bool room : {true, false})
+		reads_completing_late(room);
 }
 
 Test(work_queue, an_orphan_stops_counting)
