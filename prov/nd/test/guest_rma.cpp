@@ -127,15 +127,18 @@ Test(rma, writes_and_sends_after_a_read_wait_for_it_when_asked)
 
 namespace {
 
-/* One side of reads_and_writes_behind_them: reads of the peer's source
- * into its landing slots, each followed by a small write into the peer's
- * target, kWindow requests posted and not yet read back. */
+/* One side of requests_behind_reads_complete_once_each_with_the_bytes_there:
+ * reads of the peer's source into its landing slots, each followed by a
+ * small write into the peer's target, kWindow requests posted and not yet
+ * read back, of them at most kSlots reads (what the two sides register
+ * stays within a user's 8 MiB of locked memory). */
 struct ReadsAndWrites {
 	static constexpr size_t kReadLen = 64 * 1024;
 	/* Four times the ring: a ring that retired slots early let requests
 	 * into slots still in flight ("completed twice" within a few
 	 * hundred). */
 	static constexpr int kWindow = 64;
+	static constexpr int kSlots = 16;
 	static constexpr int kRequests = 400;
 
 	Side side;
@@ -143,10 +146,10 @@ struct ReadsAndWrites {
 	ReadsAndWrites *peer = nullptr;
 	std::vector<int> done = std::vector<int>(kRequests, 0);
 	std::vector<char> contexts = std::vector<char>(kRequests);
-	int posted = 0, completed = 0;
+	int posted = 0, completed = 0, reads_completed = 0;
 
 	ReadsAndWrites(DataFixture &f, Side s, uint8_t seed)
-		: side(s), source(f.buffer(kReadLen, 0, FI_REMOTE_READ)), landing(f.buffer(kReadLen * kWindow)),
+		: side(s), source(f.buffer(kReadLen, 0, FI_REMOTE_READ)), landing(f.buffer(kReadLen * kSlots)),
 		  small(f.buffer(8, 0x5c)), target(f.buffer(8 * kRequests, 0, FI_REMOTE_WRITE))
 	{
 		for (size_t i = 0; i < kReadLen; i++)
@@ -157,9 +160,11 @@ struct ReadsAndWrites {
 	 * completion, checking it. */
 	void step()
 	{
-		if (posted < kRequests && posted - completed < kWindow) {
-			const bool is_read = posted % 2 == 0;
-			uint8_t *slot = landing.data() + kReadLen * static_cast<size_t>((posted / 2) % kWindow);
+		const bool is_read = posted % 2 == 0;
+		/* Reads complete in order among themselves: read r's slot is
+		 * free once read r - kSlots has completed. */
+		if (posted < kRequests && posted - completed < kWindow && (!is_read || posted / 2 - reads_completed < kSlots)) {
+			uint8_t *slot = landing.data() + kReadLen * static_cast<size_t>((posted / 2) % kSlots);
 			if (is_read)
 				std::memset(slot, 0, kReadLen);
 			const ssize_t rc =
@@ -192,9 +197,11 @@ struct ReadsAndWrites {
 		cr_assert_eq(++done[i], 1, "request %d (a %s) completed twice", i, i % 2 == 0 ? "read" : "write");
 		cr_assert_eq(e.flags, i % 2 == 0 ? (FI_RMA | FI_READ) : (FI_RMA | FI_WRITE));
 		if (i % 2 == 0) {
-			const std::vector<uint8_t> want(peer->source.bytes);
-			cr_assert(landing.holds(want, kReadLen * static_cast<size_t>((i / 2) % kWindow)),
+			cr_assert_eq(i / 2, reads_completed, "read %d completed where read %d was next", i / 2,
+				     reads_completed);
+			cr_assert(landing.holds(peer->source.bytes, kReadLen * static_cast<size_t>((i / 2) % kSlots)),
 				  "read %d completed without its bytes", i);
+			reads_completed++;
 		}
 		completed++;
 	}
