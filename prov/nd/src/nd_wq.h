@@ -443,9 +443,11 @@ public:
 	void set_multi(std::unique_ptr<MultiRecv> m); /* nd_wq.cpp */
 	/* Which path retire() takes for this queue's successes: inline for a
 	 * ring with no counter, no shared budget, no multi-receive buffer, no
-	 * framing and no room hook; the same but for iWARP's credits, remote
-	 * CQ data slots (a receive queue) or a room hook (a send queue), each
-	 * a small function of its own; retire_other for the rest. */
+	 * framing and no room hook; the same but for iWARP, each a small
+	 * function of its own: a receive queue's remote CQ data slots, a send
+	 * queue's read order with its room hook (an iWARP send queue without
+	 * one retires in read order through retire_other); retire_other for
+	 * the rest. */
 	enum class RetirePath : uint8_t { plain, with_slot, iwarp_send, other };
 	RetirePath retire_path() const noexcept { return retire_path_; }
 	bool retires_inline() const noexcept { return retire_path_ == RetirePath::plain; }
@@ -601,7 +603,6 @@ protected:
 			       : room || reads_complete_late_	? RetirePath::other
 								: RetirePath::plain;
 	}
-
 	/* Publishes the slot claimed at h. */
 	[[gnu::always_inline]] void publish(uint64_t h) noexcept { head_.store(h + 1, std::memory_order_release); }
 	/* Gives back the last n slots claimed, when posting them failed. */

@@ -376,14 +376,6 @@ Test(work_queue, a_send_queue_with_a_room_hook_tells_it_after_retiring)
  */
 namespace {
 
-OpRecord &claim_signaled(SendQueue &queue, void *context, uint32_t flags)
-{
-	const SendClaim request{context, flags, 8, true, true};
-	if (flags & FI_READ)
-		return *queue.claim<SendKind::read>(request, 1).record;
-	return *queue.claim<SendKind::send_or_write>(request).record;
-}
-
 void no_room(void *) noexcept {}
 
 /* An iWARP send queue's targets: with a room hook (an endpoint with
@@ -407,12 +399,12 @@ Test(work_queue, on_iwarp_a_completion_ahead_of_a_read_waits_for_the_read_to_ret
 	SendQueue queue(16);
 	late_reads(queue);
 	queue.set_signal_interval(100);
-	OpRecord &read0 = claim_signaled(queue, ctx(1), kReadFlags);
-	OpRecord &write1 = claim_signaled(queue, ctx(2), kWriteFlags);
+	OpRecord &read0 = post(queue, ctx(1), kReadFlags, true, true);
+	OpRecord &write1 = post(queue, ctx(2), kWriteFlags, true, true);
 	post(queue, ctx(3), kSendFlags, false); /* unsignaled */
-	OpRecord &send3 = claim_signaled(queue, ctx(4), kSendFlags);
-	OpRecord &read4 = claim_signaled(queue, ctx(5), kReadFlags);
-	OpRecord &write5 = claim_signaled(queue, ctx(6), kWriteFlags);
+	OpRecord &send3 = post(queue, ctx(4), kSendFlags, true, true);
+	OpRecord &read4 = post(queue, ctx(5), kReadFlags, true, true);
+	OpRecord &write5 = post(queue, ctx(6), kWriteFlags, true, true);
 	cr_assert(read0.is_read() && !write1.is_read());
 
 	Retired done = retire_copy(completion_of(write1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
@@ -439,8 +431,8 @@ Test(work_queue, on_iwarp_a_read_flushed_after_a_later_write_completed_retires_b
 	SendQueue queue(16);
 	late_reads(queue, false);
 	queue.set_signal_interval(100);
-	OpRecord &read0 = claim_signaled(queue, ctx(1), kReadFlags);
-	OpRecord &write1 = claim_signaled(queue, ctx(2), kWriteFlags);
+	OpRecord &read0 = post(queue, ctx(1), kReadFlags, true, true);
+	OpRecord &write1 = post(queue, ctx(2), kWriteFlags, true, true);
 	retire_copy(completion_of(write1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
 	cr_assert_eq(queue.outstanding(), 2u);
 	const Retired done = retire_copy(completion_of(read0, IBV_WC_WR_FLUSH_ERR, IBV_WC_RDMA_READ));
@@ -453,8 +445,8 @@ Test(work_queue, elsewhere_a_completion_retires_every_slot_before_it)
 {
 	SendQueue queue(16);
 	queue.set_signal_interval(100);
-	claim_signaled(queue, ctx(1), kReadFlags);
-	OpRecord &write1 = claim_signaled(queue, ctx(2), kWriteFlags);
+	post(queue, ctx(1), kReadFlags, true, true);
+	OpRecord &write1 = post(queue, ctx(2), kWriteFlags, true, true);
 	retire_copy(completion_of(write1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
 	cr_assert_eq(queue.outstanding(), 0u, "RC order: the read before it is done");
 }

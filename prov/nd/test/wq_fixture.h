@@ -18,10 +18,11 @@ namespace nd::test {
 
 /* Posts one request as the endpoint does, through the queue's protocol
  * (claim, claim_recv), never signaled by the interval: a read (counted) or
- * a send or write; or a receive. */
-inline OpRecord &post(SendQueue &queue, void *context, uint32_t flags, bool report = true)
+ * a send or write, signaled where `signal` says it must complete by
+ * itself; or a receive. */
+inline OpRecord &post(SendQueue &queue, void *context, uint32_t flags, bool report = true, bool signal = false)
 {
-	const SendClaim request{context, flags, 8, report, false};
+	const SendClaim request{context, flags, 8, report, signal};
 	if (flags & FI_READ)
 		return *queue.claim<SendKind::read>(request, UINT32_MAX, UINT32_MAX).record;
 	return *queue.claim<SendKind::send_or_write>(request, UINT32_MAX).record;
