@@ -603,6 +603,7 @@ protected:
 			       : room || reads_complete_late_	? RetirePath::other
 								: RetirePath::plain;
 	}
+
 	/* Publishes the slot claimed at h. */
 	[[gnu::always_inline]] void publish(uint64_t h) noexcept { head_.store(h + 1, std::memory_order_release); }
 	/* Gives back the last n slots claimed, when posting them failed. */
