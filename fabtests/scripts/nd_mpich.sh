@@ -171,7 +171,9 @@ crash_reports() {
 		exe=${exe//!//}
 		echo "    a rank crashed: $exe (pid $pid, core of $(($(stat -c %s "$core") / 1048576)) MiB)"
 		if command -v gdb >/dev/null; then
-			gdb -batch -q -nx -ex 'thread apply all bt 30' "$exe" "$core" 2>&1 |
+			# The thread that took the signal first: a summary that
+			# keeps only the first lines keeps it.
+			gdb -batch -q -nx -ex 'bt 20' -ex 'thread apply all bt 30' "$exe" "$core" 2>&1 |
 				grep -E '^(#[0-9]|Thread |Program terminated)' | head -120 | sed 's/^/      /'
 		else
 			echo "      (no gdb here for its backtrace)"
@@ -408,7 +410,7 @@ finalize() {
 		else
 			fail "finalize run $run: exit $rc$( ((rc != 124)) || echo ": a message was lost (the receiver waited)")"
 			# What the ranks printed comes before hydra's ten-line notice.
-			tail -50 "$out" | sed 's/^/    /'
+			tail -25 "$out" | sed 's/^/    /'
 		fi
 		crash_reports
 	done
