@@ -403,14 +403,28 @@ finalize() {
 		{ fail "nd_mpi_finalize did not compile"; return; }
 	for ((run = 1; run <= runs; run++)); do
 		start=$SECONDS
-		timeout -k 5 "${ND_MPICH_FINALIZE_TIMEOUT:-30}" "$mpiexec" -n 2 "$work/nd_mpi_finalize" -n 100 >"$out" 2>&1
+		# Warnings on: a rank that fails says why (nd's and rxm's lines
+		# come before MPICH's error stack).
+		FI_LOG_LEVEL=${FI_LOG_LEVEL:-warn} timeout -k 5 "${ND_MPICH_FINALIZE_TIMEOUT:-30}" \
+			"$mpiexec" -n 2 "$work/nd_mpi_finalize" -n 100 >"$out" 2>&1
 		rc=$?
 		if [ "$rc" -eq 0 ] && grep -q "^nd_mpi_finalize: 100 passed, 0 failed" "$out"; then
 			pass "finalize run $run ($((SECONDS - start)) s)"
 		else
+			# Not 124: a rank failed. MPICH exits with its error code's
+			# low byte (143: a fatal MPI_ERR_OTHER) and hydra ORs the
+			# ranks' statuses.
 			fail "finalize run $run: exit $rc$( ((rc != 124)) || echo ": a message was lost (the receiver waited)")"
-			# What the ranks printed comes before hydra's ten-line notice.
-			tail -25 "$out" | sed 's/^/    /'
+			# All of it when short; else the warnings and MPICH's error
+			# stacks, then the end (hydra's ten-line notice, the
+			# receiver's last words).
+			if (($(wc -l <"$out") <= 30)); then
+				cat "$out"
+			else
+				grep -m 20 -E '<warn>|Abort\(|Fatal error|failed' "$out"
+				echo "... the run's last lines:"
+				tail -12 "$out"
+			fi | sed 's/^/    /'
 		fi
 		crash_reports
 	done
