@@ -350,6 +350,17 @@ int Domain::close()
 			info->domain_attr->name, children.value());
 		return -FI_EBUSY;
 	}
+	if (mr_cache) {
+		/* What the cache did, for whoever checks that it runs in their
+		 * process (Open MPI's ranks have no handle to ask). */
+		fi_nd_mr_cache_stats stats{};
+		mr_cache->stats(&stats);
+		ND_INFO(FI_LOG_MR, "fi_close(domain %s): registration cache: %llu hits, %llu misses, %llu uncached, "
+			"%llu evictions, %llu invalidations\n", info->domain_attr->name,
+			static_cast<unsigned long long>(stats.hits), static_cast<unsigned long long>(stats.misses),
+			static_cast<unsigned long long>(stats.uncached), static_cast<unsigned long long>(stats.evictions),
+			static_cast<unsigned long long>(stats.invalidations));
+	}
 	fabric->children.release();
 	fi_freeinfo(info);
 	async::device_close(context);

@@ -11,10 +11,16 @@
  * Open MPI's UCX layer uses for exactly this: it patches the process's
  * unmapping calls and reports each range before it goes (a hand-written hook
  * would have to follow every libc; userfaultfd must register every range and
- * blocks faults on it). libucm is loaded at run time, so that the provider
- * needs it only when caching is on; where it cannot be loaded, or cannot see
- * every unmap (an AddressSanitizer or valgrind allocator unmaps with raw
- * system calls), start() says why and no cache is made.
+ * blocks faults on it). Inside Open MPI, whose own patcher writes over
+ * libucm's patches of munmap and the rest (or libucm's over Open MPI's,
+ * whichever comes last), the monitor also takes Open MPI's release
+ * callbacks, and libucm's sbrk hook, which Open MPI has no hook for. Either
+ * way start() unmaps, remaps, madvises and mremaps pages of its own and
+ * runs no cache unless each was reported. libucm is loaded at run time, so
+ * that the provider needs it only when caching is on; where it cannot be
+ * loaded, or cannot see every unmap (an AddressSanitizer or valgrind
+ * allocator unmaps with raw system calls), start() says why and no cache is
+ * made.
  *
  * Listeners are called from inside the unmapping call of any thread, with
  * the monitor's lock held: a listener only records the range (no locks of
