@@ -10,16 +10,25 @@
  *   - a window of non-blocking sends and receives in both directions;
  *   - MPI_Allreduce of integer vectors, checked against the closed form;
  *   - MPI_Alltoall, every block marked with its sender and receiver;
+ *   - buffers that leave the address space between rounds (munmap,
+ *     free with malloc_trim, madvise(MADV_DONTNEED), mremap) and come back
+ *     at the same address, on both sides of a rendezvous-size exchange: a
+ *     registration cache that missed the release would send the old
+ *     pages' bytes, or land the new ones where the program no longer looks;
  *   - a barrier loop.
  *
  * Prints one line per check and "nd_mpi_check: N passed, M failed" on
  * rank 0; exits non-zero on any failure (every rank learns the verdict).
  */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define MAX_SIZE (4u << 20)
 #define ROUNDS 3
@@ -168,6 +177,129 @@ static void alltoall(void)
 	}
 }
 
+enum release_way { BY_MUNMAP, BY_FREE_AND_TRIM, BY_MADVISE, BY_MREMAP, RELEASE_WAYS };
+static const char *const release_names[RELEASE_WAYS] = {
+	[BY_MUNMAP] = "munmap, then mmap",
+	[BY_FREE_AND_TRIM] = "free and malloc_trim, then malloc",
+	[BY_MADVISE] = "madvise(MADV_DONTNEED)",
+	[BY_MREMAP] = "mremap away, then mmap",
+};
+#define RELEASED_SIZE (256u << 10) /* past ofi_rxm's eager limit: the buffer itself is registered */
+#define RELEASED_ROUNDS 4
+
+/* Fresh anonymous memory at `at` when that is free, elsewhere if not. */
+static unsigned char *map_at(unsigned char *at, size_t size)
+{
+	void *p = MAP_FAILED;
+#ifdef MAP_FIXED_NOREPLACE
+	if (at)
+		p = mmap(at, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+#endif
+	if (p == MAP_FAILED)
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* mremap must move the buffer: a page mapped after it leaves no room to
+ * grow in place. */
+#define MREMAP_GUARD 4096u
+
+/* A buffer for the next round; `before` is the last round's, released. */
+static unsigned char *obtain(enum release_way way, unsigned char *before, size_t size)
+{
+	switch (way) {
+	case BY_FREE_AND_TRIM:
+		return malloc(size);
+	case BY_MADVISE:
+		return before ? before : map_at(NULL, size);
+	case BY_MREMAP:
+		return map_at(before, size + MREMAP_GUARD);
+	default:
+		return map_at(before, size);
+	}
+}
+
+static void release(enum release_way way, unsigned char *buf, size_t size)
+{
+	switch (way) {
+	case BY_MUNMAP:
+		munmap(buf, size);
+		break;
+	case BY_FREE_AND_TRIM:
+		free(buf);
+		malloc_trim(0); /* the heap's top by sbrk, free pages inside it by madvise */
+		break;
+	case BY_MADVISE:
+		madvise(buf, size, MADV_DONTNEED); /* the next touch maps zeroed pages */
+		break;
+	case BY_MREMAP: {
+		/* Growing into the guard page moves the pages; the old range is
+		 * left unmapped. (Not MREMAP_FIXED: libucm before 1.16 drops the
+		 * address it moves to.) */
+		unsigned char *moved = mremap(buf, size, size + MREMAP_GUARD, MREMAP_MAYMOVE);
+		if (moved == MAP_FAILED || moved == buf) {
+			fprintf(stderr, "rank %d: mremap did not move the buffer: %s\n", rank,
+				moved == MAP_FAILED ? strerror(errno) : "grown in place");
+			MPI_Abort(MPI_COMM_WORLD, 2);
+		}
+		munmap(moved, size + MREMAP_GUARD);
+		munmap(buf + size, MREMAP_GUARD);
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+static void released_memory(void)
+{
+	if (rank > 1)
+		return;
+	const int peer = 1 - rank;
+	const size_t size = RELEASED_SIZE < max_size ? RELEASED_SIZE : max_size;
+	for (int way = 0; way < RELEASE_WAYS; way++) {
+		unsigned char *buf = NULL;
+		int came_back = 0;
+		for (int round = 0; round < RELEASED_ROUNDS; round++) {
+			unsigned char *next = obtain(way, buf, size);
+			if (!next) {
+				fprintf(stderr, "rank %d: out of memory\n", rank);
+				MPI_Abort(MPI_COMM_WORLD, 2);
+			}
+			came_back += round > 0 && next == buf;
+			buf = next;
+			const int tag = 200 + way * RELEASED_ROUNDS + round;
+			long bad;
+			if (rank == 0) {
+				fill(buf, size, round, rank);
+				MPI_Send(buf, (int)size, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
+				memset(buf, 0, size);
+				MPI_Recv(buf, (int)size, MPI_BYTE, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			} else {
+				memset(buf, 0, size);
+				MPI_Recv(buf, (int)size, MPI_BYTE, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+				bad = first_mismatch(buf, size, round, peer);
+				check(bad < 0, release_names[way], size, bad);
+				fill(buf, size, round, rank);
+				MPI_Send(buf, (int)size, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
+			}
+			if (rank == 0) {
+				bad = first_mismatch(buf, size, round, peer);
+				check(bad < 0, release_names[way], size, bad);
+			}
+			release(way, buf, size);
+		}
+		if (way == BY_MADVISE)
+			munmap(buf, size);
+		/* Memory that never came back where it was proves nothing. */
+		if (!came_back) {
+			failures++;
+			fprintf(stderr, "rank %d: FAIL %s: the memory never came back at its old address\n", rank,
+				release_names[way]);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	MPI_Init(&argc, &argv);
@@ -191,7 +323,8 @@ int main(int argc, char **argv)
 	struct {
 		const char *name;
 		void (*run)(void);
-	} steps[] = {{"windows", windows}, {"allreduce", allreduce}, {"alltoall", alltoall}};
+	} steps[] = {{"windows", windows}, {"allreduce", allreduce}, {"alltoall", alltoall},
+		     {"released_memory (munmap, free and malloc_trim, madvise, mremap; the address reused)", released_memory}};
 	int passed = 0, failed = 0;
 
 	int before = failures, any;

@@ -12,7 +12,13 @@
 # and 5 (Debian 13) alike.
 #
 # Environment:
-#   ND_MPI_TIMEOUT  seconds after which the MPI job is killed (300)
+#   ND_MPI_TIMEOUT      seconds after which the MPI job is killed (300)
+#   ND_MPI_EXPECT_CACHE 1: also fail unless every rank's nd ran its
+#                       registration cache and dropped entries for memory
+#                       the program released (nd's info log of the cache's
+#                       figures when Open MPI closes the domain): the
+#                       released-memory check then proves the cache saw
+#                       each release inside MPI, not that there was none
 set -euo pipefail
 # shellcheck source=../../util/lib/nd-common.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../../util/lib/nd-common.sh"
@@ -44,5 +50,21 @@ export FI_PROVIDER_PATH=$builddir/.libs
 # setting).
 nd_ompi_env "$provider"
 
+if [[ ${ND_MPI_EXPECT_CACHE:-0} != 1 ]]; then
+	exec timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
+		mpirun -np "$ranks" --oversubscribe "$work/$program" "$@"
+fi
+export FI_LOG_LEVEL=info FI_LOG_PROV=nd FI_LOG_SUBSYS=mr
+rc=0
 timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
-	mpirun -np "$ranks" --oversubscribe "$work/$program" "$@"
+	mpirun -np "$ranks" --oversubscribe "$work/$program" "$@" >"$work/out" 2>&1 || rc=$?
+cat "$work/out"
+((rc == 0)) || exit "$rc"
+# One line per rank's domain: "... registration cache: H hits, ..., N invalidations".
+invalidating=$(grep -cE 'registration cache: [0-9]+ hits, .* [1-9][0-9]* invalidations' "$work/out" || true)
+if ((invalidating < ranks)); then
+	echo "nd_mpi.sh: $invalidating of $ranks ranks report a registration cache that dropped released memory" \
+		"(nd's log above says why a cache was off)" >&2
+	exit 1
+fi
+echo "nd_mpi.sh: every rank's registration cache dropped the memory the program released"
