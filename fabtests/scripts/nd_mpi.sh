@@ -51,8 +51,9 @@ export FI_PROVIDER_PATH=$builddir/.libs
 nd_ompi_env "$provider"
 
 if [[ ${ND_MPI_EXPECT_CACHE:-0} != 1 ]]; then
-	exec timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
+	timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
 		mpirun -np "$ranks" --oversubscribe "$work/$program" "$@"
+	exit
 fi
 export FI_LOG_LEVEL=info FI_LOG_PROV=nd FI_LOG_SUBSYS=mr
 rc=0
