@@ -120,24 +120,24 @@ Test(mem_monitor, every_way_of_releasing_memory_reaches_a_listener)
 	char *p = fresh_pages(1);
 	watch.watch(p, kPage);
 	munmap(p, kPage);
-	cr_expect(watch.seen, "munmap");
+	cr_assert(watch.seen, "munmap");
 
 	p = fresh_pages(1);
 	watch.watch(p, kPage);
 	mmap(p, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-	cr_expect(watch.seen, "mmap(MAP_FIXED) over a mapping");
+	cr_assert(watch.seen, "mmap(MAP_FIXED) over a mapping");
 	munmap(p, kPage);
 
 	p = fresh_pages(1);
 	watch.watch(p, kPage);
 	madvise(p, kPage, MADV_DONTNEED);
-	cr_expect(watch.seen, "madvise(MADV_DONTNEED)");
+	cr_assert(watch.seen, "madvise(MADV_DONTNEED)");
 	munmap(p, kPage);
 
 	p = fresh_pages(2);
 	watch.watch(p + kPage, kPage);
 	mremap(p, 2 * kPage, kPage, 0);
-	cr_expect(watch.seen, "mremap that shrinks");
+	cr_assert(watch.seen, "mremap that shrinks");
 	munmap(p, kPage);
 
 	/* Above glibc's mmap threshold, fixed so that earlier frees cannot
@@ -149,7 +149,7 @@ Test(mem_monitor, every_way_of_releasing_memory_reaches_a_listener)
 	std::memset(block, 1, large);
 	watch.watch(block, large);
 	free(block);
-	cr_expect(watch.seen, "free of a block malloc mapped");
+	cr_assert(watch.seen, "free of a block malloc mapped");
 
 	/* glibc trims its heap this way. (This test's process is alone with
 	 * its break: nothing else moves it between the two calls.) */
@@ -157,7 +157,7 @@ Test(mem_monitor, every_way_of_releasing_memory_reaches_a_listener)
 	cr_assert_neq(top, reinterpret_cast<char *>(-1));
 	watch.watch(top, kPage);
 	sbrk(-static_cast<intptr_t>(kPage));
-	cr_expect(watch.seen, "a shrinking sbrk");
+	cr_assert(watch.seen, "a shrinking sbrk");
 
 	stop_watching(watch);
 }
@@ -170,21 +170,21 @@ Test(mem_monitor, beside_an_open_mpi_that_reports_nothing)
 	fake_open_mpi::present = true;
 	Watch watch;
 	if (!start_watching(watch)) {
-		cr_expect_eq(fake_open_mpi::registered, 0, "nothing lent to Open MPI under a sanitizer");
+		cr_assert_eq(fake_open_mpi::registered, 0, "nothing lent to Open MPI under a sanitizer");
 		return;
 	}
 	char *p = fresh_pages(1);
 	watch.watch(p, kPage);
 	munmap(p, kPage);
-	cr_expect(watch.seen, "libucm's hooks report");
+	cr_assert(watch.seen, "libucm's hooks report");
 	stop_watching(watch);
-	cr_expect_eq(fake_open_mpi::registered, 0, "no callback left with Open MPI");
+	cr_assert_eq(fake_open_mpi::registered, 0, "no callback left with Open MPI");
 
 	Watch again;
 	cr_assert(start_watching(again), "a second start after stop");
 	p = fresh_pages(1);
 	again.watch(p, kPage);
 	munmap(p, kPage);
-	cr_expect(again.seen);
+	cr_assert(again.seen);
 	stop_watching(again);
 }
