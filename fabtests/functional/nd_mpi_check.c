@@ -234,7 +234,7 @@ static void release(enum release_way way, unsigned char *buf, size_t size)
 		break;
 	case BY_MREMAP: {
 		/* Growing into the guard page moves the pages; the old range is
-		 * left unmapped. (Not MREMAP_FIXED: libucm before 1.16 drops the
+		 * left unmapped. (Not MREMAP_FIXED: older libucm drops the
 		 * address it moves to.) */
 		unsigned char *moved = mremap(buf, size, size + MREMAP_GUARD, MREMAP_MAYMOVE);
 		if (moved == MAP_FAILED || moved == buf) {

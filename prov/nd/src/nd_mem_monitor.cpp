@@ -154,7 +154,7 @@ const char *first_unreported_release(Monitor &m)
 		return "mmap(MAP_FIXED) over a mapping";
 	if (!reported(m, [](char *p, size_t page) { madvise(p, page, MADV_DONTNEED); }))
 		return "madvise(MADV_DONTNEED)";
-	/* Shrinking, not moving: libucm before 1.16 drops mremap's fifth
+	/* Shrinking, not moving: older libucm drops mremap's fifth
 	 * argument, the address MREMAP_FIXED moves to. */
 	if (!reported(m, [](char *p, size_t page) { mremap(p, 2 * page, page, 0); }))
 		return "mremap";
