@@ -56,13 +56,23 @@ if [[ ${ND_MPI_EXPECT_CACHE:-0} != 1 ]]; then
 	exit
 fi
 export FI_LOG_LEVEL=info FI_LOG_PROV=nd FI_LOG_SUBSYS=mr
+# Each rank's log (stderr) in a file of its own: lines the ranks write at
+# once interleave on a shared stderr.
 rc=0
 timeout -k 10 "${ND_MPI_TIMEOUT:-300}" \
-	mpirun -np "$ranks" --oversubscribe "$work/$program" "$@" >"$work/out" 2>&1 || rc=$?
-cat "$work/out"
+	mpirun -np "$ranks" --oversubscribe \
+	sh -c 'exec "$0" "$@" 2>"'"$work"'/rank.$OMPI_COMM_WORLD_RANK.log"' "$work/$program" "$@" || rc=$?
+invalidating=0
+for log in "$work"/rank.*.log; do
+	[[ -e $log ]] || continue
+	echo "== ${log##*/}"
+	cat "$log"
+	# At the domain's close: "registration cache: H hits, ..., N invalidations".
+	if grep -qE 'registration cache: [0-9]+ hits, .* [1-9][0-9]* invalidations' "$log"; then
+		invalidating=$((invalidating + 1))
+	fi
+done
 ((rc == 0)) || exit "$rc"
-# One line per rank's domain: "... registration cache: H hits, ..., N invalidations".
-invalidating=$(grep -cE 'registration cache: [0-9]+ hits, .* [1-9][0-9]* invalidations' "$work/out" || true)
 if ((invalidating < ranks)); then
 	echo "nd_mpi.sh: $invalidating of $ranks ranks report a registration cache that dropped released memory" \
 		"(nd's log above says why a cache was off)" >&2

@@ -113,7 +113,7 @@ void on_open_mpi_release(void *buf, size_t length, void *, bool) noexcept
 	on_unmapped(reinterpret_cast<uintptr_t>(buf), length);
 }
 
-/* Whether the hooks report `release` of the first of two pages of nd's own. */
+/* Whether the hooks report `release` of (part of) two pages of nd's own. */
 template <typename Release>
 bool reported(Monitor &m, Release release)
 {
@@ -125,7 +125,7 @@ bool reported(Monitor &m, Release release)
 	{
 		std::lock_guard<Mutex> guard(m.lock);
 		m.probe_start = reinterpret_cast<uintptr_t>(at);
-		m.probe_end = m.probe_start + page;
+		m.probe_end = m.probe_start + 2 * page;
 		m.probe_seen = false;
 	}
 	release(at, page);
@@ -154,8 +154,8 @@ const char *first_unreported_release(Monitor &m)
 		return "mmap(MAP_FIXED) over a mapping";
 	if (!reported(m, [](char *p, size_t page) { madvise(p, page, MADV_DONTNEED); }))
 		return "madvise(MADV_DONTNEED)";
-	/* Shrinking, not moving: older libucm drops mremap's fifth
-	 * argument, the address MREMAP_FIXED moves to. */
+	/* Shrinking, not moving (it releases the second page): older libucm
+	 * drops mremap's fifth argument, the address MREMAP_FIXED moves to. */
 	if (!reported(m, [](char *p, size_t page) { mremap(p, 2 * page, page, 0); }))
 		return "mremap";
 	return nullptr;
