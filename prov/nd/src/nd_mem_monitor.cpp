@@ -39,6 +39,11 @@ using OpalUnregisterRelease = int (*)(OpalReleaseCallback *callback);
 constexpr int kOpalFreeSupport = 0x1;	/* OPAL_MEMORY_FREE_SUPPORT */
 constexpr int kOpalMunmapSupport = 0x2;	/* OPAL_MEMORY_MUNMAP_SUPPORT */
 
+struct OpenMpiHooks {
+	OpalRegisterRelease register_release = nullptr;
+	OpalUnregisterRelease unregister_release = nullptr;
+};
+
 enum class Source {
 	none,
 	ucm,		  /* libucm's hooks on every unmapping call */
@@ -117,7 +122,7 @@ void on_open_mpi_release(void *buf, size_t length, void *, bool) noexcept
 template <typename Release>
 bool reported(Monitor &m, Release release)
 {
-	const size_t page = 4096;
+	const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 	auto *at = static_cast<char *>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
 	if (at == MAP_FAILED)
 		return false;
@@ -162,21 +167,24 @@ const char *first_unreported_release(Monitor &m)
 }
 
 /* Open MPI's patcher, once MPI_Init has run, owns munmap, mremap, madvise,
- * shmdt and brk: it writes a jump over each function's first bytes, so
+ * shmdt and brk (Open MPI 5 also mmap and shmat): it writes a jump over each function's first bytes, so
  * libucm's hooks on them are overwritten when they came first, and libucm
  * would overwrite Open MPI's (Open MPI's own caches then go blind) if it
  * came second. Inside such a process nd takes those unmaps from Open MPI, as
  * Open MPI's own UCX layer does. */
-OpalUnregisterRelease open_mpi_hooks(OpalRegisterRelease *register_release)
+/* The process's Open MPI memory hooks when they are active; empty if not. */
+OpenMpiHooks active_open_mpi_hooks()
 {
 	auto level = reinterpret_cast<OpalSupportLevel>(dlsym(RTLD_DEFAULT, "opal_mem_hooks_support_level"));
-	*register_release = reinterpret_cast<OpalRegisterRelease>(dlsym(RTLD_DEFAULT, "opal_mem_hooks_register_release"));
-	auto unregister_release =
+	OpenMpiHooks hooks;
+	hooks.register_release =
+		reinterpret_cast<OpalRegisterRelease>(dlsym(RTLD_DEFAULT, "opal_mem_hooks_register_release"));
+	hooks.unregister_release =
 		reinterpret_cast<OpalUnregisterRelease>(dlsym(RTLD_DEFAULT, "opal_mem_hooks_unregister_release"));
-	if (!level || !*register_release || !unregister_release)
-		return nullptr;
 	const int wanted = kOpalFreeSupport | kOpalMunmapSupport;
-	return (level() & wanted) == wanted ? unregister_release : nullptr;
+	if (!level || !hooks.register_release || !hooks.unregister_release || (level() & wanted) != wanted)
+		return {};
+	return hooks;
 }
 
 void on_vm_unmapped(ucm_event_type_t, ucm_event_t *event, void *) noexcept
@@ -220,11 +228,12 @@ void *dlopen_keeping_signals(const char *name, int flags)
 	return handle;
 }
 
-void say_status(Monitor &m, const char *what, ucs_status_t status)
+/* `what`, with the code a library answered (`kind`: its type). */
+void say_code(Monitor &m, const char *what, const char *kind, int code)
 {
-	char status_text[32];
-	std::snprintf(status_text, sizeof(status_text), "ucs_status_t %d", static_cast<int>(status));
-	say_why(m, what, status_text);
+	char code_text[32];
+	std::snprintf(code_text, sizeof(code_text), "%s %d", kind, code);
+	say_why(m, what, code_text);
 }
 
 bool load_ucm(Monitor &m)
@@ -262,7 +271,7 @@ Source start_ucm(Monitor &m)
 {
 	ucs_status_t status = m.set_handler(UCM_EVENT_VM_UNMAPPED, 0, on_vm_unmapped, nullptr);
 	if (status != UCS_OK) {
-		say_status(m, "libucm could not install its unmap hooks", status);
+		say_code(m, "libucm could not install its unmap hooks", "ucs_status_t", status);
 		return Source::none;
 	}
 	if (const char *release = first_unreported_release(m)) {
@@ -272,20 +281,18 @@ Source start_ucm(Monitor &m)
 	return Source::ucm;
 }
 
-Source start_beside_open_mpi(Monitor &m, OpalRegisterRelease register_release, OpalUnregisterRelease unregister_release)
+Source start_beside_open_mpi(Monitor &m, const OpenMpiHooks &hooks)
 {
-	if (int rc = register_release(on_open_mpi_release, nullptr)) {
-		char rc_text[32];
-		std::snprintf(rc_text, sizeof(rc_text), "OPAL error %d", rc);
-		say_why(m, "Open MPI's memory hooks refused a release callback", rc_text);
+	if (int rc = hooks.register_release(on_open_mpi_release, nullptr)) {
+		say_code(m, "Open MPI's memory hooks refused a release callback", "OPAL error", rc);
 		return Source::none;
 	}
-	m.opal_unregister = unregister_release;
+	m.opal_unregister = hooks.unregister_release;
 	/* NO_INSTALL: libucm must not patch the calls Open MPI holds. */
 	ucs_status_t status =
 		m.set_handler(UCM_EVENT_VM_UNMAPPED | UCM_EVENT_FLAG_NO_INSTALL, 0, on_vm_unmapped, nullptr);
 	if (status != UCS_OK) {
-		say_status(m, "libucm refused an unmap handler", status);
+		say_code(m, "libucm refused an unmap handler", "ucs_status_t", status);
 		return Source::none;
 	}
 	/* glibc's malloc gives the top of its heap back through sbrk, which
@@ -334,9 +341,8 @@ Source start_hooks(Monitor &m)
 	}
 	if (!load_ucm(m))
 		return Source::none;
-	OpalRegisterRelease register_release = nullptr;
-	if (OpalUnregisterRelease unregister_release = open_mpi_hooks(&register_release)) {
-		const Source source = start_beside_open_mpi(m, register_release, unregister_release);
+	if (const OpenMpiHooks hooks = active_open_mpi_hooks(); hooks.register_release) {
+		const Source source = start_beside_open_mpi(m, hooks);
 		if (source != Source::none)
 			return source;
 		/* The patch written last wins: a UCX that one of Open MPI's
