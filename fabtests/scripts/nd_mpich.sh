@@ -221,15 +221,17 @@ judge() {
 # each run, in the order of its TAP lines. A failed run's output goes to
 # RESULTS.out.
 run_dir() { # DIR RESULTS [PART PARTS]
-	local dir=$1 results=$2 part=${3:-0} parts=${4:-1} list tap=$work/tap out=$work/out
+	local dir=$1 results=$2 part=${3:-0} parts=${4:-1} list tap=$work/tap out=$work/out limits=$work/limits
 	[ -f "$suite_root/$dir/testlist" ] || { fail "$dir: no testlist in $mpich/test/mpi/$dir"; return 1; }
 	# The tests of 2 to 4 processes (those of one do not reach the
 	# network); in the check tier every STRIDE-th of them from OFFSET, and
 	# not those mpich.expect lists (Slow, Fail or Hang).
 	list=$suite_root/$dir/testlist.nd
+	: >"$limits"
 	awk -v v="$version" -v t="$transport" -v nodes="$nodes" -v dir="$dir" -v expect="$expect" \
 		-v tier="${ND_MPICH_TIER:-check}" -v stride="${ND_MPICH_STRIDE:-24}" -v offset="${ND_MPICH_OFFSET:-0}" \
-		-v only="${ND_MPICH_ONLY:-}" -v part="$part" -v parts="$parts" '
+		-v only="${ND_MPICH_ONLY:-}" -v part="$part" -v parts="$parts" \
+		-v limits="$limits" -v deflimit="${ND_MPICH_TIMEOUT:-60}" '
 		BEGIN {
 			n_only = split(only, o, /[ \t]+/)
 			for (i = 1; i <= n_only; i++) wanted[o[i]] = 1
@@ -252,6 +254,9 @@ run_dir() { # DIR RESULTS [PART PARTS]
 			for (i = 3; i <= n; i++) if (f[i] ~ /^env=/) k = k " env:" substr(f[i], 5)
 			if (tier == "check" && (k in listed)) { if (part == 0) print k " (" listed[k] ")" > "/dev/stderr"; next }
 			if (parts > 1 && (selected++ % parts) != part) next
+			# The launcher'"'"'s limit for this test: its own timeLimit, or MPITEST_TIMEOUT.
+			lim = deflimit; for (i = 3; i <= n; i++) if (f[i] ~ /^timeLimit=[0-9]+$/) lim = substr(f[i], 11)
+			print k "\t" lim > limits
 			print
 		}' "$suite_root/$dir/testlist" >"$list" 2>"$work/slow" || { fail "$dir: filtering its testlist"; return 1; }
 	sed 's/^/    left to the full tier (listed in mpich.expect): /' "$work/slow"
@@ -275,7 +280,8 @@ run_dir() { # DIR RESULTS [PART PARTS]
 			tail -20 "$out" | sed 's/^/    /'
 			return 1
 		fi
-		awk -v dir="$dir" '
+		awk -v dir="$dir" -v limits="$limits" '
+			BEGIN { while ((getline line < limits) > 0) { split(line, f, "\t"); limit[f[1]] = f[2] } }
 			# The command lines runtests prints (-verbose), in run order.
 			FNR == NR {
 				if ($0 ~ /^Env includes /) { env = $0; sub(/^Env includes */, "", env); next }
@@ -296,13 +302,17 @@ run_dir() { # DIR RESULTS [PART PARTS]
 			/^(not )?ok +[0-9]* *- / {
 				if ($0 ~ /# SKIP/) next
 				result = ($0 ~ /^not ok/) ? "Fail" : "Pass"
-				t = $0; sub(/.*time=/, "", t); t = sprintf("%.0f", t)
+				t = $0; sub(/.*time=/, "", t)
 				# "PROG ARGS NP" -> "DIR/PROG NP ARGS"
 				n = split(cmd[++i], f, " "); key = dir "/" f[1] " " f[n]
 				for (j = 2; j < n; j++) key = key " " f[j]
 				m = split(envs[i], e, " ")
 				for (j = 1; j <= m; j++) key = key " env:" e[j]
-				out[++last] = result "\t" key "\t" t
+				# A run that reached its limit was ended by the launcher,
+				# though it may have printed " No Errors" as it was ended,
+				# before the launcher said so: a Timeout.
+				if (result == "Fail" && (key in limit) && t + 0 >= limit[key] + 0) result = "Timeout"
+				out[++last] = result "\t" key "\t" sprintf("%.0f", t)
 			}
 			END { for (j = 1; j <= last; j++) print out[j] }' "$out" "$tap" >>"$results"
 		# What failed runs printed (TAP's "##" lines), for the log.

@@ -60,6 +60,16 @@ while read -r prog np rest; do
 		echo "not ok $n - ./$prog $np # time=61.2" >>"$tap"
 		echo "## [mpiexec@host] APPLICATION TIMED OUT, TIMEOUT = 60s" >>"$tap"
 		;;
+	late*)
+		# Ended by the launcher as it printed its verdict, before the
+		# launcher said so.
+		echo "not ok $n - ./$prog $np # time=60.4" >>"$tap"
+		echo "##  No Errors" >>"$tap"
+		;;
+	slowfail*)
+		echo "not ok $n - ./$prog $np # time=75.0" >>"$tap"
+		echo "## Found 1 errors" >>"$tap"
+		;;
 	fail*)
 		echo "not ok $n - ./$prog $np # time=2.0" >>"$tap"
 		echo "## Found 1 errors" >>"$tap"
@@ -78,6 +88,8 @@ single 1
 fail_five 2
 six 4
 seven 2
+late_eight 2
+slowfail_nine 2 timeLimit=300
 EOF
 
 run() { # OUTPUT-FILE, then nd_mpich.sh's arguments after MPICH BUILDDIR
@@ -87,21 +99,21 @@ run() { # OUTPUT-FILE, then nd_mpich.sh's arguments after MPICH BUILDDIR
 		"$top/fabtests/scripts/nd_mpich.sh" "$mpich" "$work/build" "$@" >"$out" 2>&1
 }
 
-# Seven tests of 2 to 4 processes, three a run: three runs of runtests.
+# Nine tests of 2 to 4 processes, three a run: three runs of runtests.
 : >"$work/runs"
 run "$work/out" suite "nd;ofi_rxm" fake
 rc=$?
 results=$(grep -cE '^(PASS|FAIL): fake/' "$work/out")
-if [ "$results" = 7 ]; then
+if [ "$results" = 9 ]; then
 	pass "every test listed has a result though runtests stops after three"
 else
-	fail "every test listed has a result though runtests stops after three (7 expected, $results seen)"
+	fail "every test listed has a result though runtests stops after three (9 expected, $results seen)"
 	sed 's/^/    /' "$work/out"
 fi
 runs=$(wc -l <"$work/runs")
 if [ "$runs" = 3 ]; then pass "the rest run in new runs of runtests (3)"; else fail "runs of runtests: 3 expected, $runs seen"; fi
-if grep -q "fake: runtests stopped after 3 of 7 (Terminating test because of too many timeout failures): the other 4 in a new run" "$work/out" &&
-	grep -q "fake: runtests stopped after 6 of 7" "$work/out"; then
+if grep -q "fake: runtests stopped after 3 of 9 (Terminating test because of too many timeout failures): the other 6 in a new run" "$work/out" &&
+	grep -q "fake: runtests stopped after 6 of 9" "$work/out"; then
 	pass "each early end is said, with runtests' reason"
 else
 	fail "each early end is said, with runtests' reason"
@@ -110,7 +122,9 @@ fi
 for want in "PASS: fake/one 2 (1 s)" "PASS: fake/two 4 -count=10 (1 s)" \
 	"FAIL: fake/timeout_three 3 (61 s): Timeout, and mpich.expect does not list it" \
 	"PASS: fake/four 2 (1 s)" "FAIL: fake/fail_five 2 (2 s): Fail, and mpich.expect does not list it" \
-	"PASS: fake/six 4 (1 s)" "PASS: fake/seven 2 (1 s)"; do
+	"PASS: fake/six 4 (1 s)" "PASS: fake/seven 2 (1 s)" \
+	"FAIL: fake/late_eight 2 (60 s): Timeout, and mpich.expect does not list it" \
+	"FAIL: fake/slowfail_nine 2 (75 s): Fail, and mpich.expect does not list it"; do
 	if grep -qxF "$want" "$work/out"; then pass "judged: $want"; else fail "not judged as expected: $want"; fi
 done
 if grep -q "^FAIL: fake/single" "$work/out" || grep -q "^PASS: fake/single" "$work/out"; then
@@ -118,10 +132,10 @@ if grep -q "^FAIL: fake/single" "$work/out" || grep -q "^PASS: fake/single" "$wo
 else
 	pass "a test of one process is not run"
 fi
-if [ "$rc" -ne 0 ] && grep -q "^mpich: 5 passed, 2 failed" "$work/out"; then
-	pass "the run fails on the two failures, with its count"
+if [ "$rc" -ne 0 ] && grep -q "^mpich: 5 passed, 4 failed" "$work/out"; then
+	pass "the run fails on the four failures, with its count"
 else
-	fail "the run fails on the two failures, with its count (exit $rc)"
+	fail "the run fails on the four failures, with its count (exit $rc)"
 	tail -3 "$work/out" | sed 's/^/    /'
 fi
 
@@ -129,7 +143,7 @@ fi
 : >"$work/runs"
 ND_FAKE_PER_RUN=0 run "$work/out0" suite "nd;ofi_rxm" fake
 rc=$?
-if [ "$rc" -ne 0 ] && grep -q "^FAIL: fake: runtests wrote no results\|^FAIL: fake: runtests ran none of the 7 tests left" "$work/out0" &&
+if [ "$rc" -ne 0 ] && grep -q "^FAIL: fake: runtests wrote no results\|^FAIL: fake: runtests ran none of the 9 tests left" "$work/out0" &&
 	[ "$(wc -l <"$work/runs")" = 1 ]; then
 	pass "a runtests that runs nothing fails the directory, without looping"
 else
