@@ -194,8 +194,9 @@ expected() {
 		}' "$expect"
 }
 
-# judge KEY RESULT SECONDS: RESULT is Pass, Fail, or Timeout (MPICH's
-# launcher ended it at ND_MPICH_TIMEOUT).
+# judge KEY RESULT SECONDS: RESULT is Pass, Fail, or Timeout (the run
+# reached its launcher's limit: the test's own timeLimit, or
+# ND_MPICH_TIMEOUT).
 judge() {
 	local want
 	want=$(expected "$1")

@@ -166,13 +166,13 @@ const char *first_unreported_release(Monitor &m)
 	return nullptr;
 }
 
-/* Open MPI's patcher, once MPI_Init has run, owns munmap, mremap, madvise,
- * shmdt and brk (Open MPI 5 also mmap and shmat): it writes a jump over each function's first bytes, so
- * libucm's hooks on them are overwritten when they came first, and libucm
- * would overwrite Open MPI's (Open MPI's own caches then go blind) if it
- * came second. Inside such a process nd takes those unmaps from Open MPI, as
- * Open MPI's own UCX layer does. */
-/* The process's Open MPI memory hooks when they are active; empty if not. */
+/* The process's Open MPI memory hooks when they are active; empty if not.
+ * Open MPI's patcher, once MPI_Init has run, owns munmap, mremap, madvise,
+ * shmdt and brk (Open MPI 5 also mmap and shmat): it writes a jump over
+ * each function's first bytes, so libucm's hooks on them are overwritten
+ * when they came first, and libucm would overwrite Open MPI's (Open MPI's
+ * own caches then go blind) if it came second. Inside such a process nd
+ * takes those unmaps from Open MPI, as Open MPI's own UCX layer does. */
 OpenMpiHooks active_open_mpi_hooks()
 {
 	auto level = reinterpret_cast<OpalSupportLevel>(dlsym(RTLD_DEFAULT, "opal_mem_hooks_support_level"));
